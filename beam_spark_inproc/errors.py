@@ -1,0 +1,47 @@
+"""Errors the runner raises to its callers."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One transform the runner cannot execute, and what to do about it."""
+    label: str
+    urn: str
+    environment: str
+    reason: str
+    remedy: str
+
+    def __str__(self) -> str:
+        env = self.environment or '(none)'
+        return (f'- {self.label!r} (URN {self.urn or "(none)"}, '
+                f'environment {env}): {self.reason} {self.remedy}')
+
+
+class UnsupportedPipelineError(ValueError):
+    """The pipeline needs something this runner cannot do; nothing was run."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        lines = [
+            'InProcessSparkRunner cannot run this pipeline; nothing was '
+            f'submitted to Spark. {len(self.problems)} transform(s) are '
+            'unsupported:']
+        lines += [str(problem) for problem in self.problems]
+        super().__init__('\n'.join(lines))
+
+
+class PipelineExecutionError(RuntimeError):
+    """A Beam transform failed while the pipeline ran on Spark.
+
+    ``stage`` and ``labels`` name the fused stage and its Beam transforms;
+    ``worker_traceback`` is the Python traceback from the Spark worker.
+    """
+
+    def __init__(self, message: str, stage: str | None = None,
+                 labels: tuple[str, ...] = (), worker_traceback: str = ''):
+        super().__init__(message)
+        self.stage = stage
+        self.labels = labels
+        self.worker_traceback = worker_traceback

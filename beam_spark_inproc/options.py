@@ -1,0 +1,39 @@
+"""SparkRunnerOptions: the runner's command-line flags, as Beam PipelineOptions."""
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+
+class SparkRunnerOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            '--spark_master', default=None,
+            help='Spark master URL for a session the runner creates '
+            '(default local[*]); ignored when a SparkSession is already active.')
+        parser.add_argument(
+            '--spark_remote', default=None,
+            help='Spark Connect URL (sc://host:port) to run on instead of a '
+            'local session.')
+        parser.add_argument(
+            '--spark_conf', action='append', default=None, metavar='KEY=VALUE',
+            help='Spark configuration for a session the runner creates; '
+            'repeatable, e.g. --spark_conf spark.executor.memory=2g.')
+        parser.add_argument(
+            '--spark_parallelism', type=int, default=None,
+            help='Number of partitions for shuffles (GroupByKey, Reshuffle); '
+            'default: the cores of a local master, else '
+            'spark.default.parallelism or spark.sql.shuffle.partitions.')
+
+
+def parse_conf(entries: list[str] | None) -> dict[str, str]:
+    """``['k=v', ...]`` -> ``{'k': 'v'}``, naming the bad entry if one is malformed."""
+    conf = {}
+    for entry in entries or []:
+        key, sep, value = entry.partition('=')
+        if not sep or not key.strip():
+            raise ValueError(
+                f'--spark_conf expects KEY=VALUE (e.g. '
+                f'spark.executor.memory=2g), got {entry!r}.')
+        conf[key.strip()] = value.strip()
+    return conf

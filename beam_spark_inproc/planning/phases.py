@@ -1,0 +1,50 @@
+"""Beam's fusion phases, used as a library.
+
+The list is FnApiRunner's (``fn_runner.FnApiRunner.create_stages``) plus
+``annotate_stateful_dofns_as_roots``, so a stateful DoFn starts a stage whose input
+is shuffled by key. Reshuffle is a runner URN, so Create/Impulse data and SDF
+restrictions are spread over partitions by a Spark repartition.
+"""
+from __future__ import annotations
+
+import copy
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations
+
+RUNNER_URNS = frozenset([
+        common_urns.primitives.FLATTEN.urn,
+        common_urns.primitives.GROUP_BY_KEY.urn,
+        common_urns.composites.RESHUFFLE.urn,
+])
+
+PHASES = [
+        translations.annotate_downstream_side_inputs,
+        translations.annotate_stateful_dofns_as_roots,
+        translations.fix_side_input_pcoll_coders,
+        translations.pack_combiners,
+        translations.lift_combiners,
+        translations.expand_sdf,
+        translations.expand_gbk,
+        translations.sink_flattens,
+        translations.greedily_fuse,
+        translations.read_to_impulse,
+        translations.impulse_to_input,
+        translations.sort_stages,
+        translations.add_impulse_to_dangling_transforms,
+        translations.setup_timer_mapping,
+        translations.populate_data_channel_coders,
+]
+
+
+def fuse(
+        pipeline_proto: beam_runner_api_pb2.Pipeline
+) -> tuple[translations.TransformContext, list[translations.Stage]]:
+    """Runs the fusion phases on a copy of the proto; returns context and stages."""
+    return translations.create_and_optimize_stages(
+            copy.deepcopy(pipeline_proto),
+            phases=PHASES,
+            known_runner_urns=RUNNER_URNS,
+            use_state_iterables=False,
+            is_drain=False)

@@ -1,0 +1,90 @@
+"""The SparkPlan: pure, picklable data describing how each fused stage runs.
+
+Every PCollection crossing a stage boundary is a Spark DataFrame of rows
+``(tag int, key binary, data binary)``:
+
+* ``tag`` says which output of the producing stage a row belongs to (a stage's
+  mapInArrow emits all its outputs at once; consumers filter on ``tag``);
+* ``data`` holds Beam-encoded windowed values (wire coder of the PCollection);
+* ``key`` is set only for rows bound for a GroupByKey: the key's deterministic
+  encoding, on which the shuffle partitions and sorts.
+
+An output's *layout* says how its ``data`` is cut into rows: ``chunks`` (many
+encoded elements per row, the cheap default), ``elements`` (one element per row,
+so a Reshuffle can spread them) or ``keyed`` (one element per row plus its key).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+CHUNKS = 'chunks'
+ELEMENTS = 'elements'
+KEYED = 'keyed'
+
+SDK_STAGE = 'sdk'
+RESHUFFLE_STAGE = 'reshuffle'
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouping:
+    """GroupAlsoByWindow done by a consuming stage on its sorted, keyed input."""
+    gbk_label: str
+    pre_coder_id: str  # windowed KV<K, V> as written by the producer (safe coder)
+    post_coder_id: str  # windowed KV<K, Iterable<V>> as read by the consumer
+    windowing_strategy_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPort:
+    transform_id: str  # the DATA_INPUT transform in the descriptor
+    buffer_id: bytes
+    coder_id: str  # wire coder of the elements fed to the transform
+    grouping: Optional[Grouping] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputPort:
+    transform_id: str  # the DATA_OUTPUT transform in the descriptor
+    buffer_id: bytes
+    coder_id: str  # wire coder the transform writes with
+    layout: str = CHUNKS
+    key_coder_id: Optional[str] = None  # safe windowed KV coder, for KEYED
+
+
+@dataclasses.dataclass(frozen=True)
+class SideInput:
+    transform_id: str
+    tag: str
+    buffer_id: bytes
+    access_pattern_urn: str
+    coder_id: str  # safe wire coder of the side-input PCollection
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    name: str
+    kind: str
+    labels: tuple[str, ...]  # Beam transform labels run by this stage
+    inputs: tuple[InputPort, ...]
+    outputs: tuple[OutputPort, ...]
+    side_inputs: tuple[SideInput, ...] = ()
+    descriptor: bytes = b''  # serialized ProcessBundleDescriptor (SDK stages)
+
+    @property
+    def grouped(self) -> bool:
+        return any(p.grouping is not None for p in self.inputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkPlan:
+    stages: tuple[StagePlan, ...]
+    components: bytes  # serialized Components, for decoding side inputs on the driver
+
+    def producers(self) -> dict[bytes, list[tuple[int, int]]]:
+        """buffer id -> [(stage index, output index)] that write it, in order."""
+        result: dict[bytes, list[tuple[int, int]]] = {}
+        for i, stage in enumerate(self.stages):
+            for j, port in enumerate(stage.outputs):
+                result.setdefault(port.buffer_id, []).append((i, j))
+        return result

@@ -1,0 +1,173 @@
+"""Turns Beam's fused stages into a SparkPlan (see ``plan``)."""
+from __future__ import annotations
+
+import copy
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.runners.worker import bundle_processor
+from apache_beam.utils import proto_utils
+
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.planning.phases import fuse
+
+DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
+# A descriptor's ports need a non-empty URL; the worker's data channel factory
+# answers every URL with the in-process channel of the running bundle.
+INPROC_URL = 'beam-spark-inproc'
+
+
+def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline) -> p.SparkPlan:
+    """Fuses the pipeline and describes each stage as plain data."""
+    context, stages = fuse(pipeline_proto)
+    return plan_stages(context, stages)
+
+
+def plan_stages(
+        context: translations.TransformContext,
+        stages: list[translations.Stage]) -> p.SparkPlan:
+    layouts = _buffer_layouts(context, stages)
+    planned = tuple(_plan_stage(context, stage, layouts) for stage in stages)
+    return p.SparkPlan(
+        stages=planned, components=context.components.SerializeToString())
+
+
+def _is_reshuffle(stage: translations.Stage) -> bool:
+    return any(
+        t.spec.urn == common_urns.composites.RESHUFFLE.urn
+        for t in stage.transforms)
+
+
+def _buffer_layouts(context, stages) -> dict[bytes, str]:
+    """KEYED for GroupByKey buffers, ELEMENTS for Reshuffle inputs, else CHUNKS."""
+    layouts: dict[bytes, str] = {}
+    for stage in stages:
+        for t in stage.transforms:
+            if t.spec.urn in DATA_URNS:
+                if _buffer_kind(t.spec.payload) == 'group':
+                    layouts[t.spec.payload] = p.KEYED
+                elif _is_reshuffle(stage) and (
+                        t.spec.urn == bundle_processor.DATA_INPUT_URN):
+                    layouts[t.spec.payload] = p.ELEMENTS
+    return layouts
+
+
+def _buffer_kind(buffer_id: bytes) -> str:
+    if buffer_id == translations.IMPULSE_BUFFER:
+        return 'impulse'
+    return translations.split_buffer_id(buffer_id)[0]
+
+
+def _wire_coder(context, pcoll_id: str) -> str:
+    return context.data_channel_coders[pcoll_id]
+
+
+def _safe_coder(context, pcoll_id: str) -> str:
+    coder_id = context.data_channel_coders[pcoll_id]
+    return context.safe_coders.get(coder_id, coder_id)
+
+
+def _grouping(context, buffer_id: bytes) -> p.Grouping:
+    _, gbk_id = translations.split_buffer_id(buffer_id)
+    gbk = context.components.transforms[gbk_id]
+    input_pcoll = translations.only_element(list(gbk.inputs.values()))
+    output_pcoll = translations.only_element(list(gbk.outputs.values()))
+    return p.Grouping(
+        gbk_label=gbk.unique_name,
+        pre_coder_id=_safe_coder(context, input_pcoll),
+        post_coder_id=_safe_coder(context, output_pcoll),
+        windowing_strategy_id=context.components.pcollections[input_pcoll]
+        .windowing_strategy_id)
+
+
+def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
+    inputs, outputs, side_inputs, labels = [], [], [], []
+    transforms = {}
+    for transform in stage.transforms:
+        t = copy.deepcopy(transform)
+        if t.spec.urn == bundle_processor.DATA_INPUT_URN:
+            buffer_id = t.spec.payload
+            pcoll = translations.only_element(list(t.outputs.values()))
+            coder_id = _wire_coder(context, pcoll)
+            inputs.append(p.InputPort(
+                transform_id=t.unique_name,
+                buffer_id=buffer_id,
+                coder_id=coder_id,
+                grouping=_grouping(context, buffer_id)
+                if _buffer_kind(buffer_id) == 'group' else None))
+            t.spec.payload = _port(coder_id)
+        elif t.spec.urn == bundle_processor.DATA_OUTPUT_URN:
+            buffer_id = t.spec.payload
+            pcoll = translations.only_element(list(t.inputs.values()))
+            coder_id = _wire_coder(context, pcoll)
+            layout = layouts.get(buffer_id, p.CHUNKS)
+            outputs.append(p.OutputPort(
+                transform_id=t.unique_name,
+                buffer_id=buffer_id,
+                coder_id=coder_id,
+                layout=layout,
+                key_coder_id=_safe_coder(context, pcoll)
+                if layout == p.KEYED else None))
+            t.spec.payload = _port(coder_id)
+        else:
+            labels.append(t.unique_name)
+            if t.spec.urn in translations.PAR_DO_URNS:
+                side_inputs.extend(_side_inputs(context, t))
+        transforms[t.unique_name] = t
+
+    if _is_reshuffle(stage):
+        return p.StagePlan(
+            name=stage.name, kind=p.RESHUFFLE_STAGE, labels=tuple(labels),
+            inputs=tuple(inputs), outputs=tuple(outputs))
+
+    runner_only = [
+        t for t in stage.transforms
+        if t.spec.urn in context.runner_only_urns or (
+            t.spec.urn == common_urns.primitives.FLATTEN.urn
+            and len(t.inputs) > 1)]
+    if runner_only:
+        raise NotImplementedError(
+            'Stage %r contains runner transforms this runner cannot execute: %s'
+            % (stage.name, ', '.join(
+                '%s (%s)' % (t.unique_name, t.spec.urn) for t in runner_only)))
+
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
+        id=stage.name,
+        transforms=transforms,
+        pcollections=dict(context.components.pcollections.items()),
+        coders=dict(context.components.coders.items()),
+        windowing_strategies=dict(
+            context.components.windowing_strategies.items()),
+        environments=dict(context.components.environments.items()))
+    descriptor.state_api_service_descriptor.url = INPROC_URL
+    return p.StagePlan(
+        name=stage.name,
+        kind=p.SDK_STAGE,
+        labels=tuple(labels),
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        side_inputs=tuple(side_inputs),
+        descriptor=descriptor.SerializeToString())
+
+
+def _port(coder_id: str) -> bytes:
+    port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=coder_id)
+    port.api_service_descriptor.url = INPROC_URL
+    return port.SerializeToString()
+
+
+def _side_inputs(context, transform) -> list[p.SideInput]:
+    payload = proto_utils.parse_Bytes(
+        transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+    result = []
+    for tag, spec in payload.side_inputs.items():
+        pcoll = transform.inputs[tag]
+        result.append(p.SideInput(
+            transform_id=transform.unique_name,
+            tag=tag,
+            buffer_id=translations.create_buffer_id(pcoll),
+            access_pattern_urn=spec.access_pattern.urn,
+            coder_id=_safe_coder(context, pcoll)))
+    return result

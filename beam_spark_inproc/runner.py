@@ -1,0 +1,116 @@
+"""InProcessSparkRunner: Beam pipeline -> check -> plan -> Spark DataFrames."""
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Optional
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.pipeline_utils import merge_common_environments
+from apache_beam.runners.pipeline_utils import merge_superset_dep_environments
+from apache_beam.runners.pipeline_utils import validate_pipeline_graph
+from apache_beam.runners.runner import PipelineRunner
+from apache_beam.runners.runner import PipelineState
+from apache_beam.transforms import environments
+
+from beam_spark_inproc import capabilities
+from beam_spark_inproc.errors import PipelineExecutionError
+from beam_spark_inproc.options import SparkRunnerOptions
+from beam_spark_inproc.options import parse_conf
+from beam_spark_inproc.planning.planner import plan_pipeline
+from beam_spark_inproc.result import SparkPipelineResult
+
+_LOGGER = logging.getLogger(__name__)
+_STAGE_NOTE = re.compile(r'\[beam stage\] (.*?) \| transforms: (.*)')
+
+
+class InProcessSparkRunner(PipelineRunner):
+    """Runs Beam Python pipelines on Spark, executing DoFns in Spark's Python workers.
+
+    ``spark``: a SparkSession to use; by default the active session, or one the
+    runner creates from ``SparkRunnerOptions`` (and stops never: a created local
+    session is kept for the next pipeline of this process).
+    """
+
+    def __init__(self, spark=None):
+        super().__init__()
+        self._spark = spark
+
+    def default_environment(self, options: PipelineOptions):
+        return environments.EmbeddedPythonEnvironment.default()
+
+    def session(self, options: Optional[PipelineOptions] = None):
+        """The SparkSession this runner runs on (created on first use)."""
+        if self._spark is None:
+            from beam_spark_inproc.spark import session
+            opts = (options or PipelineOptions()).view_as(SparkRunnerOptions)
+            self._spark, _ = session.get_or_create(
+                opts.spark_master, opts.spark_remote,
+                parse_conf(opts.spark_conf))
+        return self._spark
+
+    def run_portable_pipeline(
+            self, pipeline: beam_runner_api_pb2.Pipeline,
+            options: PipelineOptions) -> SparkPipelineResult:
+        validate_pipeline_graph(pipeline)
+        capabilities.check(pipeline)
+        pipeline = merge_common_environments(
+            merge_superset_dep_environments(pipeline))
+        plan = plan_pipeline(pipeline)
+        opts = options.view_as(SparkRunnerOptions)
+        parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
+
+        from beam_spark_inproc.spark import session as spark_session
+        from beam_spark_inproc.spark.engine import SparkEngine
+        from beam_spark_inproc.spark.executor import execute
+        spark = self.session(options)
+        engine = SparkEngine(
+            spark, spark_session.parallelism(spark, opts.spark_parallelism))
+        job_id = uuid.uuid4().hex
+        start = time.monotonic()
+        try:
+            execute(plan, engine, job_id)
+        except Exception as e:
+            error = translate_error(e, plan)
+            if error is e:
+                raise
+            raise error from None
+        _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
+                     len(plan.stages), time.monotonic() - start)
+        return SparkPipelineResult(PipelineState.DONE)
+
+
+def translate_error(error: Exception, plan) -> Exception:
+    """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform."""
+    try:
+        from pyspark.errors import PythonException
+    except ImportError:  # pragma: no cover
+        return error
+    if not isinstance(error, PythonException):
+        return error
+    text = str(error)
+    match = _STAGE_NOTE.search(text)
+    stage, labels = (match.group(1), tuple(match.group(2).split(', '))) if match else (None, ())
+    summary = _last_exception_line(text)
+    where = (f'Beam transform(s) {", ".join(repr(l) for l in labels)} in stage '
+             f'{stage!r} failed' if stage else 'A Beam stage failed on Spark')
+    return PipelineExecutionError(
+        f'{where}: {summary}\n\nWorker traceback:\n{_worker_traceback(text)}',
+        stage=stage, labels=labels, worker_traceback=text)
+
+
+def _worker_traceback(text: str) -> str:
+    start = text.find('Traceback (most recent call last)')
+    return text[start:] if start >= 0 else text
+
+
+def _last_exception_line(text: str) -> str:
+    for line in reversed(_worker_traceback(text).splitlines()):
+        line = line.strip()
+        if re.match(r'^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:', line) or \
+                re.match(r'^[A-Za-z_][\w.]*(Error|Exception)$', line):
+            return line
+    return text.strip().splitlines()[0] if text.strip() else 'unknown error'

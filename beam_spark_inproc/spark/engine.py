@@ -1,0 +1,69 @@
+"""The Spark engine: executor operations as DataFrame transformations."""
+from __future__ import annotations
+
+import functools
+
+from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
+
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import DDL
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import TAG
+
+
+class SparkEngine:
+    def __init__(self, session, parallelism: int):
+        from pyspark.sql import functions
+        self._session = session
+        self._f = functions
+        self._parallelism = parallelism
+        self._cached: list = []
+
+    def impulse(self):
+        return self._session.createDataFrame(
+            [(0, None, ENCODED_IMPULSE_VALUE)], DDL)
+
+    def empty(self):
+        return self._session.createDataFrame([], DDL)
+
+    def map_stage(self, data, task):
+        return data.mapInArrow(task, DDL)
+
+    def select(self, data, tag: int, new_tag: int):
+        f = self._f
+        selected = data.filter(f.col(TAG) == tag)
+        if new_tag != tag:
+            selected = selected.withColumn(TAG, f.lit(new_tag).cast('int'))
+        return selected
+
+    def union(self, datas: list):
+        return functools.reduce(lambda a, b: a.unionByName(b), datas)
+
+    def group(self, data):
+        return data.repartition(self._parallelism, KEY).sortWithinPartitions(
+            TAG, KEY)
+
+    def reshuffle(self, data):
+        f = self._f
+        return data.withColumn(TAG, f.lit(0).cast('int')).repartition(
+            self._parallelism, f.xxhash64(DATA))
+
+    def cache(self, data):
+        data = data.cache()
+        self._cached.append(data)
+        return data
+
+    def collect(self, data) -> list[bytes]:
+        table = data.select(DATA).toArrow()
+        return [chunk for chunk in table.column(DATA).to_pylist() if chunk]
+
+    def run(self, datas: list, description: str) -> None:
+        self.union(datas).write.format('noop').mode('overwrite').save()
+
+    def release(self) -> None:
+        for data in self._cached:
+            try:
+                data.unpersist()
+            except Exception:  # a dead session has nothing left to release
+                pass
+        self._cached.clear()

@@ -1,0 +1,140 @@
+"""Walks a SparkPlan against an engine (dask's get_async/get_sync pattern).
+
+The executor knows Beam's buffers and stages; an engine knows how to move rows:
+``impulse``, ``map_stage`` (run a StageTask per partition), ``select`` (one output
+of a stage, retagged as a port of its consumer), ``union``, ``group`` (shuffle by
+key bytes, sorted within partitions), ``reshuffle``, ``cache``, ``collect`` and
+``run``. ``spark.engine.SparkEngine`` is the real one; ``debug.engine`` runs the
+same tasks in the driver.
+
+Policy:
+* every stage output read more than once (two consumers, a consumer and a side
+  input, two outputs of one stage...) is cached, so its bundles run once
+  (their side effects and metrics too);
+* side inputs are collected to the driver once, just before their first consumer
+  is built, and shipped with the consuming stage's task;
+* stages nobody reads are the leaves: they run together as one job at the end.
+"""
+from __future__ import annotations
+
+import collections
+import uuid
+from typing import Any, Protocol
+
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners import pipeline_context
+from apache_beam.runners.portability.fn_api_runner import translations
+
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.spark.side_inputs import state_entries
+from beam_spark_inproc.worker.stage_task import StageTask
+
+
+class Engine(Protocol):
+    def impulse(self) -> Any: ...
+    def empty(self) -> Any: ...
+    def map_stage(self, data: Any, task: StageTask) -> Any: ...
+    def select(self, data: Any, tag: int, new_tag: int) -> Any: ...
+    def union(self, datas: list) -> Any: ...
+    def group(self, data: Any) -> Any: ...
+    def reshuffle(self, data: Any) -> Any: ...
+    def cache(self, data: Any) -> Any: ...
+    def collect(self, data: Any) -> list[bytes]: ...
+    def run(self, datas: list, description: str) -> None: ...
+    def release(self) -> None: ...
+
+
+def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None) -> None:
+    Executor(plan, engine, job_id or uuid.uuid4().hex).run()
+
+
+class Executor:
+    def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str):
+        self.plan = plan
+        self.engine = engine
+        self.job_id = job_id
+        self._context = pipeline_context.PipelineContext(
+            beam_runner_api_pb2.Components.FromString(plan.components))
+        self._results: dict[int, Any] = {}
+        self._side_inputs: dict[tuple, list[bytes]] = {}
+        self._reads = self._wire()
+        self._uses = collections.Counter(
+            writer for writers in self._reads.values() for writer, _ in writers)
+
+    def _wire(self) -> dict[tuple[int, bytes], list]:
+        """(stage index, buffer id) -> writers [(stage index, tag)] it reads.
+
+        A buffer's writers are the stages that wrote it before the reader, in
+        plan order; a stage that reads and writes the same buffer replaces it.
+        """
+        reads: dict = {}
+        writers: dict[bytes, list[tuple[int, int]]] = collections.defaultdict(list)
+        for i, stage in enumerate(self.plan.stages):
+            consumed = [port.buffer_id for port in stage.inputs]
+            consumed += [si.buffer_id for si in stage.side_inputs]
+            for buffer_id in consumed:
+                reads.setdefault((i, buffer_id), list(writers[buffer_id]))
+            inputs = {port.buffer_id for port in stage.inputs}
+            for tag, port in enumerate(stage.outputs):
+                if port.buffer_id in inputs:
+                    writers[port.buffer_id] = []
+                    inputs.discard(port.buffer_id)
+                writers[port.buffer_id].append((i, tag))
+        return reads
+
+    def run(self) -> None:
+        try:
+            for index, stage in enumerate(self.plan.stages):
+                result = self._build(index, stage)
+                if self._uses[index] > 1:
+                    result = self.engine.cache(result)
+                self._results[index] = result
+            leaves = [self._results[i] for i in range(len(self.plan.stages))
+                      if self._uses[i] == 0]
+            if leaves:
+                self.engine.run(leaves, 'beam pipeline %s' % self.job_id[:8])
+        finally:
+            self.engine.release()
+
+    def _read(self, index: int, buffer_id: bytes, new_tag: int) -> list:
+        if buffer_id == translations.IMPULSE_BUFFER:
+            return [self.engine.select(self.engine.impulse(), 0, new_tag)]
+        writers = self._reads[(index, buffer_id)]
+        return [self.engine.select(self._results[i], tag, new_tag)
+                for i, tag in writers]
+
+    def _input(self, index: int, stage: p.StagePlan) -> Any:
+        parts = []
+        for tag, port in enumerate(stage.inputs):
+            parts.extend(self._read(index, port.buffer_id, tag))
+        if not parts:
+            return self.engine.empty()
+        return parts[0] if len(parts) == 1 else self.engine.union(parts)
+
+    def _build(self, index: int, stage: p.StagePlan) -> Any:
+        data = self._input(index, stage)
+        if stage.kind == p.RESHUFFLE_STAGE:
+            # Rows keep their bytes (tag 0); each output port gets them under its tag.
+            shuffled = self.engine.reshuffle(data)
+            if len(stage.outputs) == 1:
+                return shuffled
+            return self.engine.union([
+                self.engine.select(shuffled, 0, tag)
+                for tag in range(len(stage.outputs))])
+        if stage.grouped:
+            data = self.engine.group(data)
+        task = StageTask(self.job_id, stage, self._side_input_state(index, stage))
+        return self.engine.map_stage(data, task)
+
+    def _side_input_state(self, index: int, stage: p.StagePlan) -> tuple:
+        entries: list[tuple[bytes, bytes]] = []
+        for side_input in stage.side_inputs:
+            writers = tuple(self._reads[(index, side_input.buffer_id)])
+            if writers not in self._side_inputs:
+                self._side_inputs[writers] = [
+                    chunk for part in self._read(index, side_input.buffer_id, 0)
+                    for chunk in self.engine.collect(part)]
+            coder = self._context.coders[side_input.coder_id]
+            entries.extend(state_entries(
+                side_input, coder, self._side_inputs[writers]))
+        return tuple(entries)

@@ -1,0 +1,77 @@
+"""Finding or creating the SparkSession a pipeline runs on."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Optional
+
+_LOGGER = logging.getLogger(__name__)
+
+# Defaults for sessions the runner creates (never forced on a user's session).
+LOCAL_DEFAULTS = {
+    'spark.python.worker.reuse': 'true',
+    'spark.ui.showConsoleProgress': 'false',
+    'spark.sql.execution.arrow.maxRecordsPerBatch': '10000',
+    'spark.sql.execution.sortBeforeRepartition': 'false',
+    'spark.ui.enabled': 'false',
+}
+
+
+def active_session():
+    from pyspark.sql import SparkSession
+    return SparkSession.getActiveSession()
+
+
+def get_or_create(master: Optional[str], remote: Optional[str],
+                  conf: dict[str, str]) -> tuple[object, bool]:
+    """Returns (session, created): an active session is used as it is."""
+    from pyspark.sql import SparkSession
+    session = SparkSession.getActiveSession()
+    if session is not None and not remote:
+        return session, False
+    if remote:
+        builder = SparkSession.builder.remote(remote)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate(), True
+    builder = SparkSession.builder.master(master or 'local[*]').appName(
+        'beam-spark-inproc')
+    settings = dict(LOCAL_DEFAULTS)
+    # Python workers must run this interpreter, not whatever python3 is on PATH.
+    settings['spark.pyspark.python'] = sys.executable
+    settings['spark.pyspark.driver.python'] = sys.executable
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
+    return builder.getOrCreate(), True
+
+
+def parallelism(session, requested: Optional[int]) -> int:
+    """Partitions for shuffles: the option, else the cores of a local master."""
+    if requested:
+        return requested
+    conf = session.conf
+    try:
+        master = conf.get('spark.master', None) or ''
+    except Exception:  # some Connect servers refuse to show static conf
+        master = ''
+    match = re.fullmatch(r'local\[(\d+|\*)(?:,\d+)?\]', master)
+    if match:
+        n = match.group(1)
+        return os.cpu_count() or 2 if n == '*' else int(n)
+    if master == 'local':
+        return 1
+    match = re.fullmatch(r'local-cluster\[(\d+),\s*(\d+),.*\]', master)
+    if match:
+        return int(match.group(1)) * int(match.group(2))
+    for key in ('spark.default.parallelism', 'spark.sql.shuffle.partitions'):
+        try:
+            value = conf.get(key, None)
+        except Exception:
+            value = None
+        if value:
+            return int(value)
+    return os.cpu_count() or 2

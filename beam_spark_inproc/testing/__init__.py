@@ -1,0 +1,1 @@
+"""pytest fixtures for testing Beam pipelines on this runner (plugin: ``plugin``)."""

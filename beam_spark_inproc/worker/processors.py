@@ -1,0 +1,107 @@
+"""Per-process cache of BundleProcessors, keyed by (job, stage).
+
+A Spark Python worker runs one task at a time and is reused across tasks, so an
+idle processor left here by one task serves the next task of the same stage.
+A processor whose bundle failed is dropped, never reused (as Beam's SDK harness
+does). Entries of other jobs are dropped when a new job shows up, so a
+long-lived worker does not keep every pipeline it ever ran.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Optional
+
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners import pipeline_context
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import FNAPI_RUNNER_CAPABILITIES
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
+from apache_beam.runners.worker import bundle_processor
+from apache_beam.runners.worker import sdk_worker
+from apache_beam.runners.worker.statecache import StateCache
+
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker.channel import ChannelFactory
+from beam_spark_inproc.worker.channel import key_extractor
+from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+
+_STATE_CACHE_BYTES = 64 << 20
+
+
+@dataclasses.dataclass
+class Entry:
+    key: tuple[str, str]
+    processor: bundle_processor.BundleProcessor
+    factory: ChannelFactory
+    state_handler: Any
+    groupings: dict[str, GroupAlsoByWindow]
+    outputs: dict[str, tuple[int, str, Optional[Any]]]
+
+
+_lock = threading.Lock()
+_idle: dict[tuple[str, str], list[Entry]] = {}
+_job: Optional[str] = None
+
+
+def _build(task) -> Entry:
+    stage: p.StagePlan = task.stage
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
+        stage.descriptor)
+    context = pipeline_context.PipelineContext(descriptor)
+    servicer = StateServicer()
+    for state_key, data in task.side_input_state:
+        servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)
+    state_handler = sdk_worker.GlobalCachingStateHandler(
+        StateCache(_STATE_CACHE_BYTES), servicer)
+    factory = ChannelFactory()
+    processor = bundle_processor.BundleProcessor(
+        FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
+    groupings = {
+        port.transform_id: GroupAlsoByWindow(port.grouping, context)
+        for port in stage.inputs if port.grouping is not None}
+    outputs = {}
+    for tag, port in enumerate(stage.outputs):
+        key_of = None
+        if port.layout == p.KEYED:
+            coder = context.coders[port.key_coder_id]
+            key_of = key_extractor(coder, coder.key_coder())
+        outputs[port.transform_id] = (tag, port.layout, key_of)
+    return Entry((task.job_id, stage.name), processor, factory, state_handler,
+                 groupings, outputs)
+
+
+def acquire(task) -> Entry:
+    global _job
+    key = (task.job_id, task.stage.name)
+    with _lock:
+        if _job != task.job_id:
+            stale = [e for entries in _idle.values() for e in entries]
+            _idle.clear()
+            _job = task.job_id
+        else:
+            stale = []
+        entries = _idle.get(key)
+        entry = entries.pop() if entries else None
+    for old in stale:
+        _teardown(old)
+    return entry if entry is not None else _build(task)
+
+
+def release(entry: Entry) -> None:
+    entry.processor.reset()
+    with _lock:
+        if entry.key[0] == _job:
+            _idle.setdefault(entry.key, []).append(entry)
+            return
+    _teardown(entry)
+
+
+def discard(entry: Entry) -> None:
+    _teardown(entry)
+
+
+def _teardown(entry: Entry) -> None:
+    try:
+        entry.processor.shutdown()
+    except Exception:  # teardown errors must not hide the bundle's own error
+        pass

@@ -1,0 +1,51 @@
+"""The row format every stage boundary uses: ``(tag int32, key binary, data binary)``."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+TAG, KEY, DATA = 'tag', 'key', 'data'
+SCHEMA = pa.schema([
+    pa.field(TAG, pa.int32(), nullable=False),
+    pa.field(KEY, pa.binary()),
+    pa.field(DATA, pa.binary()),
+])
+DDL = 'tag int, key binary, data binary'
+
+# Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
+# are capped at 2 GB and Spark re-batches at 64 MB).
+MAX_BATCH_ROWS = 8192
+MAX_BATCH_BYTES = 16 << 20
+# CHUNKS outputs cut their encoded stream into rows of about this size.
+CHUNK_BYTES = 1 << 20
+
+
+class BatchBuilder:
+    """Accumulates rows and hands out bounded RecordBatches."""
+
+    def __init__(self, emit, max_rows: int = MAX_BATCH_ROWS,
+                 max_bytes: int = MAX_BATCH_BYTES):
+        self._emit = emit
+        self._max_rows = max_rows
+        self._max_bytes = max_bytes
+        self._tags: list[int] = []
+        self._keys: list = []
+        self._data: list[bytes] = []
+        self._bytes = 0
+
+    def add(self, tag: int, key, data: bytes) -> None:
+        self._tags.append(tag)
+        self._keys.append(key)
+        self._data.append(data)
+        self._bytes += len(data) + (len(key) if key else 0)
+        if len(self._data) >= self._max_rows or self._bytes >= self._max_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._data:
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array(self._tags, pa.int32()),
+                 pa.array(self._keys, pa.binary()),
+                 pa.array(self._data, pa.binary())],
+                schema=SCHEMA)
+            self._tags, self._keys, self._data, self._bytes = [], [], [], 0
+            self._emit(batch)

@@ -1,0 +1,163 @@
+"""StageTask: the function each fused stage gives to ``DataFrame.mapInArrow``.
+
+Per partition it runs one Beam bundle:
+
+1. take a BundleProcessor for (job, stage) from this process's cache (building it
+   costs 5-30 ms; Spark reuses Python workers, so later tasks find it ready);
+2. run ``process_bundle`` in a helper thread that pulls the partition's rows
+   (grouping them first for a GroupByKey input) and pushes output rows into a
+   small bounded queue;
+3. yield the queued Arrow batches to Spark as they come, so neither the inputs nor
+   the outputs of a bundle are ever held whole;
+4. on success ``reset()`` the processor and return it to the cache; on failure drop
+   it and re-raise the user's exception with its traceback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import queue
+import sys
+import threading
+from typing import Iterator
+
+import pyarrow as pa
+from apache_beam.portability.api import beam_fn_api_pb2
+
+from beam_spark_inproc.planning.plan import StagePlan
+from beam_spark_inproc.worker import processors
+from beam_spark_inproc.worker.channel import InProcessDataChannel
+from beam_spark_inproc.worker.rows import BatchBuilder
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import TAG
+
+_QUEUE_BATCHES = 4
+_POLL_SECONDS = 0.5
+_instruction_ids = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class StageTask:
+    job_id: str
+    stage: StagePlan
+    # (serialized StateKey, encoded values) pairs serving the stage's side inputs.
+    side_input_state: tuple[tuple[bytes, bytes], ...] = ()
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return run_bundle(self, batches)
+
+
+def _input_elements(task: StageTask, entry, batches) -> Iterator:
+    """Elements.Data for the bundle, from the partition's Arrow batches."""
+    ports = task.stage.inputs
+    if task.stage.grouped:
+        yield from _grouped_input_elements(task, entry, batches)
+        return
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        data = batch.column(DATA).to_pylist()
+        if len(ports) == 1:
+            yield beam_fn_api_pb2.Elements.Data(
+                transform_id=ports[0].transform_id, data=b''.join(data))
+        else:
+            tags = batch.column(TAG).to_pylist()
+            by_port: dict[int, list[bytes]] = {}
+            for tag, d in zip(tags, data):
+                by_port.setdefault(tag, []).append(d)
+            for tag, pieces in by_port.items():
+                yield beam_fn_api_pb2.Elements.Data(
+                    transform_id=ports[tag].transform_id, data=b''.join(pieces))
+
+
+def _grouped_input_elements(task: StageTask, entry, batches) -> Iterator:
+    """Rows sorted by (tag, key): grouped ports go through GroupAlsoByWindow."""
+    ports = task.stage.inputs
+
+    def rows():
+        for batch in batches:
+            yield from zip(batch.column(TAG).to_pylist(),
+                           batch.column(KEY).to_pylist(),
+                           batch.column(DATA).to_pylist())
+
+    for tag, port_rows in itertools.groupby(rows(), key=lambda r: r[0]):
+        port = ports[tag]
+        if port.grouping is None:
+            for piece in port_rows:
+                yield beam_fn_api_pb2.Elements.Data(
+                    transform_id=port.transform_id, data=piece[2])
+            continue
+        gabw = entry.groupings[port.transform_id]
+        for encoded in gabw.grouped((key, data) for _, key, data in port_rows):
+            yield beam_fn_api_pb2.Elements.Data(
+                transform_id=port.transform_id, data=encoded)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
+    entry = processors.acquire(task)
+    out: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
+    done = object()
+    cancelled = threading.Event()
+
+    def put(item) -> None:
+        while True:
+            if cancelled.is_set():
+                raise _Cancelled()
+            try:
+                out.put(item, timeout=_POLL_SECONDS)
+                return
+            except queue.Full:
+                continue
+
+    builder = BatchBuilder(put)
+    entry.factory.current = InProcessDataChannel(
+        _input_elements(task, entry, batches), builder.add, entry.outputs)
+    instruction_id = 'bundle-%d' % next(_instruction_ids)
+
+    def work() -> None:
+        try:
+            with entry.state_handler.process_instruction_id(instruction_id, []):
+                residuals, _ = entry.processor.process_bundle(instruction_id)
+            if residuals:
+                raise NotImplementedError(
+                    'Splittable DoFn self-checkpointing (residual restrictions) '
+                    'is not supported yet (issue #3).')
+            builder.flush()
+            put(done)
+        except _Cancelled:
+            pass
+        except BaseException as e:  # handed to the consuming thread
+            try:
+                put(e)
+            except _Cancelled:
+                pass
+
+    thread = threading.Thread(
+        target=work, name='beam-bundle-%s' % task.stage.name, daemon=True)
+    thread.start()
+    ok = False
+    try:
+        while True:
+            item = out.get()
+            if item is done:
+                break
+            if isinstance(item, BaseException):
+                # The driver reads this note to name the failing transforms.
+                item.add_note('[beam stage] %s | transforms: %s' % (
+                    task.stage.name, ', '.join(task.stage.labels)))
+                raise item
+            yield item
+        ok = True
+    finally:
+        cancelled.set()
+        thread.join()
+        entry.factory.current = None
+        if ok:
+            processors.release(entry)
+        else:
+            processors.discard(entry)
