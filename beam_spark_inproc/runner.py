@@ -22,6 +22,7 @@ from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.options import parse_conf
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
+from beam_spark_inproc.worker import report
 
 _LOGGER = logging.getLogger(__name__)
 _STAGE_NOTE = re.compile(r'\[beam stage\] (.*?) \| transforms: (.*)')
@@ -72,19 +73,25 @@ class InProcessSparkRunner(PipelineRunner):
         job_id = uuid.uuid4().hex
         start = time.monotonic()
         try:
-            execute(plan, engine, job_id)
+            reports = execute(plan, engine, job_id)
         except Exception as e:
             error = translate_error(e, plan)
             if error is e:
                 raise
             raise error from None
+        report.reissue(reports)
         _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
                      len(plan.stages), time.monotonic() - start)
         return SparkPipelineResult(PipelineState.DONE)
 
 
 def translate_error(error: Exception, plan) -> Exception:
-    """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform."""
+    """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform.
+
+    The message starts with the failing Beam transform (from Beam's own
+    ``[while running '...']`` annotation, else the stage's transforms) and the
+    stage's position in the plan, and ends with the worker's Python traceback.
+    """
     try:
         from pyspark.errors import PythonException
     except ImportError:  # pragma: no cover
@@ -94,12 +101,18 @@ def translate_error(error: Exception, plan) -> Exception:
     text = str(error)
     match = _STAGE_NOTE.search(text)
     stage, labels = (match.group(1), tuple(match.group(2).split(', '))) if match else (None, ())
-    summary = _last_exception_line(text)
-    where = (f'Beam transform(s) {", ".join(repr(l) for l in labels)} in stage '
-             f'{stage!r} failed' if stage else 'A Beam stage failed on Spark')
+    traceback_text = _STAGE_NOTE.sub('', _worker_traceback(text)).rstrip()
+    running = re.findall(r"\[while running '(.*?)'\]", text)
+    failing = running[-1] if running else ', '.join(labels)
+    names = [s.name for s in plan.stages]
+    where = (f'stage {names.index(stage) + 1} of {len(names)}'
+             if stage in names else 'an unknown stage')
+    summary = _last_exception_line(traceback_text)
+    subject = f'Beam transform {failing!r}' if failing else 'A Beam transform'
     return PipelineExecutionError(
-        f'{where}: {summary}\n\nWorker traceback:\n{_worker_traceback(text)}',
-        stage=stage, labels=labels, worker_traceback=text)
+        f'{subject} failed ({where}): {summary}\n\n'
+        f'Worker traceback:\n{traceback_text}',
+        stage=stage, labels=labels, worker_traceback=traceback_text)
 
 
 def _worker_traceback(text: str) -> str:
@@ -108,7 +121,7 @@ def _worker_traceback(text: str) -> str:
 
 
 def _last_exception_line(text: str) -> str:
-    for line in reversed(_worker_traceback(text).splitlines()):
+    for line in reversed(text.splitlines()):
         line = line.strip()
         if re.match(r'^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:', line) or \
                 re.match(r'^[A-Za-z_][\w.]*(Error|Exception)$', line):

@@ -5,6 +5,7 @@ import functools
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
+from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import DDL
 from beam_spark_inproc.worker.rows import KEY
@@ -29,11 +30,16 @@ class SparkEngine:
     def map_stage(self, data, task):
         return data.mapInArrow(task, DDL)
 
-    def select(self, data, tag: int, new_tag: int):
+    def select(self, data, tag: int, new_tag: int, control: bool):
         f = self._f
-        selected = data.filter(f.col(TAG) == tag)
+        keep = f.col(TAG) == tag
+        if control:
+            keep = keep | (f.col(TAG) == CONTROL_TAG)
+        selected = data.filter(keep)
         if new_tag != tag:
-            selected = selected.withColumn(TAG, f.lit(new_tag).cast('int'))
+            selected = selected.withColumn(TAG, f.when(
+                f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
+                    f.lit(new_tag)).cast('int'))
         return selected
 
     def union(self, datas: list):
@@ -45,7 +51,9 @@ class SparkEngine:
 
     def reshuffle(self, data):
         f = self._f
-        return data.withColumn(TAG, f.lit(0).cast('int')).repartition(
+        return data.withColumn(TAG, f.when(
+            f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
+                f.lit(0)).cast('int')).repartition(
             self._parallelism, f.xxhash64(DATA))
 
     def cache(self, data):
@@ -53,12 +61,24 @@ class SparkEngine:
         self._cached.append(data)
         return data
 
-    def collect(self, data) -> list[bytes]:
-        table = data.select(DATA).toArrow()
-        return [chunk for chunk in table.column(DATA).to_pylist() if chunk]
+    def collect(self, data) -> tuple[list[bytes], list[bytes]]:
+        """(element chunks, control rows) of a result, on the driver."""
+        table = data.select(TAG, DATA).toArrow()
+        chunks, control = [], []
+        for tag, chunk in zip(table.column(TAG).to_pylist(),
+                              table.column(DATA).to_pylist()):
+            if tag == CONTROL_TAG:
+                control.append(chunk)
+            elif chunk:
+                chunks.append(chunk)
+        return chunks, control
 
-    def run(self, datas: list, description: str) -> None:
-        self.union(datas).write.format('noop').mode('overwrite').save()
+    def run(self, datas: list, description: str) -> list[bytes]:
+        """Runs the leaves as one job; returns the control rows they carry."""
+        f = self._f
+        table = self.union(datas).filter(f.col(TAG) == CONTROL_TAG).select(
+            DATA).toArrow()
+        return table.column(DATA).to_pylist()
 
     def release(self) -> None:
         for data in self._cached:

@@ -27,6 +27,7 @@ from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.spark.side_inputs import state_entries
+from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.stage_task import StageTask
 
 
@@ -34,18 +35,20 @@ class Engine(Protocol):
     def impulse(self) -> Any: ...
     def empty(self) -> Any: ...
     def map_stage(self, data: Any, task: StageTask) -> Any: ...
-    def select(self, data: Any, tag: int, new_tag: int) -> Any: ...
+    def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...
     def union(self, datas: list) -> Any: ...
     def group(self, data: Any) -> Any: ...
     def reshuffle(self, data: Any) -> Any: ...
     def cache(self, data: Any) -> Any: ...
-    def collect(self, data: Any) -> list[bytes]: ...
-    def run(self, datas: list, description: str) -> None: ...
+    def collect(self, data: Any) -> tuple[list[bytes], list[bytes]]: ...
+    def run(self, datas: list, description: str) -> list[bytes]: ...
     def release(self) -> None: ...
 
 
-def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None) -> None:
-    Executor(plan, engine, job_id or uuid.uuid4().hex).run()
+def execute(plan: p.SparkPlan, engine: Engine,
+            job_id: str | None = None) -> list[dict]:
+    """Runs the plan; returns the reports of all bundles (see ``worker.report``)."""
+    return Executor(plan, engine, job_id or uuid.uuid4().hex).run()
 
 
 class Executor:
@@ -56,6 +59,8 @@ class Executor:
         self._context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(plan.components))
         self._results: dict[int, Any] = {}
+        self._carried: set[int] = set()  # results whose control rows have a reader
+        self._reports: list[bytes] = []
         self._side_inputs: dict[tuple, list[bytes]] = {}
         self._reads = self._wire()
         self._uses = collections.Counter(
@@ -82,7 +87,7 @@ class Executor:
                 writers[port.buffer_id].append((i, tag))
         return reads
 
-    def run(self) -> None:
+    def run(self) -> list[dict]:
         try:
             for index, stage in enumerate(self.plan.stages):
                 result = self._build(index, stage)
@@ -92,16 +97,21 @@ class Executor:
             leaves = [self._results[i] for i in range(len(self.plan.stages))
                       if self._uses[i] == 0]
             if leaves:
-                self.engine.run(leaves, 'beam pipeline %s' % self.job_id[:8])
+                self._reports.extend(self.engine.run(
+                    leaves, 'beam pipeline %s' % self.job_id[:8]))
         finally:
             self.engine.release()
+        return [report.decode(r) for r in self._reports]
 
     def _read(self, index: int, buffer_id: bytes, new_tag: int) -> list:
         if buffer_id == translations.IMPULSE_BUFFER:
-            return [self.engine.select(self.engine.impulse(), 0, new_tag)]
-        writers = self._reads[(index, buffer_id)]
-        return [self.engine.select(self._results[i], tag, new_tag)
-                for i, tag in writers]
+            return [self.engine.select(self.engine.impulse(), 0, new_tag, False)]
+        parts = []
+        for i, tag in self._reads[(index, buffer_id)]:
+            carry = i not in self._carried
+            self._carried.add(i)
+            parts.append(self.engine.select(self._results[i], tag, new_tag, carry))
+        return parts
 
     def _input(self, index: int, stage: p.StagePlan) -> Any:
         parts = []
@@ -119,7 +129,7 @@ class Executor:
             if len(stage.outputs) == 1:
                 return shuffled
             return self.engine.union([
-                self.engine.select(shuffled, 0, tag)
+                self.engine.select(shuffled, 0, tag, tag == 0)
                 for tag in range(len(stage.outputs))])
         if stage.grouped:
             data = self.engine.group(data)
@@ -131,9 +141,12 @@ class Executor:
         for side_input in stage.side_inputs:
             writers = tuple(self._reads[(index, side_input.buffer_id)])
             if writers not in self._side_inputs:
-                self._side_inputs[writers] = [
-                    chunk for part in self._read(index, side_input.buffer_id, 0)
-                    for chunk in self.engine.collect(part)]
+                chunks = []
+                for part in self._read(index, side_input.buffer_id, 0):
+                    part_chunks, control = self.engine.collect(part)
+                    chunks.extend(part_chunks)
+                    self._reports.extend(control)
+                self._side_inputs[writers] = chunks
             coder = self._context.coders[side_input.coder_id]
             entries.extend(state_entries(
                 side_input, coder, self._side_inputs[writers]))

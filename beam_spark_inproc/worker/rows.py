@@ -11,6 +11,11 @@ SCHEMA = pa.schema([
 ])
 DDL = 'tag int, key binary, data binary'
 
+# Rows with this tag are reports for the driver (see ``report``), not elements.
+# Every step passes them through untouched; exactly one reader of each stage
+# result carries them on, so each report reaches the driver once.
+CONTROL_TAG = -1
+
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).
 MAX_BATCH_ROWS = 8192

@@ -26,7 +26,9 @@ from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import processors
+from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.channel import InProcessDataChannel
+from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import BatchBuilder
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
@@ -48,30 +50,36 @@ class StageTask:
         return run_bundle(self, batches)
 
 
-def _input_elements(task: StageTask, entry, batches) -> Iterator:
-    """Elements.Data for the bundle, from the partition's Arrow batches."""
+def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
+    """Elements.Data for the bundle, from the partition's Arrow batches.
+
+    Control rows (reports of upstream tasks) are handed to ``forward``.
+    """
     ports = task.stage.inputs
     if task.stage.grouped:
-        yield from _grouped_input_elements(task, entry, batches)
+        yield from _grouped_input_elements(task, entry, batches, forward)
         return
     for batch in batches:
         if not batch.num_rows:
             continue
         data = batch.column(DATA).to_pylist()
-        if len(ports) == 1:
+        tags = batch.column(TAG).to_pylist()
+        if len(ports) == 1 and tags[0] == tags[-1] == 0 and min(tags) == 0:
             yield beam_fn_api_pb2.Elements.Data(
                 transform_id=ports[0].transform_id, data=b''.join(data))
-        else:
-            tags = batch.column(TAG).to_pylist()
-            by_port: dict[int, list[bytes]] = {}
-            for tag, d in zip(tags, data):
+            continue
+        by_port: dict[int, list[bytes]] = {}
+        for tag, d in zip(tags, data):
+            if tag == CONTROL_TAG:
+                forward(CONTROL_TAG, None, d)
+            else:
                 by_port.setdefault(tag, []).append(d)
-            for tag, pieces in by_port.items():
-                yield beam_fn_api_pb2.Elements.Data(
-                    transform_id=ports[tag].transform_id, data=b''.join(pieces))
+        for tag, pieces in by_port.items():
+            yield beam_fn_api_pb2.Elements.Data(
+                transform_id=ports[tag].transform_id, data=b''.join(pieces))
 
 
-def _grouped_input_elements(task: StageTask, entry, batches) -> Iterator:
+def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     """Rows sorted by (tag, key): grouped ports go through GroupAlsoByWindow."""
     ports = task.stage.inputs
 
@@ -82,6 +90,10 @@ def _grouped_input_elements(task: StageTask, entry, batches) -> Iterator:
                            batch.column(DATA).to_pylist())
 
     for tag, port_rows in itertools.groupby(rows(), key=lambda r: r[0]):
+        if tag == CONTROL_TAG:
+            for _, _, data in port_rows:
+                forward(CONTROL_TAG, None, data)
+            continue
         port = ports[tag]
         if port.grouping is None:
             for piece in port_rows:
@@ -116,17 +128,23 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
 
     builder = BatchBuilder(put)
     entry.factory.current = InProcessDataChannel(
-        _input_elements(task, entry, batches), builder.add, entry.outputs)
+        _input_elements(task, entry, batches, builder.add), builder.add,
+        entry.outputs)
     instruction_id = 'bundle-%d' % next(_instruction_ids)
 
     def work() -> None:
         try:
-            with entry.state_handler.process_instruction_id(instruction_id, []):
-                residuals, _ = entry.processor.process_bundle(instruction_id)
+            with report.capture_warnings() as caught:
+                with entry.state_handler.process_instruction_id(
+                        instruction_id, []):
+                    residuals, _ = entry.processor.process_bundle(instruction_id)
             if residuals:
                 raise NotImplementedError(
                     'Splittable DoFn self-checkpointing (residual restrictions) '
                     'is not supported yet (issue #3).')
+            payload = report.encode(task.stage.name, warnings=caught)
+            if payload:
+                builder.add(CONTROL_TAG, None, payload)
             builder.flush()
             put(done)
         except _Cancelled:

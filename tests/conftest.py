@@ -1,0 +1,28 @@
+"""Shared test setup: one local SparkSession for the whole run."""
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+# Spark's console progress bar and INFO logs would drown test output.
+os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
+logging.getLogger('py4j').setLevel(logging.WARNING)
+
+SPARK_MASTER = os.environ.get('BEAM_SPARK_TEST_MASTER', 'local[2]')
+
+
+def shared_session():
+    """The test run's SparkSession (created on first use, reused afterwards)."""
+    from beam_spark_inproc.spark import session
+    spark, _ = session.get_or_create(SPARK_MASTER, None, {
+        'spark.sql.shuffle.partitions': '4',
+        'spark.driver.memory': '2g',
+    })
+    return spark
+
+
+@pytest.fixture(scope='session')
+def spark():
+    return shared_session()
