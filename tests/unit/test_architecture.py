@@ -1,0 +1,69 @@
+"""The package's shape: Connect-compatible Spark APIs only, imports one way."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / 'beam_spark_inproc'
+TRANSFORMS = pathlib.Path(__file__).resolve().parents[2] / 'transforms'
+
+FORBIDDEN = re.compile(
+    r'\.rdd\b|sparkContext|SparkContext|\.broadcast\(|accumulator|mapPartitions\(')
+
+
+def _sources():
+    for root in (PACKAGE, TRANSFORMS):
+        yield from sorted(root.rglob('*.py'))
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_sources_found():
+    assert len(list(_sources())) > 10
+
+
+@pytest.mark.parametrize('path', list(_sources()), ids=lambda p: p.name)
+def test_no_classic_only_spark_api(path):
+    """No RDD, SparkContext, broadcast or accumulator: they fail over Spark Connect."""
+    hits = [line for line in path.read_text().splitlines()
+            if FORBIDDEN.search(line)]
+    assert not hits, f'{path}: {hits}'
+
+
+def test_planning_imports_no_pyspark():
+    for path in (PACKAGE / 'planning').rglob('*.py'):
+        assert not any(n.startswith('pyspark') for n in _imports(path)), path
+
+
+def test_worker_imports_no_driver_module():
+    driver = ('beam_spark_inproc.spark', 'beam_spark_inproc.runner',
+              'beam_spark_inproc.capabilities', 'beam_spark_inproc.debug',
+              'beam_spark_inproc.testing', 'beam_spark_inproc.planning.planner',
+              'beam_spark_inproc.planning.phases')
+    for path in (PACKAGE / 'worker').rglob('*.py'):
+        bad = [n for n in _imports(path) if n.startswith(driver)]
+        assert not bad, f'{path}: {bad}'
+        assert not any(n.startswith('pyspark') for n in _imports(path)), path
+
+
+def test_only_spark_package_imports_pyspark():
+    allowed = {PACKAGE / 'spark', PACKAGE / 'testing'}
+    for path in PACKAGE.rglob('*.py'):
+        if any(parent in allowed for parent in path.parents):
+            continue
+        names = _imports(path)
+        # runner.py may catch pyspark's PythonException to translate it.
+        offending = [n for n in names if n.startswith('pyspark')
+                     and not (path.name == 'runner.py' and n == 'pyspark.errors')]
+        assert not offending, f'{path}: {offending}'
