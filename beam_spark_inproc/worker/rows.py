@@ -19,7 +19,7 @@ CONTROL_TAG = -1
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).
 MAX_BATCH_ROWS = 8192
-MAX_BATCH_BYTES = 16 << 20
+MAX_BATCH_BYTES = 8 << 20
 # CHUNKS outputs cut their encoded stream into rows of about this size.
 CHUNK_BYTES = 1 << 20
 

@@ -34,7 +34,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
 
-_QUEUE_BATCHES = 4
+_QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
 

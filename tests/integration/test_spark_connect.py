@@ -1,0 +1,258 @@
+"""Beam pipelines over Spark Connect, compared with classic Spark and FnApiRunner.
+
+The pipelines (GroupByKey with FixedWindows and Sessions, AsSingleton/AsList/AsDict
+side inputs, CombinePerKey/CombineGlobally, Flatten including one PCollection
+twice) live in ``spark_connect_pipelines.py``; each checks itself with
+``assert_that`` and writes its outputs with ``WriteToText``. Every pipeline runs
+on Beam's FnApiRunner (the reference), on the classic ``spark`` session of this
+test run, and over Spark Connect; the files each engine wrote must be equal.
+
+Why the Connect part runs in other processes (found experimentally, pyspark 4.3):
+
+* ``SparkSession.builder.remote("local[2]")`` in a process that already has the
+  classic session fails with ``[SESSION_ALREADY_EXIST]``; the other order makes
+  every later ``SparkSession.builder.getOrCreate()`` (the ``spark`` fixture)
+  return the *Connect* session.
+* A Connect client made with ``pyspark.sql.connect.SparkSession.builder`` next to
+  a classic session can be created, but ``pyspark.sql.functions`` picks classic
+  or Connect columns from a process-wide flag (``SPARK_CONNECT_MODE_ENABLED``), so
+  the runner's ``data.filter(f.col(...) == ...)`` fails with
+  ``TypeError: 'Column' object is not callable`` on the Connect DataFrame (and
+  setting the flag breaks the classic session instead).
+
+So this module starts a standalone Spark Connect server (``SparkConnectServer``
+through ``spark-submit``, ``local[2]``, a free loopback port instead of 15002 so
+concurrent runs do not collide) and a client process
+(``spark_connect_pipelines.py``) with no JVM of its own, the way a Databricks or
+remote-cluster user runs. Both start in the background when the first test of
+this module runs, so the Connect run overlaps the classic runs; the server is
+stopped as soon as the client is done (and again at module teardown), and the
+last test checks that nothing is left listening.
+
+The Connect server must get ``PYSPARK_PYTHON`` in its environment: Connect
+starts Python workers from that variable (``spark.pyspark.python`` set on the
+client cannot be changed), and with ``python3`` from PATH the workers lack
+pyarrow and Beam.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from . import spark_connect_pipelines as pipelines
+
+pytestmark = pytest.mark.connect
+
+HELPER = Path(pipelines.__file__)
+NAMES = sorted(pipelines.PIPELINES)
+
+SERVER_START_TIMEOUT = 120
+CLIENT_TIMEOUT = 400
+SERVER_CLASS = 'org.apache.spark.sql.connect.service.SparkConnectServer'
+# Environment that would turn a process into a Connect client of some other server.
+_CONNECT_ENV = ('SPARK_REMOTE', 'SPARK_CONNECT_MODE_ENABLED', 'SPARK_LOCAL_REMOTE',
+                'SPARK_API_MODE', 'PYSPARK_SUBMIT_ARGS', 'SPARK_CONNECT_AUTHENTICATE_TOKEN')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(('127.0.0.1', port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    try:
+        return path.read_text(errors='replace')[-chars:]
+    except OSError:
+        return ''
+
+
+class ConnectRun:
+    """A Spark Connect server and a client process running all pipelines, in the background."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.out = workdir / 'out'
+        self.status_path = workdir / 'status.json'
+        self.server_log = workdir / 'server.log'
+        self.client_log = workdir / 'client.log'
+        self.port = _free_port()
+        self.server = None
+        self.error = None
+        self.client_returncode = None
+        self.seconds = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name='spark-connect-run')
+
+    def _env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
+        env['PYSPARK_PYTHON'] = sys.executable
+        return env
+
+    def start(self) -> 'ConnectRun':
+        import pyspark
+        from beam_spark_inproc.spark.session import LOCAL_DEFAULTS
+        spark_home = os.path.dirname(pyspark.__file__)
+        env = self._env()
+        env['SPARK_HOME'] = spark_home
+        conf = dict(LOCAL_DEFAULTS)
+        conf.update({
+            'spark.connect.grpc.binding.address': '127.0.0.1',
+            'spark.connect.grpc.binding.port': str(self.port),
+            'spark.pyspark.python': sys.executable,
+            'spark.sql.shuffle.partitions': '4',
+        })
+        command = [os.path.join(spark_home, 'bin', 'spark-submit'),
+                   '--class', SERVER_CLASS, '--name', 'beam-spark-inproc connect test',
+                   '--master', 'local[2]', '--driver-memory', '2g']
+        for key, value in conf.items():
+            command += ['--conf', f'{key}={value}']
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._started = time.monotonic()
+        with open(self.server_log, 'wb') as log:
+            # Own process group: stopping it also stops the server's Python workers.
+            self.server = subprocess.Popen(
+                command, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            deadline = time.monotonic() + SERVER_START_TIMEOUT
+            while not _listening(self.port):
+                if self.server.poll() is not None:
+                    raise RuntimeError(
+                        f'Spark Connect server exited with {self.server.returncode}')
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f'Spark Connect server not listening on port {self.port} '
+                        f'after {SERVER_START_TIMEOUT} s')
+                time.sleep(0.3)
+            with open(self.client_log, 'wb') as log:
+                client = subprocess.run(
+                    [sys.executable, str(HELPER),
+                     '--remote', f'sc://127.0.0.1:{self.port}',
+                     '--out', str(self.out), '--status', str(self.status_path)],
+                    env=self._env(), cwd=self.workdir, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, timeout=CLIENT_TIMEOUT)
+            self.client_returncode = client.returncode
+        except BaseException as e:  # reported by result()
+            self.error = f'{type(e).__name__}: {e}'
+        finally:
+            self.seconds = time.monotonic() - self._started
+            self.stop_server()
+
+    def stop_server(self) -> None:
+        server = self.server
+        if server is None or server.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                server.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Python workers the server forked exit when it closes their sockets;
+        # make sure none of the group is left.
+        try:
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def result(self) -> dict:
+        """The client's status file, once the client and server are done."""
+        import json
+        self._thread.join(CLIENT_TIMEOUT + SERVER_START_TIMEOUT + 60)
+        if self._thread.is_alive():
+            pytest.fail('The Spark Connect run did not finish.\n' + self.logs())
+        if self.error is not None:
+            pytest.fail(f'The Spark Connect run failed: {self.error}\n' + self.logs())
+        if not self.status_path.exists():
+            pytest.fail('The Spark Connect client wrote no status '
+                        f'(exit code {self.client_returncode}).\n' + self.logs())
+        return json.loads(self.status_path.read_text())
+
+    def logs(self) -> str:
+        return (f'--- client log (tail) ---\n{_tail(self.client_log)}\n'
+                f'--- server log (tail) ---\n{_tail(self.server_log)}')
+
+
+@pytest.fixture(scope='module')
+def connect_run(tmp_path_factory):
+    run = ConnectRun(tmp_path_factory.mktemp('spark_connect')).start()
+    yield run
+    run.stop_server()
+    run._thread.join(30)
+
+
+@pytest.fixture(scope='module')
+def fn_api_outputs(tmp_path_factory):
+    """{pipeline name: outputs} on Beam's FnApiRunner, the reference; computed on demand."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    out = tmp_path_factory.mktemp('fn_api_runner')
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            pipelines.run(name, FnApiRunner(), str(out))
+            cache[name] = pipelines.read_outputs(str(out), name)
+            assert cache[name], f'FnApiRunner wrote no output for {name}'
+        return cache[name]
+    return get
+
+
+# Requests connect_run first, so the Connect run overlaps these classic runs.
+@pytest.mark.parametrize('name', NAMES)
+def test_classic_matches_fn_api_runner(connect_run, fn_api_outputs, request,
+                                       tmp_path, name):
+    from beam_spark_inproc import InProcessSparkRunner
+    expected = fn_api_outputs(name)
+    spark = request.getfixturevalue('spark')
+    pipelines.run(name, InProcessSparkRunner(spark=spark), str(tmp_path))
+    assert pipelines.read_outputs(str(tmp_path), name) == expected
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_connect_matches_fn_api_runner(connect_run, fn_api_outputs, name):
+    expected = fn_api_outputs(name)
+    status = connect_run.result()
+    assert status.get('is_connect'), status
+    entry = status['pipelines'].get(name)
+    assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
+    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
+                         f'{entry.get("traceback")}\n' + connect_run.logs())
+    assert pipelines.read_outputs(str(connect_run.out), name) == expected
+
+
+def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
+    status = connect_run.result()
+    assert status.get('local_jvm') is False, status
+    assert status.get('stopped'), status
+    assert connect_run.server.poll() is not None, 'Spark Connect server still running'
+    assert not _listening(connect_run.port), f'port {connect_run.port} still open'
+    try:  # no process of the server's group is left (e.g. Python workers)
+        os.killpg(connect_run.server.pid, 0)
+        pytest.fail('processes of the Spark Connect server are still running')
+    except ProcessLookupError:
+        pass
