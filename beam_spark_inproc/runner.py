@@ -82,7 +82,7 @@ class InProcessSparkRunner(PipelineRunner):
         report.reissue(reports)
         _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
                      len(plan.stages), time.monotonic() - start)
-        return SparkPipelineResult(PipelineState.DONE)
+        return SparkPipelineResult(PipelineState.DONE, reports)
 
 
 def translate_error(error: Exception, plan) -> Exception:

@@ -4,7 +4,9 @@ A report is produced only by a bundle that completed, and travels as a row of
 the task's output (tag ``CONTROL_TAG``), so a failed task attempt, whose output
 Spark discards, reports nothing. Reports carry the warnings user code and Beam
 raised in the bundle (re-issued on the driver, where tests and users look for
-them).
+them) and the bundle's monitoring infos (user metrics among them), which the
+driver consolidates per stage: committed metrics are exact because only the
+attempts Spark kept are counted.
 """
 from __future__ import annotations
 
@@ -31,16 +33,19 @@ def capture_warnings() -> Iterator[list]:
                     caught.append(item)
 
 
-def encode(stage: str, warnings: list) -> bytes:
+def encode(stage: str, warnings: list, monitoring_infos: list) -> bytes:
     """The report's bytes, or b'' when there is nothing to report."""
-    if not warnings:
+    if not warnings and not monitoring_infos:
         return b''
+    infos = [info.SerializeToString() for info in monitoring_infos]
     try:
-        return pickle.dumps({'stage': stage, 'warnings': warnings})
+        return pickle.dumps(
+            {'stage': stage, 'warnings': warnings, 'monitoring_infos': infos})
     except Exception:  # a category class the driver could not import
-        return pickle.dumps({'stage': stage, 'warnings': [
-            (RuntimeWarning, f'{c.__name__}: {m}', f, n)
-            for c, m, f, n in warnings]})
+        return pickle.dumps({'stage': stage, 'monitoring_infos': infos,
+                             'warnings': [
+                                 (RuntimeWarning, f'{c.__name__}: {m}', f, n)
+                                 for c, m, f, n in warnings]})
 
 
 def decode(data: bytes) -> dict:

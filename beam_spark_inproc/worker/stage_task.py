@@ -142,7 +142,9 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 raise NotImplementedError(
                     'Splittable DoFn self-checkpointing (residual restrictions) '
                     'is not supported yet (issue #3).')
-            payload = report.encode(task.stage.name, warnings=caught)
+            payload = report.encode(
+                task.stage.name, warnings=caught,
+                monitoring_infos=entry.processor.monitoring_infos())
             if payload:
                 builder.add(CONTROL_TAG, None, payload)
             builder.flush()

@@ -20,13 +20,10 @@ SDF_CHECKPOINT = ('needs splittable DoFn self-checkpointing / watermark '
 FINALIZATION = 'needs bundle finalization (issue #3)'
 DRAIN = ('runs with is_drain=True: truncating restrictions of a drained '
          'pipeline, with SDF checkpointing (issue #3)')
-METRICS = 'needs metrics collected from Spark tasks (issue #3)'
 
 SKIPS: dict[str, str] = {
     'test_callbacks_with_exception': FINALIZATION,
     'test_register_finalizations': FINALIZATION,
-    'test_metrics': METRICS,
-    'test_pack_combiners': METRICS + ': it asserts counter names',
     'test_pardo_dynamic_timer': STATE_AND_TIMERS,
     'test_pardo_et_timer_with_no_firing': STATE_AND_TIMERS,
     'test_pardo_et_timer_with_no_reset': STATE_AND_TIMERS,
