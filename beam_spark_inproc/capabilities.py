@@ -62,10 +62,6 @@ def _pardo_gap(t: beam_runner_api_pb2.PTransform) -> str:
     payload = proto_utils.parse_Bytes(
         t.spec.payload, beam_runner_api_pb2.ParDoPayload)
     needs = []
-    if payload.state_specs:
-        needs.append('user state (%s)' % ', '.join(sorted(payload.state_specs)))
-    if payload.timer_family_specs:
-        needs.append('timers (%s)' % ', '.join(sorted(payload.timer_family_specs)))
     if payload.requests_finalization:
         needs.append('bundle finalization')
     return ('it uses %s.' % ' and '.join(needs)) if needs else ''
@@ -136,8 +132,8 @@ def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
         elif t.spec.urn in PAR_DO_URNS and _pardo_gap(t):
             found.append(Problem(
                 label, t.spec.urn, env_id, _pardo_gap(t),
-                'Not supported yet (user state, timers and bundle finalization: '
-                'issue #3); run this pipeline on Beam\'s DirectRunner for now.'))
+                'Not supported yet (bundle finalization: issue #3); run this '
+                'pipeline on Beam\'s DirectRunner for now.'))
         elif t.spec.urn not in known:
             found.append(Problem(
                 label, t.spec.urn, env_id,

@@ -41,6 +41,14 @@ class InputPort:
     buffer_id: bytes
     coder_id: str  # wire coder of the elements fed to the transform
     grouping: Optional[Grouping] = None
+    keyed: bool = False  # rows arrive sorted by key (a stateful stage's input)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerFamily:
+    transform_id: str
+    family_id: str
+    event_time: bool  # else processing time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +78,8 @@ class StagePlan:
     outputs: tuple[OutputPort, ...]
     side_inputs: tuple[SideInput, ...] = ()
     descriptor: bytes = b''  # serialized ProcessBundleDescriptor (SDK stages)
+    stateful: bool = False  # user state or timers: input shuffled by key
+    timers: tuple[TimerFamily, ...] = ()
 
     @property
     def grouped(self) -> bool:

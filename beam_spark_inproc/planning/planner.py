@@ -40,13 +40,21 @@ def _is_reshuffle(stage: translations.Stage) -> bool:
         for t in stage.transforms)
 
 
+def _is_stateful(stage: translations.Stage) -> bool:
+    return stage.is_stateful()
+
+
 def _buffer_layouts(context, stages) -> dict[bytes, str]:
-    """KEYED for GroupByKey buffers, ELEMENTS for Reshuffle inputs, else CHUNKS."""
+    """KEYED for GroupByKey buffers and stateful inputs, ELEMENTS for Reshuffle
+    inputs, else CHUNKS."""
     layouts: dict[bytes, str] = {}
     for stage in stages:
         for t in stage.transforms:
             if t.spec.urn in DATA_URNS:
-                if _buffer_kind(t.spec.payload) == 'group':
+                if _buffer_kind(t.spec.payload) == 'group' or (
+                        _is_stateful(stage) and
+                        t.spec.urn == bundle_processor.DATA_INPUT_URN and
+                        t.spec.payload != translations.IMPULSE_BUFFER):
                     layouts[t.spec.payload] = p.KEYED
                 elif _is_reshuffle(stage) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
@@ -83,7 +91,8 @@ def _grouping(context, buffer_id: bytes) -> p.Grouping:
 
 
 def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
-    inputs, outputs, side_inputs, labels = [], [], [], []
+    inputs, outputs, side_inputs, labels, timers = [], [], [], [], []
+    stateful = _is_stateful(stage)
     transforms = {}
     for transform in stage.transforms:
         t = copy.deepcopy(transform)
@@ -96,7 +105,8 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
                 buffer_id=buffer_id,
                 coder_id=coder_id,
                 grouping=_grouping(context, buffer_id)
-                if _buffer_kind(buffer_id) == 'group' else None))
+                if _buffer_kind(buffer_id) == 'group' else None,
+                keyed=stateful and buffer_id != translations.IMPULSE_BUFFER))
             t.spec.payload = _port(coder_id)
         elif t.spec.urn == bundle_processor.DATA_OUTPUT_URN:
             buffer_id = t.spec.payload
@@ -115,6 +125,7 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
             labels.append(t.unique_name)
             if t.spec.urn in translations.PAR_DO_URNS:
                 side_inputs.extend(_side_inputs(context, t))
+                timers.extend(_timer_families(t))
         transforms[t.unique_name] = t
 
     if _is_reshuffle(stage):
@@ -142,6 +153,8 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
             context.components.windowing_strategies.items()),
         environments=dict(context.components.environments.items()))
     descriptor.state_api_service_descriptor.url = INPROC_URL
+    if timers:
+        descriptor.timer_api_service_descriptor.url = INPROC_URL
     return p.StagePlan(
         name=stage.name,
         kind=p.SDK_STAGE,
@@ -149,7 +162,21 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         side_inputs=tuple(side_inputs),
-        descriptor=descriptor.SerializeToString())
+        descriptor=descriptor.SerializeToString(),
+        stateful=stateful,
+        timers=tuple(timers))
+
+
+def _timer_families(transform) -> list[p.TimerFamily]:
+    payload = proto_utils.parse_Bytes(
+        transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+    return [
+        p.TimerFamily(
+            transform_id=transform.unique_name,
+            family_id=family_id,
+            event_time=spec.time_domain ==
+            beam_runner_api_pb2.TimeDomain.EVENT_TIME)
+        for family_id, spec in sorted(payload.timer_family_specs.items())]
 
 
 def _port(coder_id: str) -> bytes:

@@ -49,6 +49,10 @@ class SparkEngine:
         return data.repartition(self._parallelism, KEY).sortWithinPartitions(
             TAG, KEY)
 
+    def by_key(self, data):
+        return data.repartition(self._parallelism, KEY).sortWithinPartitions(
+            KEY, TAG)
+
     def reshuffle(self, data):
         f = self._f
         return data.withColumn(TAG, f.when(

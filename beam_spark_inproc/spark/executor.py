@@ -3,7 +3,8 @@
 The executor knows Beam's buffers and stages; an engine knows how to move rows:
 ``impulse``, ``map_stage`` (run a StageTask per partition), ``select`` (one output
 of a stage, retagged as a port of its consumer), ``union``, ``group`` (shuffle by
-key bytes, sorted within partitions), ``reshuffle``, ``cache``, ``collect`` and
+key bytes, sorted within partitions; ``by_key`` sorts by key first, for stateful
+stages), ``reshuffle``, ``cache``, ``collect`` and
 ``run``. ``spark.engine.SparkEngine`` is the real one; ``debug.engine`` runs the
 same tasks in the driver.
 
@@ -38,6 +39,7 @@ class Engine(Protocol):
     def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...
     def union(self, datas: list) -> Any: ...
     def group(self, data: Any) -> Any: ...
+    def by_key(self, data: Any) -> Any: ...
     def reshuffle(self, data: Any) -> Any: ...
     def cache(self, data: Any) -> Any: ...
     def collect(self, data: Any) -> tuple[list[bytes], list[bytes]]: ...
@@ -131,7 +133,9 @@ class Executor:
             return self.engine.union([
                 self.engine.select(shuffled, 0, tag, tag == 0)
                 for tag in range(len(stage.outputs))])
-        if stage.grouped:
+        if stage.stateful:
+            data = self.engine.by_key(data)
+        elif stage.grouped:
             data = self.engine.group(data)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage))
         return self.engine.map_stage(data, task)

@@ -45,17 +45,38 @@ class _OutputStream(data_plane.ClosableOutputStream):
         self.flush()
 
 
+class _TimerStream(data_plane.ClosableOutputStream):
+    """Hands each timer the SDK sets (or clears) to ``on_timer`` right away."""
+
+    def __init__(self, on_timer: Callable[[bytes], None]):
+        super().__init__()
+        self._on_timer = on_timer
+
+    def maybe_flush(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        if self.size():
+            self._on_timer(self.get())
+            self._clear()
+
+    def close(self) -> None:
+        self.flush()
+
+
 class InProcessDataChannel(data_plane.DataChannel):
-    """One bundle's data plane: pulls inputs, pushes output rows."""
+    """One bundle's data plane: pulls inputs, pushes output rows and timers."""
 
     def __init__(
             self,
             inputs: Iterator,
             add_row: Callable[[int, Optional[bytes], bytes], None],
-            outputs: dict[str, tuple[int, str, Optional[Callable]]]):
+            outputs: dict[str, tuple[int, str, Optional[Callable]]],
+            on_timer: Optional[Callable[[str, str, bytes], None]] = None):
         self._inputs = inputs
         self._add_row = add_row
         self._outputs = outputs
+        self._on_timer = on_timer
 
     def input_elements(self, instruction_id, expected_inputs,
                        abort_callback=None):
@@ -67,9 +88,12 @@ class InProcessDataChannel(data_plane.DataChannel):
 
     def output_timer_stream(self, instruction_id, transform_id,
                             timer_family_id):
-        raise NotImplementedError(
-            'Timers are not supported yet (user state and timers: issue #3); '
-            f'transform {transform_id!r} set timer family {timer_family_id!r}.')
+        if self._on_timer is None:
+            raise NotImplementedError(
+                f'Transform {transform_id!r} sets timers ({timer_family_id!r}) '
+                'in a stage that was not planned as stateful.')
+        return _TimerStream(
+            lambda data: self._on_timer(transform_id, timer_family_id, data))
 
     def close(self) -> None:
         pass

@@ -24,6 +24,8 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker.channel import ChannelFactory
 from beam_spark_inproc.worker.channel import key_extractor
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+from beam_spark_inproc.worker.keyed import RoutingStateHandler
+from beam_spark_inproc.worker.keyed import TimerQueue
 
 _STATE_CACHE_BYTES = 64 << 20
 
@@ -36,6 +38,8 @@ class Entry:
     state_handler: Any
     groupings: dict[str, GroupAlsoByWindow]
     outputs: dict[str, tuple[int, str, Optional[Any]]]
+    routing_state: Optional[RoutingStateHandler] = None
+    timer_queue: Optional[TimerQueue] = None
 
 
 _lock = threading.Lock()
@@ -51,11 +55,15 @@ def _build(task) -> Entry:
     servicer = StateServicer()
     for state_key, data in task.side_input_state:
         servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)
+    routing = RoutingStateHandler(servicer) if stage.stateful else None
     state_handler = sdk_worker.GlobalCachingStateHandler(
-        StateCache(_STATE_CACHE_BYTES), servicer)
+        StateCache(_STATE_CACHE_BYTES), routing or servicer)
     factory = ChannelFactory()
     processor = bundle_processor.BundleProcessor(
         FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
+    timer_queue = TimerQueue(stage, {
+        key: info.timer_coder_impl
+        for key, info in processor.timers_info.items()}) if stage.timers else None
     groupings = {
         port.transform_id: GroupAlsoByWindow(port.grouping, context)
         for port in stage.inputs if port.grouping is not None}
@@ -67,7 +75,7 @@ def _build(task) -> Entry:
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
     return Entry((task.job_id, stage.name), processor, factory, state_handler,
-                 groupings, outputs)
+                 groupings, outputs, routing, timer_queue)
 
 
 def acquire(task) -> Entry:

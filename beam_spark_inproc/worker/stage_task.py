@@ -27,7 +27,9 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import report
+from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
+from beam_spark_inproc.worker.keyed import keyed_input_elements
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import BatchBuilder
 from beam_spark_inproc.worker.rows import DATA
@@ -56,6 +58,9 @@ def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     Control rows (reports of upstream tasks) are handed to ``forward``.
     """
     ports = task.stage.inputs
+    if task.stage.stateful:
+        yield from keyed_input_elements(task, entry, batches, forward)
+        return
     if task.stage.grouped:
         yield from _grouped_input_elements(task, entry, batches, forward)
         return
@@ -127,26 +132,35 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 continue
 
     builder = BatchBuilder(put)
-    entry.factory.current = InProcessDataChannel(
-        _input_elements(task, entry, batches, builder.add), builder.add,
-        entry.outputs)
-    instruction_id = 'bundle-%d' % next(_instruction_ids)
+
+    def one_bundle(inputs: Iterator) -> list:
+        """Runs one bundle; reports it; returns its residuals."""
+        if entry.routing_state is not None:
+            entry.routing_state.new_bundle()
+        entry.factory.current = InProcessDataChannel(
+            inputs, builder.add, entry.outputs,
+            entry.timer_queue.add if entry.timer_queue else None)
+        instruction_id = 'bundle-%d' % next(_instruction_ids)
+        with report.capture_warnings() as caught:
+            with entry.state_handler.process_instruction_id(instruction_id, []):
+                residuals, _ = entry.processor.process_bundle(instruction_id)
+        payload = report.encode(
+            task.stage.name, warnings=caught,
+            monitoring_infos=entry.processor.monitoring_infos())
+        if payload:
+            builder.add(CONTROL_TAG, None, payload)
+        return residuals
 
     def work() -> None:
         try:
-            with report.capture_warnings() as caught:
-                with entry.state_handler.process_instruction_id(
-                        instruction_id, []):
-                    residuals, _ = entry.processor.process_bundle(instruction_id)
-            if residuals:
-                raise NotImplementedError(
-                    'Splittable DoFn self-checkpointing (residual restrictions) '
-                    'is not supported yet (issue #3).')
-            payload = report.encode(
-                task.stage.name, warnings=caught,
-                monitoring_infos=entry.processor.monitoring_infos())
-            if payload:
-                builder.add(CONTROL_TAG, None, payload)
+            residuals = one_bundle(
+                _input_elements(task, entry, batches, builder.add))
+            # Self-checkpointed SDF restrictions come back to this task: each
+            # round is a new bundle over the residuals, after the delay asked.
+            while residuals:
+                entry.processor.reset()
+                sdf.wait_for(residuals)
+                residuals = one_bundle(sdf.residual_inputs(entry, residuals))
             builder.flush()
             put(done)
         except _Cancelled:

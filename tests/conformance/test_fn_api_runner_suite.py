@@ -14,7 +14,15 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 from beam_spark_inproc import InProcessSparkRunner
 from tests.conftest import shared_session
 
-STATE_AND_TIMERS = 'needs user state and timers (issue #3)'
+# Beam's FnApiRunnerTest skips these for its own runner classes by class name,
+# so a subclass must skip them itself; the reason is Beam's.
+BEAM_SKIPS = {
+    name: 'skipped by Beam for FnApiRunner too: '
+          'https://github.com/apache/beam/issues/35168'
+    for name in ('test_pardo_et_timer_with_no_firing',
+                 'test_pardo_et_timer_with_no_reset',
+                 'test_pardo_et_timer_with_no_reset_and_no_clear')
+}
 SDF_CHECKPOINT = ('needs splittable DoFn self-checkpointing / watermark '
                   'tracking (issue #3)')
 FINALIZATION = 'needs bundle finalization (issue #3)'
@@ -24,23 +32,8 @@ DRAIN = ('runs with is_drain=True: truncating restrictions of a drained '
 SKIPS: dict[str, str] = {
     'test_callbacks_with_exception': FINALIZATION,
     'test_register_finalizations': FINALIZATION,
-    'test_pardo_dynamic_timer': STATE_AND_TIMERS,
-    'test_pardo_et_timer_with_no_firing': STATE_AND_TIMERS,
-    'test_pardo_et_timer_with_no_reset': STATE_AND_TIMERS,
-    'test_pardo_et_timer_with_no_reset_and_no_clear': STATE_AND_TIMERS,
-    'test_pardo_state_only': STATE_AND_TIMERS,
-    'test_pardo_state_timers': STATE_AND_TIMERS,
-    'test_pardo_state_timers_non_standard_coder': STATE_AND_TIMERS,
-    'test_pardo_timers': STATE_AND_TIMERS,
-    'test_pardo_timers_clear': STATE_AND_TIMERS,
-    'test_windowed_pardo_state_timers': STATE_AND_TIMERS,
-    'test_sdf_with_sdf_initiated_checkpointing': SDF_CHECKPOINT,
-    'test_draining_sdf_with_sdf_initiated_checkpointing': SDF_CHECKPOINT,
-    'test_sdf_with_watermark_tracking': SDF_CHECKPOINT,
-    'test_sdf_with_dofn_as_watermark_estimator': SDF_CHECKPOINT,
     'test_sdf_default_truncate_when_unbounded': DRAIN,
     'test_sdf_with_truncate': DRAIN,
-    'test_unbounded_source_read': SDF_CHECKPOINT,
 }
 
 
@@ -49,7 +42,7 @@ class InProcessSparkRunnerTest(fn_runner_test.FnApiRunnerTest):
         return beam.Pipeline(runner=InProcessSparkRunner(spark=shared_session()))
 
 
-for _name, _reason in SKIPS.items():
+for _name, _reason in {**SKIPS, **BEAM_SKIPS}.items():
     assert hasattr(InProcessSparkRunnerTest, _name), _name
     setattr(InProcessSparkRunnerTest, _name,
             unittest.skip(_reason)(getattr(InProcessSparkRunnerTest, _name)))

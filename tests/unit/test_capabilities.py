@@ -91,7 +91,7 @@ def test_test_stream_rejected_as_streaming():
     assert len(found) == 1 and 'batch' in found[0].reason
 
 
-def test_state_and_timers_rejected_until_supported():
+def test_state_and_timers_accepted():
     class Stateful(beam.DoFn):
         COUNT = userstate.ReadModifyWriteStateSpec('count', beam.coders.VarIntCoder())
 
@@ -101,6 +101,18 @@ def test_state_and_timers_rejected_until_supported():
     def build(p):
         p | beam.Create([('a', 1)]) | 'Stateful' >> beam.ParDo(Stateful())
 
+    assert capabilities.problems(_proto(build)) == []
+
+
+def test_bundle_finalization_rejected_until_supported():
+    class Finalizing(beam.DoFn):
+        def process(self, x, finalizer=beam.DoFn.BundleFinalizerParam):
+            finalizer.register(lambda: None)
+            yield x
+
+    def build(p):
+        p | beam.Create([1]) | 'Finalizing' >> beam.ParDo(Finalizing())
+
     found = capabilities.problems(_proto(build))
-    assert [p.label for p in found] == ['Stateful']
-    assert 'user state (count)' in found[0].reason
+    assert [p.label for p in found] == ['Finalizing']
+    assert 'bundle finalization' in found[0].reason
