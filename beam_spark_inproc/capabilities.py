@@ -13,7 +13,6 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms import environments
-from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.errors import Problem
 from beam_spark_inproc.errors import UnsupportedPipelineError
@@ -46,25 +45,6 @@ FOREIGN_ENV_URNS = frozenset([
 def executable_urns() -> frozenset[str]:
     known = frozenset(bundle_processor.BeamTransformFactory._known_urns)
     return known | RUNNER_PRIMITIVES | EXPANDED_COMPOSITES
-
-
-PAR_DO_URNS = frozenset([
-    common_urns.primitives.PAR_DO.urn,
-    common_urns.sdf_components.PAIR_WITH_RESTRICTION.urn,
-    common_urns.sdf_components.SPLIT_AND_SIZE_RESTRICTIONS.urn,
-    common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn,
-    common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn,
-])
-
-
-def _pardo_gap(t: beam_runner_api_pb2.PTransform) -> str:
-    """Why this ParDo cannot run yet, or ''."""
-    payload = proto_utils.parse_Bytes(
-        t.spec.payload, beam_runner_api_pb2.ParDoPayload)
-    needs = []
-    if payload.requests_finalization:
-        needs.append('bundle finalization')
-    return ('it uses %s.' % ' and '.join(needs)) if needs else ''
 
 
 def is_in_process_python(env: beam_runner_api_pb2.Environment) -> bool:
@@ -129,11 +109,6 @@ def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
             found.append(Problem(
                 label, t.spec.urn, env_id, STREAMING_ONLY[t.spec.urn],
                 'Use a bounded source (e.g. beam.Create) to test this logic.'))
-        elif t.spec.urn in PAR_DO_URNS and _pardo_gap(t):
-            found.append(Problem(
-                label, t.spec.urn, env_id, _pardo_gap(t),
-                'Not supported yet (bundle finalization: issue #3); run this '
-                'pipeline on Beam\'s DirectRunner for now.'))
         elif t.spec.urn not in known:
             found.append(Problem(
                 label, t.spec.urn, env_id,

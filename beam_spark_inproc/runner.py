@@ -34,11 +34,14 @@ class InProcessSparkRunner(PipelineRunner):
     ``spark``: a SparkSession to use; by default the active session, or one the
     runner creates from ``SparkRunnerOptions`` (and stops never: a created local
     session is kept for the next pipeline of this process).
+    ``is_drain``: run as a drained pipeline: splittable DoFns truncate their
+    restrictions (as Beam's FnApiRunner(is_drain=True) does).
     """
 
-    def __init__(self, spark=None):
+    def __init__(self, spark=None, is_drain: bool = False):
         super().__init__()
         self._spark = spark
+        self._is_drain = is_drain
 
     def default_environment(self, options: PipelineOptions):
         return environments.EmbeddedPythonEnvironment.default()
@@ -60,7 +63,7 @@ class InProcessSparkRunner(PipelineRunner):
         capabilities.check(pipeline)
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
-        plan = plan_pipeline(pipeline)
+        plan = plan_pipeline(pipeline, self._is_drain)
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
 

@@ -39,12 +39,16 @@ PHASES = [
 
 
 def fuse(
-        pipeline_proto: beam_runner_api_pb2.Pipeline
+        pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False
 ) -> tuple[translations.TransformContext, list[translations.Stage]]:
-    """Runs the fusion phases on a copy of the proto; returns context and stages."""
+    """Runs the fusion phases on a copy of the proto; returns context and stages.
+
+    ``is_drain``: splittable DoFns truncate their restrictions first (Beam's
+    drain; with bounded restrictions the default truncation keeps them whole).
+    """
     return translations.create_and_optimize_stages(
             copy.deepcopy(pipeline_proto),
             phases=PHASES,
             known_runner_urns=RUNNER_URNS,
             use_state_iterables=False,
-            is_drain=False)
+            is_drain=is_drain)

@@ -19,9 +19,10 @@ DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 INPROC_URL = 'beam-spark-inproc'
 
 
-def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline) -> p.SparkPlan:
+def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
+                  is_drain: bool = False) -> p.SparkPlan:
     """Fuses the pipeline and describes each stage as plain data."""
-    context, stages = fuse(pipeline_proto)
+    context, stages = fuse(pipeline_proto, is_drain)
     return plan_stages(context, stages)
 
 

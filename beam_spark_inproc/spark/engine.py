@@ -12,11 +12,24 @@ from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
 
 
+def functions_for(session):
+    """``pyspark.sql.functions`` builds classic or Connect columns from a
+    process-wide flag, not from the session: pick the module the session needs."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # pyspark without the connect extra
+        ConnectSession = None
+    if ConnectSession is not None and isinstance(session, ConnectSession):
+        from pyspark.sql.connect import functions
+    else:
+        from pyspark.sql import functions
+    return functions
+
+
 class SparkEngine:
     def __init__(self, session, parallelism: int):
-        from pyspark.sql import functions
         self._session = session
-        self._f = functions
+        self._f = functions_for(session)
         self._parallelism = parallelism
         self._cached: list = []
 

@@ -19,6 +19,7 @@ import itertools
 import queue
 import sys
 import threading
+import time
 from typing import Iterator
 
 import pyarrow as pa
@@ -131,6 +132,13 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
             except queue.Full:
                 continue
 
+    def drained() -> None:
+        """Waits until the consuming thread has handed every queued batch to Spark."""
+        while out.unfinished_tasks:
+            if cancelled.is_set():
+                raise _Cancelled()
+            time.sleep(0.005)
+
     builder = BatchBuilder(put)
 
     def one_bundle(inputs: Iterator) -> list:
@@ -143,12 +151,19 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         with report.capture_warnings() as caught:
             with entry.state_handler.process_instruction_id(instruction_id, []):
-                residuals, _ = entry.processor.process_bundle(instruction_id)
-        payload = report.encode(
-            task.stage.name, warnings=caught,
-            monitoring_infos=entry.processor.monitoring_infos())
-        if payload:
-            builder.add(CONTROL_TAG, None, payload)
+                residuals, finalize = entry.processor.process_bundle(
+                    instruction_id)
+            payload = report.encode(
+                task.stage.name, warnings=caught,
+                monitoring_infos=entry.processor.monitoring_infos())
+            if payload:
+                builder.add(CONTROL_TAG, None, payload)
+            if finalize:
+                # Bundle finalization runs once Spark has taken every output
+                # row of the bundle (callback errors are logged by the SDK).
+                builder.flush()
+                drained()
+                entry.processor.finalize_bundle()
         return residuals
 
     def work() -> None:
@@ -179,6 +194,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
         while True:
             item = out.get()
             if item is done:
+                out.task_done()
                 break
             if isinstance(item, BaseException):
                 # The driver reads this note to name the failing transforms.
@@ -186,6 +202,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                     task.stage.name, ', '.join(task.stage.labels)))
                 raise item
             yield item
+            out.task_done()  # Spark has taken the batch and asks for more
         ok = True
     finally:
         cancelled.set()

@@ -104,7 +104,7 @@ def test_state_and_timers_accepted():
     assert capabilities.problems(_proto(build)) == []
 
 
-def test_bundle_finalization_rejected_until_supported():
+def test_bundle_finalization_accepted():
     class Finalizing(beam.DoFn):
         def process(self, x, finalizer=beam.DoFn.BundleFinalizerParam):
             finalizer.register(lambda: None)
@@ -113,6 +113,4 @@ def test_bundle_finalization_rejected_until_supported():
     def build(p):
         p | beam.Create([1]) | 'Finalizing' >> beam.ParDo(Finalizing())
 
-    found = capabilities.problems(_proto(build))
-    assert [p.label for p in found] == ['Finalizing']
-    assert 'bundle finalization' in found[0].reason
+    assert capabilities.problems(_proto(build)) == []
