@@ -153,17 +153,18 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 residuals, finalize = entry.processor.process_bundle(
                     instruction_id)
-            payload = report.encode(
-                task.stage.name, warnings=caught,
-                monitoring_infos=entry.processor.monitoring_infos())
-            if payload:
-                builder.add(CONTROL_TAG, None, payload)
             if finalize:
                 # Bundle finalization runs once Spark has taken every output
                 # row of the bundle (callback errors are logged by the SDK).
                 builder.flush()
                 drained()
                 entry.processor.finalize_bundle()
+        # ``caught`` is complete only once the capture has ended.
+        payload = report.encode(
+            task.stage.name, warnings=caught,
+            monitoring_infos=entry.processor.monitoring_infos())
+        if payload:
+            builder.add(CONTROL_TAG, None, payload)
         return residuals
 
     def work() -> None:
