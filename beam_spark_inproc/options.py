@@ -24,6 +24,12 @@ class SparkRunnerOptions(PipelineOptions):
             help='Number of partitions for shuffles (GroupByKey, Reshuffle); '
             'default: the cores of a local master, else '
             'spark.default.parallelism or spark.sql.shuffle.partitions.')
+        parser.add_argument(
+            '--spark_split_after_seconds', type=float, default=5.0,
+            help='Runner-initiated splitting of splittable DoFns (e.g. file '
+            'reads): a restriction still running after this many seconds is '
+            'split with the SDK\'s try_split and its remainder spread over all '
+            'partitions in a next round; 0 turns it off.')
 
 
 def parse_conf(entries: list[str] | None) -> dict[str, str]:

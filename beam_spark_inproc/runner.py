@@ -70,13 +70,19 @@ class InProcessSparkRunner(PipelineRunner):
         from beam_spark_inproc.spark import session as spark_session
         from beam_spark_inproc.spark.engine import SparkEngine
         from beam_spark_inproc.spark.executor import execute
+        if opts.spark_split_after_seconds < 0:
+            raise ValueError(
+                '--spark_split_after_seconds must be >= 0 (0 turns runner '
+                f'splitting off), got {opts.spark_split_after_seconds}.')
         spark = self.session(options)
-        engine = SparkEngine(
-            spark, spark_session.parallelism(spark, opts.spark_parallelism))
+        parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
+        engine = SparkEngine(spark, parallelism)
         job_id = uuid.uuid4().hex
         start = time.monotonic()
         try:
-            reports = execute(plan, engine, job_id)
+            reports = execute(plan, engine, job_id,
+                              split_after=opts.spark_split_after_seconds,
+                              split_ways=parallelism)
         except Exception as e:
             error = translate_error(e, plan)
             if error is e:

@@ -80,6 +80,9 @@ class StagePlan:
     descriptor: bytes = b''  # serialized ProcessBundleDescriptor (SDK stages)
     stateful: bool = False  # user state or timers: input shuffled by key
     timers: tuple[TimerFamily, ...] = ()
+    # DATA_INPUT transform feeding a splittable DoFn's Process transform: the
+    # runner may split its restrictions (see worker.sdf), or '' if none.
+    split_input: str = ''
 
     @property
     def grouped(self) -> bool:

@@ -12,6 +12,7 @@ from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.phases import fuse
+from beam_spark_inproc.planning.ports import input_transform
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 # A descriptor's ports need a non-empty URL; the worker's data channel factory
@@ -41,6 +42,13 @@ def _is_reshuffle(stage: translations.Stage) -> bool:
         for t in stage.transforms)
 
 
+def _is_splittable(stage: translations.Stage) -> bool:
+    return any(
+        t.spec.urn ==
+        common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+        for t in stage.transforms)
+
+
 def _is_stateful(stage: translations.Stage) -> bool:
     return stage.is_stateful()
 
@@ -57,8 +65,10 @@ def _buffer_layouts(context, stages) -> dict[bytes, str]:
                         t.spec.urn == bundle_processor.DATA_INPUT_URN and
                         t.spec.payload != translations.IMPULSE_BUFFER):
                     layouts[t.spec.payload] = p.KEYED
-                elif _is_reshuffle(stage) and (
+                elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
+                    # One element per row: a Reshuffle spreads them, a split
+                    # restriction's unprocessed successors are resent one by one.
                     layouts[t.spec.payload] = p.ELEMENTS
     return layouts
 
@@ -154,6 +164,7 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
             context.components.windowing_strategies.items()),
         environments=dict(context.components.environments.items()))
     descriptor.state_api_service_descriptor.url = INPROC_URL
+    split_input = _split_input(descriptor) if not stateful else ''
     if timers:
         descriptor.timer_api_service_descriptor.url = INPROC_URL
     return p.StagePlan(
@@ -165,7 +176,23 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
         side_inputs=tuple(side_inputs),
         descriptor=descriptor.SerializeToString(),
         stateful=stateful,
-        timers=tuple(timers))
+        timers=tuple(timers),
+        split_input=split_input)
+
+
+def _split_input(descriptor) -> str:
+    """The data input of the stage's SDF Process transform, when it has one."""
+    for tid, t in descriptor.transforms.items():
+        if t.spec.urn == common_urns.sdf_components.\
+                PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn:
+            payload = proto_utils.parse_Bytes(
+                t.spec.payload, beam_runner_api_pb2.ParDoPayload)
+            main = [tag for tag in t.inputs if tag not in payload.side_inputs]
+            try:
+                return input_transform(descriptor, tid, main[0])
+            except ValueError:
+                return ''
+    return ''
 
 
 def _timer_families(transform) -> list[p.TimerFamily]:

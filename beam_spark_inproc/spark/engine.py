@@ -7,6 +7,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.rows import DDL
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
@@ -72,6 +73,17 @@ class SparkEngine:
             f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
                 f.lit(0)).cast('int')).repartition(
             self._parallelism, f.xxhash64(DATA))
+
+    def residuals(self, data):
+        """The restrictions a round split off (see ``worker.sdf``)."""
+        return data.filter(self._f.col(TAG) == RESIDUAL_TAG)
+
+    def spread(self, data):
+        """Round-robin over all partitions (a handful of restrictions)."""
+        return data.repartition(self._parallelism)
+
+    def is_empty(self, data) -> bool:
+        return data.isEmpty()
 
     def cache(self, data):
         data = data.cache()

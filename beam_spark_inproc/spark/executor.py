@@ -14,7 +14,9 @@ Policy:
   (their side effects and metrics too);
 * side inputs are collected to the driver once, just before their first consumer
   is built, and shipped with the consuming stage's task;
-* stages nobody reads are the leaves: they run together as one job at the end.
+* stages nobody reads are the leaves: they run together as one job at the end;
+* a stage running a splittable DoFn may run in rounds (``_rounds``): then it is
+  executed eagerly, one job per round.
 """
 from __future__ import annotations
 
@@ -41,19 +43,31 @@ class Engine(Protocol):
     def group(self, data: Any) -> Any: ...
     def by_key(self, data: Any) -> Any: ...
     def reshuffle(self, data: Any) -> Any: ...
+    def residuals(self, data: Any) -> Any: ...
+    def spread(self, data: Any) -> Any: ...
+    def is_empty(self, data: Any) -> bool: ...
     def cache(self, data: Any) -> Any: ...
     def collect(self, data: Any) -> tuple[list[bytes], list[bytes]]: ...
     def run(self, datas: list, description: str) -> list[bytes]: ...
     def release(self) -> None: ...
 
 
-def execute(plan: p.SparkPlan, engine: Engine,
-            job_id: str | None = None) -> list[dict]:
-    """Runs the plan; returns the reports of all bundles (see ``worker.report``)."""
-    return Executor(plan, engine, job_id or uuid.uuid4().hex).run()
+def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
+            split_after: float = 0.0, split_ways: int = 2) -> list[dict]:
+    """Runs the plan; returns the reports of all bundles (see ``worker.report``).
+
+    ``split_after``/``split_ways``: runner-initiated splitting of splittable
+    DoFn restrictions still running after that many seconds (0: off).
+    """
+    executor = Executor(plan, engine, job_id or uuid.uuid4().hex)
+    executor.split_after, executor.split_ways = split_after, split_ways
+    return executor.run()
 
 
 class Executor:
+    split_after = 0.0
+    split_ways = 2
+
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str):
         self.plan = plan
         self.engine = engine
@@ -137,8 +151,25 @@ class Executor:
             data = self.engine.by_key(data)
         elif stage.grouped:
             data = self.engine.group(data)
-        task = StageTask(self.job_id, stage, self._side_input_state(index, stage))
+        task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
+                         self.split_after, self.split_ways)
+        if stage.split_input and self.split_after > 0:
+            return self._rounds(data, task)
         return self.engine.map_stage(data, task)
+
+    def _rounds(self, data: Any, task: StageTask) -> Any:
+        """Runs a splittable stage round after round until no restriction is
+        split off: each round's residuals are spread over all partitions."""
+        rounds = []
+        result = self.engine.map_stage(data, task)
+        while True:
+            result = self.engine.cache(result)
+            rounds.append(result)
+            residuals = self.engine.residuals(result)
+            if self.engine.is_empty(residuals):
+                break
+            result = self.engine.map_stage(self.engine.spread(residuals), task)
+        return rounds[0] if len(rounds) == 1 else self.engine.union(rounds)
 
     def _side_input_state(self, index: int, stage: p.StagePlan) -> tuple:
         entries: list[tuple[bytes, bytes]] = []

@@ -15,6 +15,9 @@ DDL = 'tag int, key binary, data binary'
 # Every step passes them through untouched; exactly one reader of each stage
 # result carries them on, so each report reaches the driver once.
 CONTROL_TAG = -1
+# Rows with this tag are restrictions split off a running bundle by the runner,
+# for the stage's next round (key: the DATA_INPUT transform id they re-enter by).
+RESIDUAL_TAG = -2
 
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).

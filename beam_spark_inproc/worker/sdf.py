@@ -1,42 +1,29 @@
-"""Splittable DoFn residuals, fed back to the task that produced them.
+"""Splittable DoFn residuals: self-checkpoints and runner-initiated splits.
 
-A bundle that self-checkpoints (``defer_remainder``) returns residual
-applications: an encoded element-and-restriction for the transform's main input.
-As Beam's FnApiRunner does, the runner re-runs them as a new bundle, after the
-resume delay the DoFn asked for, until no residual remains. Staying in the task
-keeps them in the same Spark task attempt, so a retry re-runs them all.
+*Self-checkpoints* (``defer_remainder``): a bundle returns residual applications
+(an encoded element-and-restriction for the transform's main input). As Beam's
+FnApiRunner does, they are re-run as a new bundle in the same task, after the
+resume delay the DoFn asked for, until none remains; staying in the task keeps
+them in one Spark task attempt, so a retry re-runs them all.
+
+*Runner-initiated splits*: a bundle still running after ``split_after`` seconds
+is split with the SDK's ``try_split`` into ``ways`` equal parts of its current
+restriction; the primary finishes here, the residuals (and any input elements
+the split cut off) leave as ``RESIDUAL_TAG`` rows, and the executor runs them as
+the stage's next round, spread over all partitions.
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
-from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.runners.worker import bundle_processor
+
+from beam_spark_inproc.planning.ports import input_transform
 
 # Longest single wait honoured for a requested resume delay.
 MAX_RESUME_DELAY_SECONDS = 60.0
-
-
-def input_transform(descriptor, transform_id: str, input_id: str) -> str:
-    """The DATA_INPUT transform feeding ``transform_id``'s input ``input_id``.
-
-    A drained pipeline truncates restrictions between the data input and the
-    Process transform: residuals go back in before the truncation, like new
-    restrictions (as in FnApiRunner).
-    """
-    pcoll = descriptor.transforms[transform_id].inputs[input_id]
-    for tid, t in descriptor.transforms.items():
-        if pcoll not in t.outputs.values():
-            continue
-        if t.spec.urn == bundle_processor.DATA_INPUT_URN:
-            return tid
-        if t.spec.urn == common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn:
-            return input_transform(descriptor, tid, next(iter(t.inputs)))
-    raise ValueError(
-        f'No data input feeds {transform_id!r} ({input_id!r}): cannot resume '
-        'its splittable DoFn residuals.')
 
 
 def wait_for(residuals: list) -> None:
@@ -55,3 +42,58 @@ def residual_inputs(entry, residuals: list) -> Iterator:
             transform_id=input_transform(descriptor, app.transform_id,
                                          app.input_id),
             data=app.element)
+
+
+class RunnerSplitter:
+    """Splits the running bundle's current restriction after a time budget."""
+
+    def __init__(self, processor, input_id: str, split_after: float, ways: int):
+        self._processor = processor
+        self._input_id = input_id
+        self._split_after = split_after
+        self._ways = max(ways, 2)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.residual_roots: list = []
+        self.first_cut: Optional[int] = None  # first input element not processed
+
+    def start(self, instruction_id: str) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(instruction_id,), daemon=True,
+            name='beam-sdf-splitter')
+        self._thread.start()
+
+    def _run(self, instruction_id: str) -> None:
+        if self._stop.wait(self._split_after):
+            return
+        # Split k-1 times so that k equal parts of the remainder exist: the
+        # i-th split keeps (k-1-i)/(k-i) of what the primary still has.
+        for i in range(self._ways - 1):
+            request = beam_fn_api_pb2.ProcessBundleSplitRequest(
+                instruction_id=instruction_id,
+                desired_splits={self._input_id: beam_fn_api_pb2.
+                                ProcessBundleSplitRequest.DesiredSplit(
+                                    fraction_of_remainder=(
+                                        (self._ways - 1 - i) / (self._ways - i)),
+                                    estimated_input_elements=0)})
+            response = self._processor.try_split(request)
+            self.residual_roots.extend(response.residual_roots)
+            for channel in response.channel_splits:
+                if channel.transform_id == self._input_id:
+                    self.first_cut = channel.first_residual_element
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def residual_rows(self, fed: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """(DATA_INPUT id, element) for everything this bundle left undone."""
+        descriptor = self._processor.process_bundle_descriptor
+        for root in self.residual_roots:
+            app = root.application
+            yield (input_transform(descriptor, app.transform_id,
+                                   app.input_id).encode(), app.element)
+        if self.first_cut is not None:
+            for data in fed[self.first_cut:]:
+                yield self._input_id.encode(), data

@@ -32,6 +32,7 @@ from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
 from beam_spark_inproc.worker.keyed import keyed_input_elements
 from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.rows import BatchBuilder
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
@@ -48,6 +49,10 @@ class StageTask:
     stage: StagePlan
     # (serialized StateKey, encoded values) pairs serving the stage's side inputs.
     side_input_state: tuple[tuple[bytes, bytes], ...] = ()
+    # Runner-initiated SDF splitting (stages with ``split_input``): split a
+    # bundle still running after this many seconds (0: never) into this many parts.
+    split_after: float = 0.0
+    split_ways: int = 2
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -64,6 +69,9 @@ def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
         return
     if task.stage.grouped:
         yield from _grouped_input_elements(task, entry, batches, forward)
+        return
+    if task.stage.split_input:
+        yield from _element_input_elements(task, batches, forward)
         return
     for batch in batches:
         if not batch.num_rows:
@@ -83,6 +91,24 @@ def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
         for tag, pieces in by_port.items():
             yield beam_fn_api_pb2.Elements.Data(
                 transform_id=ports[tag].transform_id, data=b''.join(pieces))
+
+
+def _element_input_elements(task: StageTask, batches, forward) -> Iterator:
+    """One element per Data message (a splittable stage: the SDK counts them),
+    including residual rows of an earlier round (keyed by their input)."""
+    ports = task.stage.inputs
+    for batch in batches:
+        for tag, key, data in zip(batch.column(TAG).to_pylist(),
+                                  batch.column(KEY).to_pylist(),
+                                  batch.column(DATA).to_pylist()):
+            if tag == CONTROL_TAG:
+                forward(CONTROL_TAG, None, data)
+            elif tag == RESIDUAL_TAG:
+                yield beam_fn_api_pb2.Elements.Data(
+                    transform_id=key.decode(), data=data)
+            else:
+                yield beam_fn_api_pb2.Elements.Data(
+                    transform_id=ports[tag].transform_id, data=data)
 
 
 def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
@@ -116,6 +142,15 @@ class _Cancelled(Exception):
     pass
 
 
+def _recording(inputs: Iterator, transform_id: str, fed: list) -> Iterator:
+    """Passes elements through, remembering those fed to ``transform_id``."""
+    for element in inputs:
+        if getattr(element, 'transform_id', None) == transform_id and isinstance(
+                element, beam_fn_api_pb2.Elements.Data):
+            fed.append(element.data)
+        yield element
+
+
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     entry = processors.acquire(task)
     out: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
@@ -145,14 +180,29 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
         """Runs one bundle; reports it; returns its residuals."""
         if entry.routing_state is not None:
             entry.routing_state.new_bundle()
+        splitter, fed = None, []
+        if task.stage.split_input and task.split_after > 0:
+            splitter = sdf.RunnerSplitter(
+                entry.processor, task.stage.split_input, task.split_after,
+                task.split_ways)
+            inputs = _recording(inputs, task.stage.split_input, fed)
         entry.factory.current = InProcessDataChannel(
             inputs, builder.add, entry.outputs,
             entry.timer_queue.add if entry.timer_queue else None)
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         with report.capture_warnings() as caught:
             with entry.state_handler.process_instruction_id(instruction_id, []):
-                residuals, finalize = entry.processor.process_bundle(
-                    instruction_id)
+                if splitter:
+                    splitter.start(instruction_id)
+                try:
+                    residuals, finalize = entry.processor.process_bundle(
+                        instruction_id)
+                finally:
+                    if splitter:
+                        splitter.stop()
+            if splitter:
+                for input_id, data in splitter.residual_rows(fed):
+                    builder.add(RESIDUAL_TAG, input_id, data)
             if finalize:
                 # Bundle finalization runs once Spark has taken every output
                 # row of the bundle (callback errors are logged by the SDK).
