@@ -5,14 +5,14 @@ Connect *client*: a process with no JVM of its own that connects to a running
 Connect server, runs the pipelines with ``InProcessSparkRunner(spark=session)``
 and writes a JSON status file::
 
-    python spark_connect_pipelines.py --remote sc://127.0.0.1:PORT --out DIR \
-        --status DIR/status.json [NAME ...]
+    python spark_connect_pipelines.py --remote sc://127.0.0.1:PORT [--wait SECONDS] \
+        --out DIR --status DIR/status.json [NAME ...]
 
 Why a separate process: a classic SparkSession and a Spark Connect session do not
 coexist in one Python process (see the notes in test_spark_connect.py).
 
 Each pipeline checks itself with ``assert_that`` and writes every output, one
-``repr`` per line, with ``WriteToText`` under ``DIR/NAME/LABEL`` so the test can
+``repr`` per line, with ``WriteToText`` to ``DIR/NAME-*`` so the test can
 compare engines; DoFns run in Spark's Python workers, so a list in the test
 process would stay empty.
 
@@ -185,32 +185,52 @@ def flatten(p):
 # --- running and reading back ------------------------------------------------
 
 def run(name, runner, out_dir):
-    """Runs pipeline ``name`` on ``runner``, writing its outputs under out_dir/name."""
+    """Runs pipeline ``name`` on ``runner``; its outputs go to ``out_dir/NAME-*``.
+
+    All outputs share one ``WriteToText`` (lines ``label<TAB>repr(element)``):
+    every write adds stages and side-input collections, i.e. Spark jobs.
+    """
     with beam.Pipeline(runner=runner) as p:
         outputs = PIPELINES[name](p)
-        for label, pcoll in sorted(outputs.items()):
-            _ = (pcoll
-                 | f'Format {label}' >> beam.Map(repr)
-                 | f'Write {label}' >> beam.io.WriteToText(
-                     os.path.join(out_dir, name, label)))
+        lines = [pcoll | f'Format {label}' >> beam.Map(
+                     lambda x, label=label: f'{label}\t{x!r}')
+                 for label, pcoll in sorted(outputs.items())]
+        _ = (tuple(lines)
+             | 'All outputs' >> beam.Flatten()
+             | 'Write' >> beam.io.WriteToText(os.path.join(out_dir, name)))
 
 
 def read_outputs(out_dir, name):
     """{label: sorted lines} written by ``run`` for pipeline ``name``."""
     result = {}
-    for label_path in sorted(glob.glob(os.path.join(out_dir, name, '*'))):
-        label = os.path.basename(label_path)
-        if '-of-' not in label:
-            continue
-        label = label.split('-')[0]
-        with open(label_path, encoding='utf-8') as f:
-            result.setdefault(label, []).extend(f.read().splitlines())
+    for path in sorted(glob.glob(os.path.join(out_dir, f'{name}-*-of-*'))):
+        with open(path, encoding='utf-8') as f:
+            for line in f.read().splitlines():
+                label, _, value = line.partition('\t')
+                result.setdefault(label, []).append(value)
     return {label: sorted(lines) for label, lines in result.items()}
+
+
+def _wait_for_server(remote, seconds):
+    import socket
+    import urllib.parse
+    url = urllib.parse.urlparse('http' + remote[2:])
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((url.hostname, url.port or 15002), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--remote', required=True, help='sc://host:port')
+    parser.add_argument('--wait', type=float, default=0,
+                        help='seconds to wait for the server to listen')
     parser.add_argument('--out', required=True)
     parser.add_argument('--status', required=True)
     parser.add_argument('names', nargs='*')
@@ -229,6 +249,9 @@ def main(argv=None):
         os.replace(tmp, args.status)
 
     start = time.monotonic()
+    _wait_for_server(args.remote, args.wait)
+    status['server_wait_seconds'] = round(time.monotonic() - start, 2)
+    start = time.monotonic()
     session = SparkSession.builder.remote(args.remote).getOrCreate()
     try:
         import pyspark
@@ -245,7 +268,7 @@ def main(argv=None):
             try:
                 run(name, InProcessSparkRunner(spark=session), args.out)
                 entry['ok'] = True
-            except BaseException as e:  # report everything, including assert_that
+            except Exception as e:  # report everything, including assert_that
                 entry['error'] = f'{type(e).__name__}: {e}'[-6000:]
                 entry['traceback'] = traceback.format_exc()[-6000:]
             entry['seconds'] = round(time.monotonic() - began, 2)

@@ -94,6 +94,7 @@ class ConnectRun:
         self.client_log = workdir / 'client.log'
         self.port = _free_port()
         self.server = None
+        self.client = None
         self.error = None
         self.client_returncode = None
         self.seconds = None
@@ -134,47 +135,51 @@ class ConnectRun:
         return self
 
     def _run(self) -> None:
+        # The client starts with the server (its imports overlap the JVM start)
+        # and waits for the port itself.
         try:
-            deadline = time.monotonic() + SERVER_START_TIMEOUT
-            while not _listening(self.port):
-                if self.server.poll() is not None:
-                    raise RuntimeError(
-                        f'Spark Connect server exited with {self.server.returncode}')
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f'Spark Connect server not listening on port {self.port} '
-                        f'after {SERVER_START_TIMEOUT} s')
-                time.sleep(0.3)
             with open(self.client_log, 'wb') as log:
-                client = subprocess.run(
+                self.client = subprocess.Popen(
                     [sys.executable, str(HELPER),
                      '--remote', f'sc://127.0.0.1:{self.port}',
+                     '--wait', str(SERVER_START_TIMEOUT),
                      '--out', str(self.out), '--status', str(self.status_path)],
                     env=self._env(), cwd=self.workdir, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, timeout=CLIENT_TIMEOUT)
-            self.client_returncode = client.returncode
+                    stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + SERVER_START_TIMEOUT + CLIENT_TIMEOUT
+            while self.client.poll() is None:
+                if self.server.poll() is not None:
+                    raise RuntimeError('Spark Connect server exited with '
+                                       f'{self.server.returncode} while the client ran')
+                if time.monotonic() > deadline:
+                    raise RuntimeError('Spark Connect client still running after '
+                                       f'{SERVER_START_TIMEOUT + CLIENT_TIMEOUT} s')
+                time.sleep(0.2)
+            self.client_returncode = self.client.returncode
         except BaseException as e:  # reported by result()
             self.error = f'{type(e).__name__}: {e}'
         finally:
             self.seconds = time.monotonic() - self._started
-            self.stop_server()
+            self.stop()
 
-    def stop_server(self) -> None:
+    def stop(self) -> None:
+        """Stops the client (if still running) and the server with its workers."""
+        if self.client is not None and self.client.poll() is None:
+            self.client.kill()
+            self.client.wait(10)
         server = self.server
-        if server is None or server.poll() is not None:
+        if server is None:
             return
         for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            if server.poll() is not None:
+                break
             try:
                 os.killpg(server.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
                 server.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
+            except (ProcessLookupError, subprocess.TimeoutExpired):
                 continue
-        # Python workers the server forked exit when it closes their sockets;
-        # make sure none of the group is left.
+        # The group (the server's own session) may still hold Python workers
+        # the server forked; none may outlive it.
         try:
             os.killpg(server.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -202,7 +207,7 @@ class ConnectRun:
 def connect_run(tmp_path_factory):
     run = ConnectRun(tmp_path_factory.mktemp('spark_connect')).start()
     yield run
-    run.stop_server()
+    run.stop()
     run._thread.join(30)
 
 
