@@ -69,13 +69,13 @@ class SparkEngine:
 
     def reshuffle(self, data):
         f = self._f
-        # Spread by a hash of each row's position, not of its bytes: a few
-        # large rows (SDF restrictions) must not all land in one partition,
-        # and unlike round-robin repartition this needs no sort.
+        # Round-robin: a few rows (Create's elements, SDF restrictions) are
+        # spread evenly, which hashing cannot promise. Spark sorts each input
+        # partition first (spark.sql.execution.sortBeforeRepartition), so a
+        # retried task sends every row where its first attempt did.
         return data.withColumn(TAG, f.when(
             f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
-                f.lit(0)).cast('int')).repartition(
-            self._parallelism, f.xxhash64(f.monotonically_increasing_id()))
+                f.lit(0)).cast('int')).repartition(self._parallelism)
 
     def residuals(self, data):
         """The restrictions a round split off (see ``worker.sdf``)."""

@@ -2,7 +2,7 @@
 
 Run by hand, never by pytest (no ``test_`` file names here)::
 
-    python tests/benchmarks/run.py                  # sizes 1M and 4M, 3 repeats (~10-15 min, 2 cores)
+    python tests/benchmarks/run.py                  # 1M and 4M (P2: 100k, 400k), 3 repeats
     python tests/benchmarks/run.py --quick          # smoke run: 100k, 1 repeat
     python tests/benchmarks/run.py --sizes 1000000 --repeats 5 --pipelines P1
 
@@ -13,8 +13,11 @@ hand-written PySpark jobs. Pipelines (N elements, generated inside the pipeline:
 
 - P0  fixed cost: 10 elements -> checksum (size-independent; measured once).
 - P1  N ints -> Map(x -> (x % 1000, x)) -> Map((k, v * 2)) -> CombinePerKey(sum).
-- P2  N ints -> TimestampedValue((x % 1000, x), t(x)) over one hour -> FixedWindows(60)
-      -> GroupByKey -> Map(sum of values per key and window).
+- P2  N ints -> TimestampedValue((x % 1000, x), t(x)) over ten minutes -> FixedWindows(60)
+      -> GroupByKey -> Map(sum of values per key and window): 10,000 groups. Default N
+      is 100k and 400k: Beam's GroupByKey into non-global windows goes through
+      ``GeneralTriggerDriver`` (FnApiRunner and this runner alike), tens of µs per
+      element, and at 1M+ it alone would blow the ~15-minute budget (``--p2-sizes``).
 - P3  N ints -> Map(dict lookup in an AsDict side input of 10k (k, v) entries).
 
 Engines, one column each:
@@ -33,8 +36,10 @@ the pipeline's output, computed in the pipeline (Beam: ``CombineGlobally`` then 
 that writes ``repr(result)`` to a temporary file read back by the driver; Spark: a
 one-row ``agg`` collected). Every run is checked against a pure-Python reference, so
 all engines agree. Wall time is measured from pipeline construction to the result
-being on disk/driver; per pipeline, size and engine: one warm-up run, then
-``--repeats`` timed runs (engines interleaved per repeat), median reported.
+being on disk/driver. Per pipeline and engine one warm-up run at N=100k (it pays Python
+worker start, imports and JIT, which do not depend on N), then per size ``--repeats``
+timed runs with the engines interleaved, so background load hits all alike; the median
+is reported. The machine may be shared: figures are indicative.
 """
 from __future__ import annotations
 
@@ -58,9 +63,11 @@ from typing import Optional
 
 DEFAULT_SIZES = (1_000_000, 4_000_000)
 QUICK_SIZES = (100_000,)
+DEFAULT_P2_SIZES = (100_000, 400_000)
+WARMUP_SIZE = 100_000
 KEYS = 1000                 # P1, P2
 WINDOW_SECONDS = 60         # P2
-SPAN_SECONDS = 3600         # P2: timestamps spread over one hour -> 60 windows
+SPAN_SECONDS = 600          # P2: timestamps spread over ten minutes -> 10 windows
 SIDE_ENTRIES = 10_000       # P3
 SIDE_CHUNKS = 10
 
@@ -459,35 +466,43 @@ def _short_error(e: BaseException) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
-def measure(harness: Harness, bench: Benchmark, n: int, engines, repeats: int,
-            expected: tuple) -> dict:
-    cells = {engine: Cell() for engine in engines}
+def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
+            warmup_size: int, expected: dict) -> list:
+    """One warm-up run per engine, then per size ``repeats`` runs, engines interleaved."""
+    broken: dict = {}   # engine -> error; a failing engine is reported, the others go on
 
-    def attempt(engine: str, label: str) -> None:
-        cell = cells[engine]
-        if cell.error:
-            return
+    def attempt(engine: str, n: int, label: str) -> Optional[float]:
         try:
             seconds, result = harness.run(bench, n, engine)
-        except Exception as e:  # a failing engine is reported, the others go on
-            cell.error = _short_error(e)
-            _log(f'  {bench.name} n={n:,} {engine} {label}: FAILED {cell.error}')
+        except Exception as e:
+            broken[engine] = _short_error(e)
+            _log(f'  {bench.name} n={n:,} {engine} {label}: FAILED {broken[engine]}')
             _log(''.join(traceback.format_exception(e))[-3000:])
-            return
-        if result != expected:
-            cell.error = f'wrong result {result}, expected {expected}'
-            _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT {result} != {expected}')
-            return
-        if label != 'warm-up':
-            cell.times.append(seconds)
+            return None
+        if result != expected[n]:
+            broken[engine] = (f'wrong result at N={n:,}: {result}, '
+                              f'expected {expected[n]}')
+            _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT '
+                 f'{result} != {expected[n]}')
+            return None
         _log(f'  {bench.name} n={n:,} {engine:12s} {label}: {seconds:7.2f} s  ok')
+        return seconds
 
     for engine in engines:
-        attempt(engine, 'warm-up')
-    for r in range(repeats):
-        for engine in engines:   # interleaved, so background load hits all engines alike
-            attempt(engine, f'run {r + 1}/{repeats}')
-    return cells
+        attempt(engine, warmup_size, 'warm-up')
+    rows = []
+    for n in sizes:
+        cells = {engine: Cell() for engine in engines}
+        for r in range(repeats):
+            for engine in engines:   # interleaved: background load hits all alike
+                if engine not in broken:
+                    seconds = attempt(engine, n, f'run {r + 1}/{repeats}')
+                    if seconds is not None:
+                        cells[engine].times.append(seconds)
+        for engine, error in broken.items():
+            cells[engine].error = error
+        rows.append((bench, n, cells, os.getloadavg()[0]))
+    return rows
 
 
 def _fmt_seconds(cell: Cell) -> str:
@@ -531,64 +546,75 @@ def _java() -> str:
 
 def report(results: list, args, started: datetime.datetime, elapsed: float,
            load_before, load_after) -> str:
-    lines = []
-    lines.append('## beam-spark-inproc benchmarks')
-    lines.append('')
+    lines = ['## beam-spark-inproc benchmarks', '']
     lines.append(
-        f'- date: {started.isoformat(timespec="seconds")}; total {elapsed / 60:.1f} min')
+        f'- date: {started.isoformat(timespec="seconds")}; total run {elapsed / 60:.1f} min')
     lines.append(
-        f'- nproc: {_nproc()}; Spark master local[2]; host {platform.node()} '
-        f'({platform.machine()}); load average before/after: '
-        f'{load_before[0]:.2f} / {load_after[0]:.2f}')
+        f'- nproc: {_nproc()}; Spark master {args.master} (one session for all runs); '
+        f'1-min load average at start/end: {load_before[0]:.2f} / {load_after[0]:.2f}')
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
         f'{_java()}')
     lines.append(
-        f'- median wall seconds over {args.repeats} run(s) after 1 warm-up '
-        f'(min–max in parentheses); data generated in-pipeline from '
-        f'{args.chunks} chunks; every run checked against a pure-Python reference')
-    lines.append('- figures are indicative: other processes may share the CPU')
+        f'- wall seconds: median of {args.repeats} run(s) (min–max), after one warm-up run '
+        f'per pipeline and engine at N={args.warmup_size:,}; engines interleaved per '
+        f'repeat; data generated in-pipeline from {args.chunks} chunks; every run\'s '
+        'checksum checked against a pure-Python reference')
+    lines.append(
+        '- figures are indicative only: other processes may share the CPU '
+        '("load" = 1-min load average after the row\'s runs)')
     lines.append('')
     header = (['pipeline', 'N'] + [f'{ENGINE_TITLES[e]} (s)' for e in ENGINES]
-              + ['Spark runner ÷ FnApi', 'Spark runner ÷ FnApi mp2',
-                 'Spark runner ÷ PySpark'])
+              + ['InProcessSpark ÷ FnApi', 'InProcessSpark ÷ FnApi mp2',
+                 'InProcessSpark ÷ PySpark', 'load'])
     lines.append('| ' + ' | '.join(header) + ' |')
     lines.append('|' + '|'.join(['---'] * 2 + ['---:'] * (len(header) - 2)) + '|')
     errors = []
-    for bench, n, cells in results:
-        row = [f'{bench.name}: {bench.title}', f'{n:,}']
+    for bench, n, cells, load in results:
+        row = [f'{bench.name} {bench.title}', f'{n:,}']
         row += [_fmt_seconds(cells.get(e)) for e in ENGINES]
         sr = cells.get('spark_runner')
         row += [_fmt_ratio(sr, cells.get('fnapi')), _fmt_ratio(sr, cells.get('fnapi_mp')),
-                _fmt_ratio(sr, cells.get('pyspark'))]
+                _fmt_ratio(sr, cells.get('pyspark')), f'{load:.1f}']
         lines.append('| ' + ' | '.join(row) + ' |')
         for e, cell in cells.items():
             if cell.error:
                 errors.append(f'- {bench.name} N={n:,} {ENGINE_TITLES[e]}: {cell.error}')
+    lines.append('')
     if errors:
-        lines.append('')
         lines.append('n/a:')
         lines.extend(errors)
-    lines.append('')
+        lines.append('')
     lines.append(
-        'Engines: InProcessSpark = `InProcessSparkRunner(spark=session)`; FnApi = '
-        "Beam `FnApiRunner()` in-memory; FnApi mp2 = `FnApiRunner` with "
-        "`direct_num_workers=2, direct_running_mode='multi_processing'`; PySpark = "
-        'hand-written `spark.range` + `mapInArrow` (same per-element Python functions) + '
-        '`groupBy().agg`, on the same session.')
+        'Engines: InProcessSpark = `InProcessSparkRunner(spark=session)`; FnApi = Beam '
+        "`FnApiRunner()` in-memory; FnApi mp2 = `FnApiRunner` with `direct_num_workers=2, "
+        "direct_running_mode='multi_processing'`; PySpark = hand-written `spark.range` + "
+        '`mapInArrow` (the same per-element Python functions) + `groupBy().agg`, same '
+        'session. P0 is the fixed cost of a trivial pipeline. P2 runs at smaller N by '
+        'default: Beam\'s windowed GroupByKey (GeneralTriggerDriver, used by FnApiRunner '
+        'and this runner alike) costs tens of µs per element.')
     return '\n'.join(lines)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='InProcessSparkRunner vs FnApiRunner vs hand-written PySpark.')
-    parser.add_argument('--sizes', type=int, nargs='+', default=None,
-                        help=f'element counts (default {" ".join(map(str, DEFAULT_SIZES))})')
+    parser.add_argument(
+        '--sizes', type=int, nargs='+', default=None,
+        help=f'element counts for P1 and P3, and for P2 unless --p2-sizes is given '
+        f'(default {" ".join(map(str, DEFAULT_SIZES))})')
+    parser.add_argument(
+        '--p2-sizes', type=int, nargs='+', default=None,
+        help=f'element counts for P2, the windowed GroupByKey (default '
+        f'{" ".join(map(str, DEFAULT_P2_SIZES))}; --sizes if only that is given)')
     parser.add_argument('--repeats', type=int, default=None,
-                        help='timed runs after one warm-up (default 3)')
+                        help='timed runs per size and engine (default 3)')
     parser.add_argument('--quick', action='store_true',
                         help='smoke run: 100k elements, 1 repeat')
+    parser.add_argument('--warmup-size', type=int, default=None,
+                        help='N of the one warm-up run per pipeline and engine '
+                        '(default 100000, or the smallest size if smaller)')
     parser.add_argument('--pipelines', nargs='+', default=list(BENCHMARKS),
                         choices=list(BENCHMARKS), help='which pipelines (default all)')
     parser.add_argument('--engines', nargs='+', default=list(ENGINES), choices=ENGINES,
@@ -597,13 +623,18 @@ def parse_args(argv=None):
                         help='Create seeds the data is generated from (default 32)')
     parser.add_argument('--master', default='local[2]', help='Spark master (default local[2])')
     parser.add_argument('--output', default=None,
-                        help='also write the markdown table to this file')
+                        help='also write the markdown report to this file')
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = args.sizes or list(QUICK_SIZES)
+        args.p2_sizes = args.p2_sizes or list(args.sizes)
         args.repeats = args.repeats or 1
+    if args.p2_sizes is None:
+        args.p2_sizes = list(args.sizes) if args.sizes else list(DEFAULT_P2_SIZES)
     args.sizes = args.sizes or list(DEFAULT_SIZES)
     args.repeats = args.repeats or 3
+    if args.warmup_size is None:
+        args.warmup_size = min([WARMUP_SIZE] + args.sizes + args.p2_sizes)
     return args
 
 
@@ -622,30 +653,34 @@ def main(argv=None) -> int:
          f'{time.perf_counter() - t0:.1f} s')
 
     results = []
-    failed_checks = False
     with tempfile.TemporaryDirectory(prefix='beam-spark-bench-') as workdir:
         harness = Harness(spark, args.chunks, workdir)
         for name in args.pipelines:
             bench = BENCHMARKS[name]
-            sizes = [bench.fixed_size] if bench.fixed_size else args.sizes
-            for n in sizes:
+            if bench.fixed_size:
+                sizes, warmup = [bench.fixed_size], bench.fixed_size
+            else:
+                sizes = args.p2_sizes if name == 'P2' else args.sizes
+                warmup = args.warmup_size
+            expected = {}
+            for n in sorted({warmup, *sizes}):
                 r0 = time.perf_counter()
-                expected = tuple(bench.reference(n))
-                _log(f'{name} n={n:,}: reference {expected} '
+                expected[n] = tuple(bench.reference(n))
+                _log(f'{name} n={n:,}: reference {expected[n]} '
                      f'({time.perf_counter() - r0:.1f} s)')
-                cells = measure(harness, bench, n, args.engines, args.repeats, expected)
-                failed_checks |= any(c.error and c.error.startswith('wrong result')
-                                     for c in cells.values())
-                results.append((bench, n, cells))
+            results += measure(harness, bench, sizes, args.engines, args.repeats,
+                               warmup, expected)
     elapsed = time.perf_counter() - t0
-    table = report(results, args, started, elapsed, load_before, os.getloadavg())
-    print(table, flush=True)
+    text = report(results, args, started, elapsed, load_before, os.getloadavg())
+    print(text, flush=True)
     if args.output:
         with open(args.output, 'w') as f:
-            f.write(table + '\n')
+            f.write(text + '\n')
     if created:
         spark.stop()
-    return 1 if failed_checks else 0
+    wrong = any(c.error and c.error.startswith('wrong result')
+                for _, _, cells, _ in results for c in cells.values())
+    return 1 if wrong else 0
 
 
 if __name__ == '__main__':
