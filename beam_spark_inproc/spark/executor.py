@@ -21,6 +21,8 @@ Policy:
 from __future__ import annotations
 
 import collections
+import dataclasses
+import logging
 import uuid
 from typing import Any, Protocol
 
@@ -32,6 +34,9 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.spark.side_inputs import state_entries
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.stage_task import StageTask
+
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class Engine(Protocol):
@@ -158,8 +163,9 @@ class Executor:
         return self.engine.map_stage(data, task)
 
     def _rounds(self, data: Any, task: StageTask) -> Any:
-        """Runs a splittable stage round after round until no restriction is
-        split off: each round's residuals are spread over all partitions."""
+        """Runs a splittable stage in rounds: the first round's stragglers are
+        split (see ``worker.sdf``), their residuals spread over all partitions
+        as a second round (self-checkpoints stay within their task)."""
         rounds = []
         result = self.engine.map_stage(data, task)
         while True:
@@ -168,7 +174,14 @@ class Executor:
             residuals = self.engine.residuals(result)
             if self.engine.is_empty(residuals):
                 break
-            result = self.engine.map_stage(self.engine.spread(residuals), task)
+            _LOGGER.info('Stage %r: round %d split off restrictions; running '
+                         'them as round %d', task.stage.name[-60:], len(rounds),
+                         len(rounds) + 1)
+            # The residuals are equal shares, one per core: splitting them again
+            # would only add rounds.
+            result = self.engine.map_stage(
+                self.engine.spread(residuals),
+                dataclasses.replace(task, split_after=0.0))
         return rounds[0] if len(rounds) == 1 else self.engine.union(rounds)
 
     def _side_input_state(self, index: int, stage: p.StagePlan) -> tuple:

@@ -7,10 +7,10 @@ resume delay the DoFn asked for, until none remains; staying in the task keeps
 them in one Spark task attempt, so a retry re-runs them all.
 
 *Runner-initiated splits*: a bundle still running after ``split_after`` seconds
-is split with the SDK's ``try_split`` into ``ways`` equal parts of its current
-restriction; the primary finishes here, the residuals (and any input elements
-the split cut off) leave as ``RESIDUAL_TAG`` rows, and the executor runs them as
-the stage's next round, spread over all partitions.
+is split with the SDK's ``try_split``: the primary keeps a sliver and finishes
+here; the rest becomes ``ways`` equal residuals that leave (with any input
+elements the split cut off) as ``RESIDUAL_TAG`` rows, and the executor runs them
+as the stage's next round, spread over all partitions.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.planning.ports import input_transform
 
+# Fraction of its remainder a split restriction keeps running in its task.
+PRIMARY_KEEPS = 0.02
 # Longest single wait honoured for a requested resume delay.
 MAX_RESUME_DELAY_SECONDS = 60.0
 
@@ -66,15 +68,19 @@ class RunnerSplitter:
     def _run(self, instruction_id: str) -> None:
         if self._stop.wait(self._split_after):
             return
-        # Split k-1 times so that k equal parts of the remainder exist: the
-        # i-th split keeps (k-1-i)/(k-i) of what the primary still has.
-        for i in range(self._ways - 1):
+        # Split k times so that the primary keeps only a sliver of its
+        # remainder and k equal residuals go to the next round, one per core
+        # (a round waits for the previous one, so the primary must not keep a
+        # share). Split i keeps (R_i - r) / R_i of the remainder R_i = 1 - i*r.
+        share = (1 - PRIMARY_KEEPS) / self._ways
+        for i in range(self._ways):
+            remaining = 1 - i * share
             request = beam_fn_api_pb2.ProcessBundleSplitRequest(
                 instruction_id=instruction_id,
                 desired_splits={self._input_id: beam_fn_api_pb2.
                                 ProcessBundleSplitRequest.DesiredSplit(
                                     fraction_of_remainder=(
-                                        (self._ways - 1 - i) / (self._ways - i)),
+                                        (remaining - share) / remaining),
                                     estimated_input_elements=0)})
             response = self._processor.try_split(request)
             self.residual_roots.extend(response.residual_roots)
