@@ -25,6 +25,11 @@ class SparkRunnerOptions(PipelineOptions):
             'default: the cores of a local master, else '
             'spark.default.parallelism or spark.sql.shuffle.partitions.')
         parser.add_argument(
+            '--inproc_debug', action='store_true', default=False,
+            help='Run the same plan and worker code in this process, without '
+            'Spark: breakpoint() in a DoFn stops here, exceptions keep their '
+            'type. For debugging on small data.')
+        parser.add_argument(
             '--spark_split_after_seconds', type=float, default=5.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '
             'reads): a restriction still running after this many seconds is '

@@ -36,12 +36,15 @@ class InProcessSparkRunner(PipelineRunner):
     session is kept for the next pipeline of this process).
     ``is_drain``: run as a drained pipeline: splittable DoFns truncate their
     restrictions (as Beam's FnApiRunner(is_drain=True) does).
+    ``debug`` (or ``--inproc_debug``): run the same plan and worker code in this
+    process without Spark (see ``debug``).
     """
 
-    def __init__(self, spark=None, is_drain: bool = False):
+    def __init__(self, spark=None, is_drain: bool = False, debug: bool = False):
         super().__init__()
         self._spark = spark
         self._is_drain = is_drain
+        self._debug = debug
 
     def default_environment(self, options: PipelineOptions):
         return environments.EmbeddedPythonEnvironment.default()
@@ -67,16 +70,21 @@ class InProcessSparkRunner(PipelineRunner):
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
 
-        from beam_spark_inproc.spark import session as spark_session
-        from beam_spark_inproc.spark.engine import SparkEngine
-        from beam_spark_inproc.spark.executor import execute
         if opts.spark_split_after_seconds < 0:
             raise ValueError(
                 '--spark_split_after_seconds must be >= 0 (0 turns runner '
                 f'splitting off), got {opts.spark_split_after_seconds}.')
-        spark = self.session(options)
-        parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
-        engine = SparkEngine(spark, parallelism)
+        from beam_spark_inproc.spark.executor import execute
+        if self._debug or opts.inproc_debug:
+            from beam_spark_inproc.debug.engine import LocalEngine
+            parallelism = opts.spark_parallelism or 2
+            engine = LocalEngine(parallelism)
+        else:
+            from beam_spark_inproc.spark import session as spark_session
+            from beam_spark_inproc.spark.engine import SparkEngine
+            spark = self.session(options)
+            parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
+            engine = SparkEngine(spark, parallelism)
         job_id = uuid.uuid4().hex
         start = time.monotonic()
         try:

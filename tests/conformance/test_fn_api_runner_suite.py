@@ -53,3 +53,16 @@ class InProcessSparkRunnerMetricsTest(fn_runner_test.FnApiRunnerMetricsTest):
         'test_non_user_metrics')
     def test_progress_metrics(self):
         pass
+
+
+class InProcessDebugRunnerTest(fn_runner_test.FnApiRunnerTest):
+    """The same suite in debug mode: same plan and worker code, no Spark."""
+
+    def create_pipeline(self, is_drain=False):
+        return beam.Pipeline(runner=InProcessSparkRunner(
+            is_drain=is_drain, debug=True))
+
+
+for _name, _reason in {**SKIPS, **BEAM_SKIPS}.items():
+    setattr(InProcessDebugRunnerTest, _name,
+            unittest.skip(_reason)(getattr(InProcessDebugRunnerTest, _name)))
