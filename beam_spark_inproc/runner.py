@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 import uuid
@@ -25,6 +26,16 @@ from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.worker import report
 
 _LOGGER = logging.getLogger(__name__)
+# Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
+EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
+
+
+class Explained(BaseException):
+    """Raised instead of running when explaining (stops the user's script)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
 _STAGE_NOTE = re.compile(r'\[beam stage\] (.*?) \| transforms: (.*)')
 
 
@@ -67,6 +78,9 @@ class InProcessSparkRunner(PipelineRunner):
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
         plan = plan_pipeline(pipeline, self._is_drain)
+        if os.environ.get(EXPLAIN_ENV):
+            from beam_spark_inproc.planning.describe import describe
+            raise Explained(describe(plan))
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
 

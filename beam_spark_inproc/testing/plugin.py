@@ -7,6 +7,10 @@ is first used.
   with master ``--spark-master`` / ini ``spark_master`` (default ``local[2]``).
 * ``inproc_runner``: an ``InProcessSparkRunner`` on that session.
 * ``beam_pipeline``: a Beam ``TestPipeline`` on that runner.
+
+``--test-pipeline-options="--runner=beam_spark_inproc.InProcessSparkRunner ..."``
+gives Beam-style tests (``TestPipeline()``, marker ``it_validatesrunner``) their
+pipeline options, as Beam's own test setup does.
 """
 from __future__ import annotations
 
@@ -20,6 +24,22 @@ def pytest_addoption(parser) -> None:
         help='Spark master for the spark_session fixture (default local[2]).')
     parser.addini('spark_master', 'Spark master for the spark_session fixture.',
                   default=None)
+    try:
+        group.addoption(
+            '--test-pipeline-options', default=None,
+            help='Pipeline options for Beam TestPipeline-based tests, e.g. '
+            '"--runner=beam_spark_inproc.InProcessSparkRunner".')
+    except ValueError:  # another plugin (Beam's own conftest) defines it
+        pass
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        'markers', 'it_validatesrunner: Beam runner validation test')
+    options = config.getoption('--test-pipeline-options', default=None)
+    if options:
+        from apache_beam.testing.test_pipeline import TestPipeline
+        TestPipeline.pytest_test_pipeline_options = options
 
 
 @pytest.fixture(scope='session')

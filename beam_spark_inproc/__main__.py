@@ -1,0 +1,46 @@
+"""``python -m beam_spark_inproc explain|run SCRIPT [pipeline args]``.
+
+* ``explain``: runs SCRIPT up to its first pipeline's ``run()``, then prints the
+  plan (fused stages, shuffles, side inputs, the Beam transforms each Spark step
+  runs) instead of executing it.
+* ``run``: runs SCRIPT on InProcessSparkRunner (adds ``--runner`` unless given).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+RUNNER_FLAG = '--runner=beam_spark_inproc.InProcessSparkRunner'
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='python -m beam_spark_inproc',
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument('command', choices=['explain', 'run'])
+    parser.add_argument('script', help='a Python file that builds and runs a pipeline')
+    parser.add_argument('args', nargs=argparse.REMAINDER,
+                        help='arguments for the script (pipeline options)')
+    args = parser.parse_args(argv)
+    from beam_spark_inproc.runner import EXPLAIN_ENV, Explained
+    script_args = list(args.args)
+    if not any(a == '--runner' or a.startswith('--runner=') for a in script_args):
+        script_args.append(RUNNER_FLAG)
+    sys.argv = [args.script] + script_args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    if args.command == 'explain':
+        os.environ[EXPLAIN_ENV] = '1'
+    try:
+        runpy.run_path(args.script, run_name='__main__')
+    except Explained as explained:
+        print(explained.text)
+        return 0
+    if args.command == 'explain':
+        print(f'{args.script} ran no pipeline on InProcessSparkRunner.', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
