@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
+from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import sdk_worker
 
 from beam_spark_inproc.planning.plan import StagePlan
@@ -121,12 +122,37 @@ def keyed_input_elements(task, entry, batches, forward: Callable) -> Iterator:
             continue
         while queue is not None and (timers := queue.pop()) is not None:
             yield timers
-        release_user_state(entry.processor)
+        release_user_state(entry.user_state_contexts)
 
 
-def release_user_state(processor) -> None:
+def release_user_state(contexts) -> None:
     """Drops the state objects of the key just finished (never read again)."""
-    for op in processor.ops.values():
-        context = getattr(op, 'user_state_context', None)
-        if context is not None:
-            context.reset()
+    for context in contexts:
+        context.reset()
+
+
+class TrackedUserStateContext(bundle_processor.FnApiUserStateContext):
+    """Beam's user state context, made reachable: DoOperation keeps its context
+    in a Cython attribute Python cannot read, so contexts created while a stage's
+    BundleProcessor is built are collected here (see ``collect_contexts``)."""
+
+    _collector: Optional[list] = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if TrackedUserStateContext._collector is not None:
+            TrackedUserStateContext._collector.append(self)
+
+
+@contextlib.contextmanager
+def collect_contexts() -> Iterator[list]:
+    """The user state contexts of the BundleProcessors built inside the block."""
+    collected: list = []
+    TrackedUserStateContext._collector = collected
+    original = bundle_processor.FnApiUserStateContext
+    bundle_processor.FnApiUserStateContext = TrackedUserStateContext
+    try:
+        yield collected
+    finally:
+        bundle_processor.FnApiUserStateContext = original
+        TrackedUserStateContext._collector = None

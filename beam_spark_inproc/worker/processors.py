@@ -26,6 +26,7 @@ from beam_spark_inproc.worker.channel import key_extractor
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.keyed import RoutingStateHandler
 from beam_spark_inproc.worker.keyed import TimerQueue
+from beam_spark_inproc.worker.keyed import collect_contexts
 
 # Beam's state cache weighs every cached value with objsize, which cost 75% of
 # a stateful stage's time; state here is in-process already, and side inputs
@@ -43,6 +44,7 @@ class Entry:
     outputs: dict[str, tuple[int, str, Optional[Any]]]
     routing_state: Optional[RoutingStateHandler] = None
     timer_queue: Optional[TimerQueue] = None
+    user_state_contexts: tuple = ()
 
 
 _lock = threading.Lock()
@@ -62,8 +64,9 @@ def _build(task) -> Entry:
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), routing or servicer)
     factory = ChannelFactory()
-    processor = bundle_processor.BundleProcessor(
-        FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
+    with collect_contexts() as contexts:
+        processor = bundle_processor.BundleProcessor(
+            FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
     timer_queue = TimerQueue(stage, {
         key: info.timer_coder_impl
         for key, info in processor.timers_info.items()}) if stage.timers else None
@@ -78,7 +81,7 @@ def _build(task) -> Entry:
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
     return Entry((task.job_id, stage.name), processor, factory, state_handler,
-                 groupings, outputs, routing, timer_queue)
+                 groupings, outputs, routing, timer_queue, tuple(contexts))
 
 
 def acquire(task) -> Entry:
