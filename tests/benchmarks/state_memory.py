@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument('--master', default='local[2]')
     args = parser.parse_args()
     spark, _ = get_or_create(args.master, None, {})
-    print(f'| keys | wall s | peak growth of a stateful bundle (MB) | state bytes read |')
+    print('| keys | wall s | peak growth of a stateful bundle (MB) | state bytes read |')
     print('|---:|---:|---:|---:|')
     with tempfile.TemporaryDirectory() as tmp:
         for keys in args.keys:
