@@ -256,8 +256,14 @@ def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
     assert status.get('stopped'), status
     assert connect_run.server.poll() is not None, 'Spark Connect server still running'
     assert not _listening(connect_run.port), f'port {connect_run.port} still open'
-    try:  # no process of the server's group is left (e.g. Python workers)
-        os.killpg(connect_run.server.pid, 0)
-        pytest.fail('processes of the Spark Connect server are still running')
-    except ProcessLookupError:
-        pass
+    # No process of the server's group is left (e.g. Python workers): killed
+    # processes take a moment to exit and be reaped, so allow a few seconds.
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            os.killpg(connect_run.server.pid, 0)
+        except ProcessLookupError:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail('processes of the Spark Connect server are still running')
+        time.sleep(0.2)
