@@ -64,34 +64,34 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
     DoFn restrictions still running after that many seconds (0: off).
     """
-    executor = Executor(plan, engine, job_id or uuid.uuid4().hex)
-    executor.split_after, executor.split_ways = split_after, split_ways
-    return executor.run()
+    return Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
+                    split_ways).run()
 
 
 class Executor:
-    split_after = 0.0
-    split_ways = 2
-
-    def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str):
+    def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
+                 split_after: float = 0.0, split_ways: int = 2):
         self.plan = plan
         self.engine = engine
         self.job_id = job_id
+        self.split_after = split_after
+        self.split_ways = split_ways
         self._context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(plan.components))
         self._results: dict[int, Any] = {}
         self._carried: set[int] = set()  # results whose control rows have a reader
         self._reports: list[bytes] = []
         self._side_inputs: dict[tuple, list[bytes]] = {}
+        self._uses: collections.Counter = collections.Counter()
         self._reads = self._wire()
-        self._uses = collections.Counter(
-            writer for writers in self._reads.values() for writer, _ in writers)
 
     def _wire(self) -> dict[tuple[int, bytes], list]:
         """(stage index, buffer id) -> writers [(stage index, tag)] it reads.
 
         A buffer's writers are the stages that wrote it before the reader, in
         plan order; a stage that reads and writes the same buffer replaces it.
+        Counts in ``_uses`` every read of each stage's result (a stage reading a
+        buffer as main and as side input reads it twice).
         """
         reads: dict = {}
         writers: dict[bytes, list[tuple[int, int]]] = collections.defaultdict(list)
@@ -100,6 +100,7 @@ class Executor:
             consumed += [si.buffer_id for si in stage.side_inputs]
             for buffer_id in consumed:
                 reads.setdefault((i, buffer_id), list(writers[buffer_id]))
+                self._uses.update(w for w, _ in writers[buffer_id])
             inputs = {port.buffer_id for port in stage.inputs}
             for tag, port in enumerate(stage.outputs):
                 if port.buffer_id in inputs:

@@ -125,3 +125,14 @@ def test_runner_flag_on_command_line_runs_wordcount(tmp_path):
     assert counts == dict(expected)
     top = sorted(expected.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:3]
     assert result.stdout.splitlines()[-3:] == ['%s: %d' % kv for kv in top]
+
+
+def test_pcollection_read_as_main_and_side_input_of_one_stage_runs_once(spark, tmp_path):
+    tally = str(tmp_path / 'tally')
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        evens = (p | beam.Create(range(0, 20, 2))
+                 | beam.ParDo(_Tally(tally)).with_outputs('odd', main='even')).even
+        both = evens | 'Both' >> beam.Map(lambda x, all_: x + len(all_),
+                                          all_=beam.pvalue.AsList(evens))
+        assert_that(both, equal_to([x + 10 for x in range(0, 20, 2)]))
+    assert sorted(int(x) for x in _lines(tally)) == list(range(0, 20, 2))
