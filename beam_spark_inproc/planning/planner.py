@@ -49,27 +49,23 @@ def _is_splittable(stage: translations.Stage) -> bool:
         for t in stage.transforms)
 
 
-def _is_stateful(stage: translations.Stage) -> bool:
-    return stage.is_stateful()
-
-
 def _buffer_layouts(context, stages) -> dict[bytes, str]:
     """KEYED for GroupByKey buffers and stateful inputs, ELEMENTS for Reshuffle
-    inputs, else CHUNKS."""
+    and splittable inputs, else CHUNKS (KEYED rows serve every reader)."""
     layouts: dict[bytes, str] = {}
     for stage in stages:
         for t in stage.transforms:
             if t.spec.urn in DATA_URNS:
                 if _buffer_kind(t.spec.payload) == 'group' or (
-                        _is_stateful(stage) and
+                        stage.is_stateful() and
                         t.spec.urn == bundle_processor.DATA_INPUT_URN and
                         t.spec.payload != translations.IMPULSE_BUFFER):
-                    layouts[t.spec.payload] = p.KEYED
+                    layouts[t.spec.payload] = p.KEYED  # one element per row too
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
                     # One element per row: a Reshuffle spreads them, a split
                     # restriction's unprocessed successors are resent one by one.
-                    layouts[t.spec.payload] = p.ELEMENTS
+                    layouts.setdefault(t.spec.payload, p.ELEMENTS)
     return layouts
 
 
@@ -103,7 +99,7 @@ def _grouping(context, buffer_id: bytes) -> p.Grouping:
 
 def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
     inputs, outputs, side_inputs, labels, timers = [], [], [], [], []
-    stateful = _is_stateful(stage)
+    stateful = stage.is_stateful()
     transforms = {}
     for transform in stage.transforms:
         t = copy.deepcopy(transform)
