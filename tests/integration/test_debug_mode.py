@@ -6,11 +6,9 @@ type, DoFns see the driver's module globals, and results equal those on Spark.
 """
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
-import textwrap
 
 import apache_beam as beam
 import pytest
@@ -20,6 +18,7 @@ from apache_beam.transforms.window import FixedWindows
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_spark_inproc import InProcessSparkRunner
+from tests.integration.outputs import run_to_lines
 
 # --- 1. breakpoint() in a DoFn ------------------------------------------------
 
@@ -143,16 +142,6 @@ def test_nested_function_sees_the_drivers_module_globals():
 
 # --- 4. same results as on Spark ----------------------------------------------
 
-def _run(runner, build, prefix: str) -> list[str]:
-    with beam.Pipeline(runner=runner) as p:
-        build(p) | beam.Map(repr) | beam.io.WriteToText(prefix)
-    lines = []
-    for path in glob.glob(prefix + '*'):
-        with open(path) as f:
-            lines.extend(f.read().splitlines())
-    return sorted(lines)
-
-
 def _fixed_windows_gbk(p):
     data = [(k, v) for k in 'ab' for v in range(25)]
     return (p | beam.Create(data)
@@ -225,8 +214,8 @@ _EXPECTED = {
     ('stateful_with_timer', _stateful_with_timer),
 ])
 def test_debug_results_equal_spark_results(spark, tmp_path, name, build):
-    debug = _run(InProcessSparkRunner(debug=True), build, str(tmp_path / 'debug'))
-    on_spark = _run(InProcessSparkRunner(spark=spark), build,
+    debug = run_to_lines(InProcessSparkRunner(debug=True), build, str(tmp_path / 'debug'))
+    on_spark = run_to_lines(InProcessSparkRunner(spark=spark), build,
                     str(tmp_path / 'spark'))
     assert debug == on_spark
     assert debug == _EXPECTED[name]

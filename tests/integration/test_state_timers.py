@@ -5,7 +5,6 @@ compared as sorted lines.
 """
 from __future__ import annotations
 
-import glob
 
 import apache_beam as beam
 from apache_beam.coders import StrUtf8Coder
@@ -17,21 +16,12 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc import InProcessSparkRunner
-
-
-def _run(runner, build, prefix: str) -> list[str]:
-    with beam.Pipeline(runner=runner) as p:
-        build(p) | beam.Map(repr) | beam.io.WriteToText(prefix)
-    lines = []
-    for path in glob.glob(prefix + '*'):
-        with open(path) as f:
-            lines.extend(f.read().splitlines())
-    return sorted(lines)
+from tests.integration.outputs import run_to_lines
 
 
 def run_both(spark, build, tmp_path) -> list[str]:
-    expected = _run(FnApiRunner(), build, str(tmp_path / 'fnapi'))
-    actual = _run(InProcessSparkRunner(spark=spark), build, str(tmp_path / 'spark'))
+    expected = run_to_lines(FnApiRunner(), build, str(tmp_path / 'fnapi'))
+    actual = run_to_lines(InProcessSparkRunner(spark=spark), build, str(tmp_path / 'spark'))
     assert actual == expected
     return actual
 
@@ -130,7 +120,7 @@ def test_event_time_timers_fire_in_order_until_none_remain(spark, tmp_path):
                 | beam.ParDo(TimerChain()))
 
     out = tmp_path / 'spark'
-    lines = _run(InProcessSparkRunner(spark=spark), build, str(out))
+    lines = run_to_lines(InProcessSparkRunner(spark=spark), build, str(out))
     expected = []
     for key in ('x', 'y', 'z'):
         # first.set(100) was replaced by first.set(50); 'cancelled' was cleared;
