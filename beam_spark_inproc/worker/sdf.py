@@ -6,8 +6,8 @@ FnApiRunner does, they are re-run as a new bundle in the same task, after the
 resume delay the DoFn asked for, until none remains; staying in the task keeps
 them in one Spark task attempt, so a retry re-runs them all.
 
-*Runner-initiated splits*: a bundle still running after ``split_after`` seconds
-is split with the SDK's ``try_split``: the primary keeps a sliver and finishes
+*Runner-initiated splits*: a bundle whose current element has been running for
+``split_after`` seconds is split with the SDK's ``try_split``: the primary keeps a sliver and finishes
 here; the rest becomes ``ways`` equal residuals that leave (with any input
 elements the split cut off) as ``RESIDUAL_TAG`` rows, and the executor runs them
 as the stage's next round, spread over all partitions.
@@ -58,6 +58,7 @@ class RunnerSplitter:
         self._thread: Optional[threading.Thread] = None
         self.residual_roots: list = []
         self.first_cut: Optional[int] = None  # first input element not processed
+        self._element_start: Optional[float] = None
 
     def start(self, instruction_id: str) -> None:
         self._thread = threading.Thread(
@@ -65,9 +66,20 @@ class RunnerSplitter:
             name='beam-sdf-splitter')
         self._thread.start()
 
+    def element_started(self) -> None:
+        """Called as each input element is handed to the bundle."""
+        self._element_start = time.monotonic()
+
     def _run(self, instruction_id: str) -> None:
-        if self._stop.wait(self._split_after):
-            return
+        # Wait until one element (restriction) has been running for the budget:
+        # a straggler, not merely a long bundle of short elements.
+        while True:
+            if self._stop.wait(0.05):
+                return
+            started = self._element_start
+            if started is not None and (
+                    time.monotonic() - started >= self._split_after):
+                break
         # Split k times so that the primary keeps only a sliver of its
         # remainder and k equal residuals go to the next round, one per core
         # (a round waits for the previous one, so the primary must not keep a

@@ -141,12 +141,15 @@ class _Cancelled(Exception):
     pass
 
 
-def _recording(inputs: Iterator, transform_id: str, fed: list) -> Iterator:
-    """Passes elements through, remembering those fed to ``transform_id``."""
+def _recording(inputs: Iterator, transform_id: str, fed: list,
+               splitter) -> Iterator:
+    """Passes elements through, remembering those fed to ``transform_id`` and
+    telling the splitter when each one starts."""
     for element in inputs:
         if getattr(element, 'transform_id', None) == transform_id and isinstance(
                 element, beam_fn_api_pb2.Elements.Data):
             fed.append(element.data)
+            splitter.element_started()
         yield element
 
 
@@ -184,7 +187,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
             splitter = sdf.RunnerSplitter(
                 entry.processor, task.stage.split_input, task.split_after,
                 task.split_ways)
-            inputs = _recording(inputs, task.stage.split_input, fed)
+            inputs = _recording(inputs, task.stage.split_input, fed, splitter)
         entry.factory.current = InProcessDataChannel(
             inputs, builder.add, entry.outputs,
             entry.timer_queue.add if entry.timer_queue else None)
