@@ -1,6 +1,7 @@
 """The Spark engine: executor operations as DataFrame transformations."""
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
@@ -16,20 +17,25 @@ from beam_spark_inproc.worker.rows import TAG
 def functions_for(session):
     """``pyspark.sql.functions`` builds classic or Connect columns from a
     process-wide flag, not from the session: pick the module the session needs."""
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # pyspark without the connect extra
-        ConnectSession = None
-    if ConnectSession is not None and isinstance(session, ConnectSession):
+    if is_connect(session):
         from pyspark.sql.connect import functions
     else:
         from pyspark.sql import functions
     return functions
 
 
+def is_connect(session) -> bool:
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # pyspark without the connect extra
+        return False
+    return isinstance(session, ConnectSession)
+
+
 class SparkEngine:
     def __init__(self, session, parallelism: int):
         self._session = session
+        self._connect = is_connect(session)
         self._f = functions_for(session)
         self._parallelism = parallelism
         self._cached: list = []
@@ -111,6 +117,31 @@ class SparkEngine:
         table = self.union(datas).filter(f.col(TAG) == CONTROL_TAG).select(
             DATA).toArrow()
         return table.column(DATA).to_pylist()
+
+    @contextlib.contextmanager
+    def job(self, tag: str, description: str):
+        """Spark jobs started inside carry the pipeline's tag (for
+        ``SparkSession.interruptTag``) and the Beam description: as the job
+        description on classic Spark, as a second tag over Connect (whose
+        server sets descriptions itself)."""
+        tags = [tag]
+        if self._connect:
+            tags.append(description.replace(',', ';')[:200])
+        added = [t for t in tags if t not in self._session.getTags()]
+        for t in added:
+            self._session.addTag(t)
+        context, previous = None, None
+        if not self._connect:
+            context = self._session.sparkContext  # classic-only: job descriptions
+            previous = context.getLocalProperty('spark.job.description')
+            context.setJobDescription(description)
+        try:
+            yield
+        finally:
+            if context is not None:
+                context.setLocalProperty('spark.job.description', previous)
+            for t in added:
+                self._session.removeTag(t)
 
     def release(self) -> None:
         for data in self._cached:

@@ -16,11 +16,14 @@ Policy:
   is built, and shipped with the consuming stage's task;
 * stages nobody reads are the leaves: they run together as one job at the end;
 * a stage running a splittable DoFn may run in rounds (``_rounds``): then it is
-  executed eagerly, one job per round.
+  executed eagerly, one job per round;
+* every job (``_job``) is described by the Beam stages it runs, for the engine
+  (Spark's job description) and the progress log (``progress``).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -31,6 +34,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.progress import Progress
 from beam_spark_inproc.spark.side_inputs import state_entries
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.stage_task import StageTask
@@ -55,6 +59,7 @@ class Engine(Protocol):
     def collect(self, data: Any) -> tuple[list[bytes], list[bytes]]: ...
     def run(self, datas: list, description: str) -> list[bytes]: ...
     def release(self) -> None: ...
+    def job(self, tag: str, description: str) -> Any: ...
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
@@ -84,6 +89,8 @@ class Executor:
         self._side_inputs: dict[tuple, list[bytes]] = {}
         self._uses: collections.Counter = collections.Counter()
         self._reads = self._wire()
+        self._ran: set[int] = set()  # stages whose results earlier jobs computed
+        self.progress = Progress(plan, job_id)
 
     def _wire(self) -> dict[tuple[int, bytes], list]:
         """(stage index, buffer id) -> writers [(stage index, tag)] it reads.
@@ -119,11 +126,39 @@ class Executor:
             leaves = [self._results[i] for i in range(len(self.plan.stages))
                       if self._uses[i] == 0]
             if leaves:
-                self._reports.extend(self.engine.run(
-                    leaves, 'beam pipeline %s' % self.job_id[:8]))
+                with self._job([i for i in range(len(self.plan.stages))
+                                if self._uses[i] == 0], 'leaves') as reports:
+                    reports.extend(self.engine.run(
+                        leaves, 'beam pipeline %s' % self.job_id[:8]))
         finally:
             self.engine.release()
         return [report.decode(r) for r in self._reports]
+
+    def _upstream(self, roots: list[int]) -> list[int]:
+        """The stages a job reading ``roots`` runs: those no earlier job ran."""
+        todo, seen = list(roots), set()
+        while todo:
+            i = todo.pop()
+            if i in seen or i in self._ran:
+                continue
+            seen.add(i)
+            for port in self.plan.stages[i].inputs:
+                todo.extend(w for w, _ in self._reads.get((i, port.buffer_id), ()))
+        return sorted(seen)
+
+    @contextlib.contextmanager
+    def _job(self, roots: list[int], what: str):
+        """Runs a Spark job under its Beam description; yields a list for the
+        control rows it returns."""
+        stages = self._upstream(roots)
+        description = self.progress.describe(stages, what)
+        self.progress.started(description)
+        reports: list[bytes] = []
+        with self.engine.job('beam-pipeline-' + self.job_id[:8], description):
+            yield reports
+        self._ran.update(stages)
+        self._reports.extend(reports)
+        self.progress.done(description, [report.decode(r) for r in reports])
 
     def _read(self, index: int, buffer_id: bytes, new_tag: int) -> list:
         if buffer_id == translations.IMPULSE_BUFFER:
@@ -160,10 +195,10 @@ class Executor:
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways)
         if stage.split_input and self.split_after > 0:
-            return self._rounds(data, task)
+            return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)
 
-    def _rounds(self, data: Any, task: StageTask) -> Any:
+    def _rounds(self, index: int, data: Any, task: StageTask) -> Any:
         """Runs a splittable stage in rounds: the first round's stragglers are
         split (see ``worker.sdf``), their residuals spread over all partitions
         as a second round (self-checkpoints stay within their task)."""
@@ -173,7 +208,10 @@ class Executor:
             result = self.engine.cache(result)
             rounds.append(result)
             residuals = self.engine.residuals(result)
-            if self.engine.is_empty(residuals):
+            self._ran.discard(index)  # each round runs the stage again
+            with self._job([index], f'splittable round {len(rounds)}'):
+                empty = self.engine.is_empty(residuals)
+            if empty:
                 break
             _LOGGER.info('Stage %r: round %d split off restrictions; running '
                          'them as round %d', task.stage.name[-60:], len(rounds),
@@ -191,10 +229,12 @@ class Executor:
             writers = tuple(self._reads[(index, side_input.buffer_id)])
             if writers not in self._side_inputs:
                 chunks = []
-                for part in self._read(index, side_input.buffer_id, 0):
-                    part_chunks, control = self.engine.collect(part)
-                    chunks.extend(part_chunks)
-                    self._reports.extend(control)
+                with self._job([w for w, _ in writers],
+                               f'side input {side_input.tag!r}') as reports:
+                    for part in self._read(index, side_input.buffer_id, 0):
+                        part_chunks, control = self.engine.collect(part)
+                        chunks.extend(part_chunks)
+                        reports.extend(control)
                 self._side_inputs[writers] = chunks
             coder = self._context.coders[side_input.coder_id]
             entries.extend(state_entries(

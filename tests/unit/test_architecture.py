@@ -29,6 +29,13 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
+def _classic_only(path: pathlib.Path, line: str) -> bool:
+    """The one allowed exception: the engine sets job descriptions on classic
+    sessions (Connect has no API for them), guarded by a Connect check."""
+    return (path.name == 'engine.py' and path.parent.name == 'spark'
+            and line.rstrip().endswith('# classic-only: job descriptions'))
+
+
 def test_sources_found():
     assert len(list(_sources())) > 10
 
@@ -37,7 +44,7 @@ def test_sources_found():
 def test_no_classic_only_spark_api(path):
     """No RDD, SparkContext, broadcast or accumulator: they fail over Spark Connect."""
     hits = [line for line in path.read_text().splitlines()
-            if FORBIDDEN.search(line)]
+            if FORBIDDEN.search(line) and not _classic_only(path, line)]
     assert not hits, f'{path}: {hits}'
 
 

@@ -1,0 +1,72 @@
+"""Beam-level progress: Spark job descriptions and the progress log."""
+from __future__ import annotations
+
+import logging
+import re
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.progress import stage_ranges
+
+
+def _side_input_pipeline(p):
+    side = p | 'Side' >> beam.Create([('a', 1), ('b', 2)])
+    main = (p | 'Main' >> beam.Create(list(range(100)))
+            | 'Key' >> beam.Map(lambda x, d: (x % 2, d['a']), d=beam.pvalue.AsDict(side))
+            | 'Group' >> beam.GroupByKey()
+            | 'Sizes' >> beam.MapTuple(lambda k, vs: (k, len(vs))))
+    assert_that(main, equal_to([(0, 50), (1, 50)]))
+
+
+def _job_descriptions(spark) -> list[str]:
+    """Descriptions of the jobs Spark's status store knows, oldest first."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    jobs = store.jobsList(None)
+    found = []
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        if job.description().isDefined():
+            found.append((job.jobId(), job.description().get()))
+    return [d for _, d in sorted(found)]
+
+
+def test_stage_ranges():
+    assert stage_ranges([0, 1, 2, 5, 7, 8]) == '1-3, 6, 8-9'
+    assert stage_ranges([]) == ''
+
+
+def test_spark_jobs_carry_beam_stage_names(spark):
+    before = set(_job_descriptions(spark))
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        _side_input_pipeline(p)
+    new = [d for d in _job_descriptions(spark) if d not in before]
+    beam_jobs = [d for d in new if d.startswith('Beam pipeline ')]
+    # One job collects the side input, one runs the rest.
+    assert any('(side input' in d and 'Side' in d for d in beam_jobs), new
+    assert any('(leaves)' in d and 'Key' in d for d in beam_jobs), new
+    assert spark.sparkContext.getLocalProperty('spark.job.description') is None
+    assert not [t for t in spark.getTags() if t.startswith('beam-pipeline-')]
+
+
+def test_progress_is_logged_per_job(spark, caplog):
+    with caplog.at_level(logging.INFO, logger='beam_spark_inproc.progress'):
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+            _side_input_pipeline(p)
+    messages = [r.getMessage() for r in caplog.records
+                if r.name == 'beam_spark_inproc.progress']
+    done = [m for m in messages if ': done in ' in m]
+    assert len(done) == len([m for m in messages if m.endswith(': started')]) >= 2
+    n = re.search(r'of (\d+):', done[0]).group(1)
+    assert all(f' of {n}: ' in m for m in done)
+    # The elements each stage read: the 100 main elements appear in some stage.
+    assert any(re.search(r'stage \d+: 100 elements', m) for m in done), done
+
+
+def test_progress_is_silent_by_default(spark, caplog):
+    with caplog.at_level(logging.WARNING):
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+            _side_input_pipeline(p)
+    assert not [r for r in caplog.records if r.name.startswith('beam_spark_inproc')]
