@@ -1,6 +1,8 @@
 """SparkRunnerOptions: the runner's command-line flags, as Beam PipelineOptions."""
 from __future__ import annotations
 
+import os
+
 from apache_beam.options.pipeline_options import PipelineOptions
 
 
@@ -25,6 +27,17 @@ class SparkRunnerOptions(PipelineOptions):
             'default: the cores of a local master, else '
             'spark.default.parallelism or spark.sql.shuffle.partitions.')
         parser.add_argument(
+            '--spark_py_files', action='append', default=None,
+            metavar='FILE[,FILE...]',
+            help='Extra .py, .zip or .egg files for the executors\' Python '
+            'path (repeatable or comma-separated). Modules the driver imports '
+            'from outside site-packages (e.g. next to the pipeline script) '
+            'are shipped without this.')
+        parser.add_argument(
+            '--spark_inline_side_input_mb', type=float, default=8.0,
+            help='Side inputs up to this size (MB) travel inside the tasks; '
+            'larger ones are shipped once as files (Spark artifacts).')
+        parser.add_argument(
             '--inproc_debug', action='store_true', default=False,
             help='Run the same plan and worker code in this process, without '
             'Spark: breakpoint() in a DoFn stops here, exceptions keep their '
@@ -35,6 +48,18 @@ class SparkRunnerOptions(PipelineOptions):
             'reads): a restriction still running after this many seconds is '
             'split with the SDK\'s try_split and its remainder spread over all '
             'partitions in a next round; 0 turns it off.')
+
+
+def py_files(entries: list[str] | None) -> tuple[str, ...]:
+    """``['a.py,b.zip', 'c.py']`` -> ``('a.py', 'b.zip', 'c.py')``, all files."""
+    names = tuple(name.strip() for entry in entries or []
+                  for name in entry.split(',') if name.strip())
+    for name in names:
+        if not os.path.isfile(name):
+            raise ValueError(
+                f'--spark_py_files: {name!r} is not a file (give .py, .zip or '
+                '.egg files, comma-separated or with the flag repeated).')
+    return names
 
 
 def parse_conf(entries: list[str] | None) -> dict[str, str]:

@@ -21,6 +21,7 @@ from beam_spark_inproc import capabilities
 from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.options import parse_conf
+from beam_spark_inproc.options import py_files
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.worker import report
@@ -83,12 +84,14 @@ class InProcessSparkRunner(PipelineRunner):
             raise Explained(describe(plan))
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
+        extra_py_files = py_files(opts.spark_py_files)
 
         if opts.spark_split_after_seconds < 0:
             raise ValueError(
                 '--spark_split_after_seconds must be >= 0 (0 turns runner '
                 f'splitting off), got {opts.spark_split_after_seconds}.')
         from beam_spark_inproc.spark.executor import execute
+        job_id = uuid.uuid4().hex
         if self._debug or opts.inproc_debug:
             from beam_spark_inproc.debug.engine import LocalEngine
             parallelism = opts.spark_parallelism or 2
@@ -98,8 +101,9 @@ class InProcessSparkRunner(PipelineRunner):
             from beam_spark_inproc.spark.engine import SparkEngine
             spark = self.session(options)
             parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
-            engine = SparkEngine(spark, parallelism)
-        job_id = uuid.uuid4().hex
+            engine = SparkEngine(
+                spark, parallelism, job_id, extra_py_files,
+                int(opts.spark_inline_side_input_mb * (1 << 20)))
         start = time.monotonic()
         try:
             reports = execute(plan, engine, job_id,

@@ -121,6 +121,9 @@ class LocalEngine:
         return [d for data in datas for partition in data
                 for t, _, d in _rows(partition) if t == CONTROL_TAG]
 
+    def side_input(self, entries: tuple) -> tuple:
+        return entries
+
     def job(self, tag: str, description: str):
         return contextlib.nullcontext()
 

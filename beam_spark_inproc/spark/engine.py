@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import pickle
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
+from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
@@ -32,13 +34,37 @@ def is_connect(session) -> bool:
     return isinstance(session, ConnectSession)
 
 
+# Side inputs up to this size travel in the task's closure; larger ones as files.
+INLINE_SIDE_INPUT_BYTES = 8 << 20
+
+
 class SparkEngine:
-    def __init__(self, session, parallelism: int):
+    """``run_id`` names the files shipped for the run (``spark.shipping``):
+    the driver-only code at once, with ``py_files``; side inputs over
+    ``inline_side_input_bytes`` when a stage needs them."""
+
+    def __init__(self, session, parallelism: int, run_id: str = 'run',
+                 py_files: tuple[str, ...] = (),
+                 inline_side_input_bytes: int = INLINE_SIDE_INPUT_BYTES):
         self._session = session
         self._connect = is_connect(session)
         self._f = functions_for(session)
         self._parallelism = parallelism
         self._cached: list = []
+        self._inline_bytes = inline_side_input_bytes
+        self._shipper = Shipper(session, run_id, self._connect)
+        try:
+            self._shipper.ship_code(py_files)
+        except BaseException:
+            self._shipper.close()
+            raise
+
+    def side_input(self, entries: tuple):
+        size = sum(len(k) + len(v) for k, v in entries)
+        if size <= self._inline_bytes:
+            return entries
+        return self._shipper.ship_bytes(
+            pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL), 'side-input')
 
     def impulse(self):
         return self._session.createDataFrame(
@@ -150,3 +176,4 @@ class SparkEngine:
             except Exception:  # a dead session has nothing left to release
                 pass
         self._cached.clear()
+        self._shipper.close()

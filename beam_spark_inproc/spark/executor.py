@@ -60,6 +60,7 @@ class Engine(Protocol):
     def run(self, datas: list, description: str) -> list[bytes]: ...
     def release(self) -> None: ...
     def job(self, tag: str, description: str) -> Any: ...
+    def side_input(self, entries: tuple) -> Any: ...
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
@@ -224,7 +225,9 @@ class Executor:
         return rounds[0] if len(rounds) == 1 else self.engine.union(rounds)
 
     def _side_input_state(self, index: int, stage: p.StagePlan) -> tuple:
-        entries: list[tuple[bytes, bytes]] = []
+        """One part per side input: its state entries, or where the engine put
+        them (``engine.side_input``)."""
+        parts = []
         for side_input in stage.side_inputs:
             writers = tuple(self._reads[(index, side_input.buffer_id)])
             if writers not in self._side_inputs:
@@ -237,6 +240,6 @@ class Executor:
                         reports.extend(control)
                 self._side_inputs[writers] = chunks
             coder = self._context.coders[side_input.coder_id]
-            entries.extend(state_entries(
-                side_input, coder, self._side_inputs[writers]))
-        return tuple(entries)
+            parts.append(self.engine.side_input(tuple(state_entries(
+                side_input, coder, self._side_inputs[writers]))))
+        return tuple(parts)

@@ -9,6 +9,7 @@ long-lived worker does not keep every pipeline it ever ran.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import threading
 from typing import Any, Optional
 
@@ -58,8 +59,11 @@ def _build(task) -> Entry:
         stage.descriptor)
     context = pipeline_context.PipelineContext(descriptor)
     servicer = StateServicer()
-    for state_key, data in task.side_input_state:
-        servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)
+    for part in task.side_input_state:
+        if hasattr(part, 'read'):  # shipped as a file: large side inputs
+            part = pickle.loads(part.read())
+        for state_key, data in part:
+            servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)
     routing = RoutingStateHandler(servicer) if stage.stateful else None
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), routing or servicer)

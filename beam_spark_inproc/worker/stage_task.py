@@ -46,8 +46,9 @@ _instruction_ids = itertools.count()
 class StageTask:
     job_id: str
     stage: StagePlan
-    # (serialized StateKey, encoded values) pairs serving the stage's side inputs.
-    side_input_state: tuple[tuple[bytes, bytes], ...] = ()
+    # One part per side input: its (serialized StateKey, encoded values) pairs,
+    # or a shipped file holding them pickled (``spark.shipping.ShippedFile``).
+    side_input_state: tuple = ()
     # Runner-initiated SDF splitting (stages with ``split_input``): split a
     # bundle still running after this many seconds (0: never) into this many parts.
     split_after: float = 0.0

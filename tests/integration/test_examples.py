@@ -7,8 +7,11 @@ by path), not against stored values. Every run starts its own JVM (~15-25 s).
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
+import importlib
 import importlib.util
+import io
 import os
 import pathlib
 import re
@@ -30,7 +33,16 @@ def load_example(name: str):
 
 
 def run_example(name: str, *args: str, cwd: pathlib.Path) -> list[str]:
-    """Runs examples/NAME.py on local[2]; returns its stdout lines."""
+    """Runs examples/NAME.py on local[2]; returns its stdout lines.
+
+    In the cluster tier (``tests/cluster``) the example runs in this process on
+    the shared local-cluster session instead, imported by name from its folder
+    as a user's module next to their script would be: executors get it only
+    from what the runner ships.
+    """
+    from tests.conftest import CLUSTER
+    if CLUSTER:
+        return _run_example_here(name, *args, cwd=cwd)
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / f'{name}.py'), *args,
@@ -41,6 +53,21 @@ def run_example(name: str, *args: str, cwd: pathlib.Path) -> list[str]:
         f'{name} exited {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\n'
         f'stderr:\n{proc.stderr[-4000:]}')
     return proc.stdout.splitlines()
+
+
+def _run_example_here(name: str, *args: str, cwd: pathlib.Path) -> list[str]:
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    module = importlib.import_module(name)
+    out = io.StringIO()
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out):
+            module.run(list(args))
+    finally:
+        os.chdir(previous)
+    return out.getvalue().splitlines()
 
 
 def test_wordcount(tmp_path):

@@ -1,0 +1,48 @@
+"""A subset of Beam's FnApiRunner suite on separate executor JVMs.
+
+GroupByKey with windows, side inputs, combines, state and timers, splittable
+reads and metrics: nothing may rely on driver memory or driver-process globals.
+"""
+from __future__ import annotations
+
+from tests.conformance import test_fn_api_runner_suite as suite
+
+SUBSET = {
+    'test_group_by_key', 'test_windowing', 'test_sliding_windows',
+    'test_custom_merging_window', 'test_flatten_and_gbk', 'test_reshuffle',
+    'test_pardo_side_inputs', 'test_multimap_side_input',
+    'test_pardo_windowed_side_inputs', 'test_gbk_side_input',
+    'test_combine_per_key', 'test_windowed_combine_per_key', 'test_pack_combiners',
+    'test_pardo_state_only', 'test_pardo_state_timers', 'test_pardo_timers',
+    'test_pardo_dynamic_timer', 'test_windowed_pardo_state_timers',
+    'test_sdf', 'test_sdf_with_sdf_initiated_checkpointing', 'test_read',
+    'test_sdf_synthetic_source', 'test_register_finalizations', 'test_metrics',
+    'test_error_message_includes_stage', 'test_error_traceback_includes_user_code',
+}
+METRICS_SUBSET = {'test_element_count_metrics', 'test_non_user_metrics'}
+
+
+def _only(cls, names):
+    for name in dir(cls):
+        if name.startswith('test') and name not in names:
+            setattr(cls, name, None)  # not collected
+    return cls
+
+
+class ClusterConformanceTest(suite.InProcessSparkRunnerTest):
+    pass
+
+
+class ClusterMetricsTest(suite.InProcessSparkRunnerMetricsTest):
+    pass
+
+
+_only(ClusterConformanceTest, SUBSET)
+_only(ClusterMetricsTest, METRICS_SUBSET)
+
+
+def test_subset_names_exist():
+    for name in SUBSET:
+        assert callable(getattr(suite.InProcessSparkRunnerTest, name)), name
+    for name in METRICS_SUBSET:
+        assert callable(getattr(suite.InProcessSparkRunnerMetricsTest, name)), name
