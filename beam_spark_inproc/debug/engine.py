@@ -13,6 +13,7 @@ import zlib
 import pyarrow as pa
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
+from beam_spark_inproc.debug.rebind import driver_globals
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
@@ -51,7 +52,8 @@ class LocalEngine:
         return [[]]
 
     def map_stage(self, data: Partitions, task) -> Partitions:
-        return [list(task(iter(partition))) for partition in data]
+        with driver_globals():
+            return [list(task(iter(partition))) for partition in data]
 
     def _map_rows(self, data: Partitions, fn) -> Partitions:
         return [_batch(fn(_rows(partition))) for partition in data]

@@ -182,6 +182,29 @@ def flatten(p):
     return {'two': two, 'same_twice': same_twice, 'grouped': grouped}
 
 
+# A side input bigger than a task's closure may be over Spark Connect (128 MB):
+# the runner ships it as a file (an artifact) instead.
+LARGE_ENTRIES, LARGE_VALUE_BYTES = 220_000, 1000
+
+
+@_pipeline
+def large_side_input(p):
+    big = (p | 'Blocks' >> beam.Create(list(range(220)))
+           | 'Entries' >> beam.FlatMap(lambda b, n=LARGE_ENTRIES // 220: [
+               (i, (f'{i:08d}' * (LARGE_VALUE_BYTES // 8)))
+               for i in range(b * n, (b + 1) * n)]))
+    probes = p | 'Probes' >> beam.Create(list(range(0, LARGE_ENTRIES + 500, 733)))
+    looked_up = probes | 'Lookup' >> beam.Map(
+        lambda k, d: (k, len(d[k]) if k in d else None,
+                      d[k][:16] if k in d else None, len(d)),
+        d=AsDict(big))
+    assert_that(looked_up, equal_to([
+        (k, LARGE_VALUE_BYTES, f'{k:08d}' * 2, LARGE_ENTRIES)
+        if k < LARGE_ENTRIES else (k, None, None, LARGE_ENTRIES)
+        for k in range(0, LARGE_ENTRIES + 500, 733)]), label='Check lookups')
+    return {'lookups': looked_up}
+
+
 # --- running and reading back ------------------------------------------------
 
 def run(name, runner, out_dir):

@@ -123,12 +123,8 @@ def test_dofn_sees_the_drivers_module_globals():
     assert SEEN == {1: 2, 2: 4, 3: 6}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'Finding: DoFns are cloudpickled into the plan and unpickled for the bundle; '
-    'functions not importable by name (nested functions, lambdas, anything in '
-    '__main__) are pickled by value with a snapshot of the globals they use, '
-    'so their mutations do not reach the driver module.'))
 def test_nested_function_sees_the_drivers_module_globals():
+    """Pickled by value (with a copy of SEEN), rebound to this module's globals."""
     SEEN.clear()
 
     def record(element):
@@ -138,6 +134,43 @@ def test_nested_function_sees_the_drivers_module_globals():
     with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
         p | beam.Create([1, 2, 3]) | beam.Map(record)
     assert SEEN == {1: 2, 2: 4, 3: 6}
+
+
+_MAIN_SCRIPT = '''
+import apache_beam as beam
+from beam_spark_inproc import InProcessSparkRunner
+
+TOTALS = {}
+
+
+def add(x):
+    TOTALS[x] = TOTALS.get(x, 0) + 1
+    return x
+
+
+class Square(beam.DoFn):
+    def process(self, x):
+        TOTALS['squares'] = TOTALS.get('squares', 0) + x * x
+        yield x
+
+
+with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
+    (p | beam.Create([1, 2, 2, 3]) | beam.Map(add) | beam.ParDo(Square())
+     | beam.Map(lambda x: TOTALS.__setitem__('last_lambda', True)))
+print('TOTALS', sorted(TOTALS.items(), key=repr))
+'''
+
+
+def test_dofns_in_main_script_see_its_globals(tmp_path):
+    """Functions and DoFns of ``__main__`` (pickled by value) write the script's
+    own globals."""
+    script = tmp_path / 'main_pipeline.py'
+    script.write_text(_MAIN_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("TOTALS [('last_lambda', True), ('squares', 18), (1, 1), (2, 2), "
+            "(3, 1)]") in proc.stdout, proc.stdout
 
 
 # --- 4. same results as on Spark ----------------------------------------------
