@@ -38,6 +38,10 @@ PHASES = [
 ]
 
 
+# Grouped values past this many encoded bytes are read lazily through state.
+STATE_ITERABLE_BYTES = 1 << 20
+
+
 def fuse(
         pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False
 ) -> tuple[translations.TransformContext, list[translations.Stage]]:
@@ -46,9 +50,15 @@ def fuse(
     ``is_drain``: splittable DoFns truncate their restrictions first (Beam's
     drain; with bounded restrictions the default truncation keeps them whole).
     """
-    return translations.create_and_optimize_stages(
+    context, stages = translations.create_and_optimize_stages(
             copy.deepcopy(pipeline_proto),
             phases=PHASES,
             known_runner_urns=RUNNER_URNS,
-            use_state_iterables=False,
+            use_state_iterables=True,
             is_drain=is_drain)
+    # Beam writes a threshold of 1 byte (every iterable through state, to test
+    # it); only large groups need it (see ``worker.grouped_values``).
+    for coder in context.components.coders.values():
+        if coder.spec.urn == common_urns.coders.STATE_BACKED_ITERABLE.urn:
+            coder.spec.payload = b'%d' % STATE_ITERABLE_BYTES
+    return context, stages

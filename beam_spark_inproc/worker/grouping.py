@@ -35,7 +35,7 @@ class GroupAlsoByWindow:
         windowing = context.windowing_strategies[grouping.windowing_strategy_id]
         self._trivial = windowing.is_default()
         if self._trivial:
-            on_time = GlobalWindows.windowed_value(
+            self._on_time = on_time = GlobalWindows.windowed_value(
                 None,
                 timestamp=GlobalWindow().max_timestamp(),
                 pane_info=windowed_value.PaneInfo(
@@ -49,6 +49,35 @@ class GroupAlsoByWindow:
         else:
             self._windowed_groups = trigger.create_trigger_driver(
                 windowing, True).process_entire_key
+
+    def _streamed(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
+        """Global window, default trigger: a key's values go from the rows to
+        the encoder one by one, never all at once; past the coder's threshold
+        they go to the stage's ``GroupedValuesStore`` (state-backed iterable)."""
+        decode = self._pre_impl.decode_from_stream
+        rows = iter(rows)
+        pending = next(rows, None)
+        out = create_OutputStream()
+
+        def values(key_bytes):
+            nonlocal pending
+            while pending is not None and pending[0] == key_bytes:
+                data = pending[1]
+                pending = next(rows, None)
+                yield decode(create_InputStream(data), True).value[1]
+
+        while pending is not None:
+            key_bytes = pending[0]
+            group = values(key_bytes)
+            self._post_impl.encode_to_stream(self._on_time.with_value(
+                (self._key_impl.decode(key_bytes), group)), out, True)
+            for _ in group:  # an encoder stopping early must not split a key
+                raise AssertionError('grouped values left unencoded')
+            if out.size() >= GROUPS_BYTES:
+                yield out.get()
+                out = create_OutputStream()
+        if out.size():
+            yield out.get()
 
     def _values(self, datas: Iterable[bytes]) -> list:
         decode = self._pre_impl.decode_from_stream
@@ -68,6 +97,9 @@ class GroupAlsoByWindow:
 
     def grouped(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
         """Encoded grouped elements for key-sorted rows, in pieces."""
+        if self._trivial:
+            yield from self._streamed(rows)
+            return
         out = create_OutputStream()
         current, datas = None, []
         for key, data in rows:

@@ -24,6 +24,7 @@ from apache_beam.runners.worker.statecache import StateCache
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker.channel import ChannelFactory
 from beam_spark_inproc.worker.channel import key_extractor
+from beam_spark_inproc.worker.grouped_values import GroupedValuesStore
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.keyed import RoutingStateHandler
 from beam_spark_inproc.worker.keyed import TimerQueue
@@ -43,6 +44,7 @@ class Entry:
     state_handler: Any
     groupings: dict[str, GroupAlsoByWindow]
     outputs: dict[str, tuple[int, str, Optional[Any]]]
+    grouped_values: GroupedValuesStore
     routing_state: Optional[RoutingStateHandler] = None
     timer_queue: Optional[TimerQueue] = None
     user_state_contexts: tuple = ()
@@ -57,7 +59,6 @@ def _build(task) -> Entry:
     stage: p.StagePlan = task.stage
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
         stage.descriptor)
-    context = pipeline_context.PipelineContext(descriptor)
     servicer = StateServicer()
     for part in task.side_input_state:
         if hasattr(part, 'read'):  # shipped as a file: large side inputs
@@ -65,8 +66,12 @@ def _build(task) -> Entry:
         for state_key, data in part:
             servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)
     routing = RoutingStateHandler(servicer) if stage.stateful else None
+    grouped_values = GroupedValuesStore(routing or servicer)
+    # Large groups' values are written to the store (state-backed iterables).
+    context = pipeline_context.PipelineContext(
+        descriptor, iterable_state_write=grouped_values.write)
     state_handler = sdk_worker.GlobalCachingStateHandler(
-        StateCache(_STATE_CACHE_BYTES), routing or servicer)
+        StateCache(_STATE_CACHE_BYTES), grouped_values)
     factory = ChannelFactory()
     with collect_contexts() as contexts:
         processor = bundle_processor.BundleProcessor(
@@ -85,7 +90,8 @@ def _build(task) -> Entry:
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
     return Entry((task.job_id, stage.name), processor, factory, state_handler,
-                 groupings, outputs, routing, timer_queue, tuple(contexts))
+                 groupings, outputs, grouped_values, routing, timer_queue,
+                 tuple(contexts))
 
 
 def acquire(task) -> Entry:
@@ -119,6 +125,7 @@ def discard(entry: Entry) -> None:
 
 
 def _teardown(entry: Entry) -> None:
+    entry.grouped_values.reset()
     try:
         entry.processor.shutdown()
     except Exception:  # teardown errors must not hide the bundle's own error

@@ -203,6 +203,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 finally:
                     if splitter:
                         splitter.stop()
+                    entry.grouped_values.reset()
             if splitter:
                 for input_id, data in splitter.residual_rows(fed):
                     builder.add(RESIDUAL_TAG, input_id, data)
