@@ -89,7 +89,11 @@ def driver_only_modules() -> dict[str, pathlib.Path]:
     Subpackages mapped to other folders (``package_dir``) keep their dotted
     names: they are walked after their parents and override them.
     """
-    importlib.import_module(_RUNNER_PACKAGE + '.transforms')  # its own folder
+    try:  # installed from its own folder (package_dir); absent in a source tree
+        importlib.import_module(_RUNNER_PACKAGE + '.transforms')
+    except ModuleNotFoundError as e:
+        if e.name != _RUNNER_PACKAGE + '.transforms':
+            raise
     roots = _installed_roots()
     local_tops = set()
     for name, module in list(sys.modules.items()):
