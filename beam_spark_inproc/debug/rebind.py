@@ -29,9 +29,11 @@ _MAX_DEPTH = 4
 
 def _function(f: types.FunctionType, memo: dict,
               depth: int) -> types.FunctionType:
+    # The memo holds the original too: once a cell drops it, its id could be
+    # reused by another function within this same pass.
     if id(f) in memo:
-        return memo[id(f)]
-    memo[id(f)] = f
+        return memo[id(f)][1]
+    memo[id(f)] = (f, f)
     # Beam's wrappers (Map, FlatMap...) hold the user's function in a closure
     # cell; the cells are the unpickled copy's own, so they can be updated.
     for cell in f.__closure__ or ():
@@ -51,7 +53,7 @@ def _function(f: types.FunctionType, memo: dict,
     rebound.__qualname__ = f.__qualname__
     rebound.__annotations__ = f.__annotations__
     rebound.__dict__.update(f.__dict__)
-    memo[id(f)] = rebound
+    memo[id(f)] = (f, rebound)
     return rebound
 
 
