@@ -38,6 +38,12 @@ class SparkRunnerOptions(PipelineOptions):
             help='Side inputs up to this size (MB) travel inside the tasks; '
             'larger ones are shipped once as files (Spark artifacts).')
         parser.add_argument(
+            '--spark_profile_dir', default=None, metavar='DIR',
+            help='Profile every bundle (cProfile) into this folder on the '
+            'worker\'s machine: <stage>-<pid>-<n>.prof and .json with its '
+            'wall and CPU seconds. Slows Python code down; for finding where '
+            'time goes.')
+        parser.add_argument(
             '--inproc_debug', action='store_true', default=False,
             help='Run the same plan and worker code in this process, without '
             'Spark: breakpoint() in a DoFn stops here, exceptions keep their '

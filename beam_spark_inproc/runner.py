@@ -108,7 +108,9 @@ class InProcessSparkRunner(PipelineRunner):
         try:
             reports = execute(plan, engine, job_id,
                               split_after=opts.spark_split_after_seconds,
-                              split_ways=parallelism)
+                              split_ways=parallelism,
+                              profile_dir=os.path.abspath(opts.spark_profile_dir)
+                              if opts.spark_profile_dir else '')
         except Exception as e:
             error = translate_error(e, plan)
             if error is e:

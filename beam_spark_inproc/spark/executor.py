@@ -64,20 +64,24 @@ class Engine(Protocol):
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
-            split_after: float = 0.0, split_ways: int = 2) -> list[dict]:
+            split_after: float = 0.0, split_ways: int = 2,
+            profile_dir: str = '') -> list[dict]:
     """Runs the plan; returns the reports of all bundles (see ``worker.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
     DoFn restrictions still running after that many seconds (0: off).
+    ``profile_dir``: workers profile each bundle into it (``worker.profiling``).
     """
     return Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
-                    split_ways).run()
+                    split_ways, profile_dir).run()
 
 
 class Executor:
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
-                 split_after: float = 0.0, split_ways: int = 2):
+                 split_after: float = 0.0, split_ways: int = 2,
+                 profile_dir: str = ''):
         self.plan = plan
+        self.profile_dir = profile_dir
         self.engine = engine
         self.job_id = job_id
         self.split_after = split_after
@@ -194,7 +198,7 @@ class Executor:
         elif stage.grouped:
             data = self.engine.group(data)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
-                         self.split_after, self.split_ways)
+                         self.split_after, self.split_ways, self.profile_dir)
         if stage.split_input and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)

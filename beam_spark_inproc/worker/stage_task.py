@@ -26,6 +26,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import processors
+from beam_spark_inproc.worker import profiling
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
@@ -53,6 +54,8 @@ class StageTask:
     # bundle still running after this many seconds (0: never) into this many parts.
     split_after: float = 0.0
     split_ways: int = 2
+    # ``--spark_profile_dir``: profile each bundle into this worker-side folder.
+    profile_dir: str = ''
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -222,6 +225,8 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
         return residuals
 
     def work() -> None:
+        profile = (profiling.BundleProfile(task.profile_dir, task.stage.name)
+                   if task.profile_dir else None)
         try:
             residuals = one_bundle(
                 _input_elements(task, entry, batches, builder.add))
@@ -240,6 +245,9 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 put(e)
             except _Cancelled:
                 pass
+        finally:
+            if profile:
+                profile.finish()
 
     thread = threading.Thread(
         target=work, name='beam-bundle-%s' % task.stage.name, daemon=True)

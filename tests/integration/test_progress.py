@@ -70,3 +70,37 @@ def test_progress_is_silent_by_default(spark, caplog):
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
             _side_input_pipeline(p)
     assert not [r for r in caplog.records if r.name.startswith('beam_spark_inproc')]
+
+
+def _busy_square(x):
+    return sum(i * i for i in range(200)) + x
+
+
+def test_profile_dir_profiles_each_bundle(spark, tmp_path):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_spark_inproc.worker import profiling
+    options = PipelineOptions([f'--spark_profile_dir={tmp_path}'])
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
+        out = (p | beam.Create(list(range(2000)), reshuffle=False)
+               | 'Square' >> beam.Map(_busy_square)
+               | beam.combiners.Count.Globally())
+        assert_that(out, equal_to([2000]))
+    summary = profiling.summarize(str(tmp_path))
+    assert summary['bundles'] >= 2  # the map stage and the combine after the shuffle
+    assert len(list(tmp_path.glob('*.prof'))) == summary['bundles']
+    assert summary['thread_cpu_seconds'] > 0
+    seconds = summary['seconds_by_category']
+    # _busy_square's generator is user code; Beam runs it through its operations.
+    assert seconds[profiling.USER] > 0, seconds
+    assert seconds['Beam bundle work (operations, DoFn invocation)'] > 0, seconds
+    assert seconds['Arrow rows in/out (runner)'] > 0, seconds
+
+
+def test_profile_category():
+    from beam_spark_inproc.worker.profiling import category
+    assert category('~', "<method 'encode_to_stream' of "
+                    "'apache_beam.coders.coder_impl.VarIntCoderImpl' objects>"
+                    ).startswith('encode/decode')
+    assert category('/x/site-packages/pyarrow/table.py', 'f').startswith('Arrow')
+    assert category('/home/u/pipeline.py', 'parse') == 'user code and builtins it calls'

@@ -1,0 +1,95 @@
+"""Per-bundle profiles of the Python workers (``--spark_profile_dir``).
+
+When a directory is given, each bundle's thread (which runs Beam's
+``BundleProcessor``, reads the input rows and builds the output batches) runs
+under ``cProfile``; per bundle the worker writes ``<stage>-<pid>-<n>.prof``
+(``pstats`` format) and ``.json`` with the bundle's wall time and the CPU
+seconds of its thread, into that directory on the worker's machine.
+``summarize`` adds them up by where the time went.
+
+cProfile slows Python code down, so shares from a profiled run are indicative.
+Beam's Cython code (coders, operations, DoFn invocation) appears under the
+names of its compiled methods, which ``category`` recognizes.
+"""
+from __future__ import annotations
+
+import cProfile
+import itertools
+import json
+import os
+import pstats
+import re
+import time
+
+_bundles = itertools.count()
+
+# (category, pattern over "file:function") in order: the first match wins.
+CATEGORIES = (
+    ('encode/decode (Beam coders)', re.compile(r'apache_beam[./]coders')),
+    ('Arrow rows in/out (runner)', re.compile(
+        r'pyarrow|beam_spark_inproc/worker/(rows|channel)\.py')),
+    ('runner (grouping, state, queue)', re.compile(r'beam_spark_inproc')),
+    ('Beam bundle work (operations, DoFn invocation)', re.compile(r'apache_beam')),
+    ('PySpark worker', re.compile(r'pyspark')),
+    ('threading and queues', re.compile(r'threading\.py|queue\.py')),
+)
+USER = 'user code and builtins it calls'
+
+
+class BundleProfile:
+    """Profiles the calling thread from construction to ``finish``."""
+
+    def __init__(self, directory: str, stage: str):
+        self.directory = directory
+        self.stage = re.sub(r'[^A-Za-z0-9_.-]+', '_', stage)[-80:] or 'stage'
+        self.profile = cProfile.Profile()
+        self.wall = time.perf_counter()
+        self.cpu = time.thread_time()
+        self.profile.enable()
+
+    def finish(self) -> None:
+        self.profile.disable()
+        cpu = time.thread_time() - self.cpu
+        wall = time.perf_counter() - self.wall
+        os.makedirs(self.directory, exist_ok=True)
+        base = os.path.join(self.directory, '%s-%d-%d' % (
+            self.stage, os.getpid(), next(_bundles)))
+        self.profile.dump_stats(base + '.prof')
+        with open(base + '.json', 'w') as f:
+            json.dump({'stage': self.stage, 'pid': os.getpid(),
+                       'wall_seconds': wall, 'thread_cpu_seconds': cpu}, f)
+
+
+def category(filename: str, function: str) -> str:
+    where = '%s:%s' % (filename, function)
+    for name, pattern in CATEGORIES:
+        if pattern.search(where):
+            return name
+    return USER
+
+
+def summarize(directory: str) -> dict:
+    """Totals over a profile directory: bundles, wall and thread CPU seconds,
+    and the profiled seconds per category (``tottime``, own time)."""
+    stats, bundles, wall, cpu = None, 0, 0.0, 0.0
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith('.json'):
+            with open(path) as f:
+                record = json.load(f)
+            bundles += 1
+            wall += record['wall_seconds']
+            cpu += record['thread_cpu_seconds']
+        elif name.endswith('.prof'):
+            if stats is None:
+                stats = pstats.Stats(path)
+            else:
+                stats.add(path)
+    by_category: dict[str, float] = {}
+    if stats is not None:
+        for (filename, _, function), row in stats.stats.items():
+            own = row[2]  # tottime
+            key = category(filename, function)
+            by_category[key] = by_category.get(key, 0.0) + own
+    return {'bundles': bundles, 'wall_seconds': wall, 'thread_cpu_seconds': cpu,
+            'seconds_by_category': by_category}
