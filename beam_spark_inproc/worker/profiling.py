@@ -29,6 +29,8 @@ CATEGORIES = (
     ('Arrow rows in/out (runner)', re.compile(
         r'pyarrow|beam_spark_inproc/worker/(rows|channel)\.py')),
     ('runner (grouping, state, queue)', re.compile(r'beam_spark_inproc')),
+    ('Beam windowing and trigger driver', re.compile(
+        r'apache_beam/transforms/(trigger|window)\.py')),
     ('Beam bundle work (operations, DoFn invocation)', re.compile(r'apache_beam')),
     ('PySpark worker', re.compile(r'pyspark')),
     ('threading and queues', re.compile(r'threading\.py|queue\.py')),

@@ -6,7 +6,7 @@ Run by hand, never by pytest (no ``test_`` file names here)::
     python tests/benchmarks/run.py                      # 1M, 4M, 16M; 3 repeats
     python tests/benchmarks/run.py --quick              # smoke run: 100k, 1 repeat
     python tests/benchmarks/run.py --pipelines P1 P6 --sizes 1000000 --repeats 5
-    python tests/benchmarks/run.py --profile-only --profile-size 4000000
+    python tests/benchmarks/run.py --profile-only --profile P1 --profile-size 4000000
 
 One warm local SparkSession (``local[2]``) serves this runner and the
 hand-written PySpark jobs. Pipelines over N elements (generated inside the
@@ -45,7 +45,7 @@ larger sizes of that pipeline (reported as such). While each run goes, a thread
 samples ``/proc`` for this process tree: the largest resident set of a Python
 worker (for ``direct``, this process) is reported as peak memory.
 
-``--profile`` (on by default) then measures where this runner's time goes on P1:
+``--profile`` (default P1, P3w, P4) then measures where this runner's time goes:
 the CPU seconds of the driver, the JVM and the Python workers from ``/proc`` in an
 unprofiled run, the Python workers' bundle CPU split by category from a run with
 ``--spark_profile_dir`` (``beam_spark_inproc.worker.profiling``), and the CPU
@@ -868,20 +868,57 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
 
 
 # ---------------------------------------------------------------------------
-# Where this runner's time goes (P1).
+# Where this runner's time goes.
 
-def profile(harness: Harness, n: int) -> str:
+class _JobLog(logging.Handler):
+    """Collects the runner's progress lines (one per Spark job it starts)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if ': done in ' in message or ' stages in ' in message:
+            self.lines.append(message)
+
+
+def fixed_cost(harness: Harness) -> str:
+    """P6 once with the runner's progress log: the Spark jobs and their times."""
+    bench = BENCHMARKS['P6']
+    for _ in range(3):
+        harness.run(bench, 10, 'inproc')   # warm
+    log = _JobLog()
+    loggers = [logging.getLogger('beam_spark_inproc.progress'),
+               logging.getLogger('beam_spark_inproc.runner')]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(log)
+        lg.setLevel(logging.INFO)
+    try:
+        seconds, result, _ = harness.run(bench, 10, 'inproc')
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(log)
+            lg.setLevel(level)
+    assert result == reference_p6(10)
+    lines = [f'### Fixed cost: P6 takes {seconds:.2f} s; the runner\'s log of that run', '']
+    lines += [f'    {line}' for line in log.lines]
+    return '\n'.join(lines)
+
+
+def profile(harness: Harness, name: str, n: int) -> str:
     from beam_spark_inproc.worker import profiling
-    bench = BENCHMARKS['P1']
-    expected = reference_p1(n)
-    lines = [f'### Where the time goes: P1 at N={n:,}', '']
+    bench = BENCHMARKS[name]
+    expected = tuple(bench.reference(n))
+    lines = [f'### Where the time goes: {name} ({bench.title}) at N={n:,}', '']
     runs = {}
     for engine in ('inproc', 'direct'):
         harness.run(bench, min(n, 100_000), engine)   # warm
         seconds, result, sampler = harness.run(bench, n, engine)
         assert result == expected, (engine, result, expected)
         runs[engine] = (seconds, sampler.cpu_seconds())
-        _log(f'  profile {engine}: {seconds:.2f} s, cpu {runs[engine][1]}')
+        _log(f'  profile {name} {engine}: {seconds:.2f} s, cpu {runs[engine][1]}')
     with tempfile.TemporaryDirectory(prefix='beam-spark-profile-') as folder:
         harness.run(bench, n, 'inproc', [f'--spark_profile_dir={folder}'])
         summary = profiling.summarize(folder)
@@ -899,22 +936,26 @@ def profile(harness: Harness, n: int) -> str:
                  f'{direct_cpu.get("python", 0):.2f} | {beam_cpu:.2f} |')
     lines.append('')
     lines.append(
-        f'CPU over the FnApiRunner\'s (Beam\'s bundle work plus its in-process runner): '
-        f'{(total - beam_cpu) / beam_cpu * 100:+.0f}%. Cores busy: '
-        f'{total / seconds:.2f} of 2.')
+        f'CPU beyond the FnApiRunner\'s (Beam\'s bundle work plus its in-process '
+        f'runner): {(total - beam_cpu) / beam_cpu * 100:+.0f}%. Cores busy: '
+        f'{total / seconds:.2f} of {os.cpu_count()}.')
     lines.append('')
     by = summary['seconds_by_category']
     profiled = sum(by.values()) or 1.0
     lines.append(
         f'Python workers, profiled run ({summary["bundles"]} bundles; bundle threads '
-        f'{summary["thread_cpu_seconds"]:.1f} CPU s under cProfile), own time by '
-        'category, and its share applied to the unprofiled Python worker CPU:')
+        f'{summary["thread_cpu_seconds"]:.1f} CPU s under cProfile): own time by '
+        'category, and that share of the unprofiled run\'s Python worker CPU. '
+        'cProfile sees calls made from Python code: Beam\'s coders called from '
+        'its compiled (Cython) operations count as Beam bundle work; builtins count '
+        'with user code:')
     lines.append('')
     lines.append('| category | share | ≈ CPU s unprofiled |')
     lines.append('|---|---:|---:|')
-    for name, value in sorted(by.items(), key=lambda kv: -kv[1]):
+    for category, value in sorted(by.items(), key=lambda kv: -kv[1]):
         share = value / profiled
-        lines.append(f'| {name} | {share * 100:.0f}% | {share * cpu.get("python", 0):.2f} |')
+        lines.append(f'| {category} | {share * 100:.0f}% | '
+                     f'{share * cpu.get("python", 0):.2f} |')
     return '\n'.join(lines)
 
 
@@ -1028,12 +1069,15 @@ def parse_args(argv=None):
     parser.add_argument('--chunks', type=int, default=32,
                         help='Create seeds the data is generated from (default 32)')
     parser.add_argument('--master', default='local[2]', help='Spark master (default local[2])')
-    parser.add_argument('--profile', action=argparse.BooleanOptionalAction, default=True,
-                        help='measure where this runner\'s time goes on P1 (default on)')
+    parser.add_argument('--profile', nargs='*', default=['P1', 'P3w', 'P4'],
+                        choices=[b for b in BENCHMARKS if b != 'P6'],
+                        help='pipelines to profile after the table (default P1 P3w '
+                        'P4; none: --profile with no names); P6\'s Spark jobs are '
+                        'always listed')
     parser.add_argument('--profile-only', action='store_true',
-                        help='only the profile, no table')
-    parser.add_argument('--profile-size', type=int, default=4_000_000,
-                        help='N of the profile (default 4M)')
+                        help='only the profiles, no table')
+    parser.add_argument('--profile-size', type=int, default=2_000_000,
+                        help='N of the profiles (default 2M)')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
     args = parser.parse_args(argv)
@@ -1088,9 +1132,10 @@ def main(argv=None) -> int:
                 text = report(results, engines, args, started,
                               time.perf_counter() - t0, load_before, os.getloadavg())
                 print(text, flush=True)
-            if args.profile or args.profile_only:
-                section = profile(harness, args.profile_size)
-                print(section, flush=True)
+            sections = [fixed_cost(harness)] + [
+                profile(harness, name, args.profile_size) for name in args.profile]
+            for section in sections:
+                print(section + '\n', flush=True)
                 text += '\n' + section + '\n'
         finally:
             harness.close()
