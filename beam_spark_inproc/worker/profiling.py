@@ -8,8 +8,10 @@ seconds of its thread, into that directory on the worker's machine.
 ``summarize`` adds them up by where the time went.
 
 cProfile slows Python code down, so shares from a profiled run are indicative.
-Beam's Cython code (coders, operations, DoFn invocation) appears under the
-names of its compiled methods, which ``category`` recognizes.
+Calls from Python code into Beam's compiled (Cython) modules appear under the
+names of their methods, which ``category`` recognizes; calls made inside
+compiled code (e.g. coders used by Beam's operations) count as the caller's
+own time.
 """
 from __future__ import annotations
 
