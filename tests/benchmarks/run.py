@@ -840,7 +840,7 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
         if cell is not None:
             cell.times.append(seconds)
             cell.peak_rss = max(cell.peak_rss, rss)
-        if seconds > budget:
+        if seconds > budget and cell is not None:   # a warm-up run does not count
             over[engine] = f'{n:,} took {seconds:.0f} s (budget {budget:.0f} s)'
         return seconds
 
