@@ -925,15 +925,16 @@ def profile(harness: Harness, name: str, n: int) -> str:
 
     seconds, cpu = runs['inproc']
     direct_seconds, direct_cpu = runs['direct']
-    beam_cpu = sum(direct_cpu.values())
+    # The in-memory FnApiRunner runs everything in this process; other Python
+    # processes (idle Spark or Dask workers) are not its work.
+    beam_cpu = direct_cpu.get('driver', 0.0)
     total = sum(cpu.values())
     lines.append('| | wall s | CPU s: driver | JVM | Python workers | total |')
     lines.append('|---|---:|---:|---:|---:|---:|')
     lines.append(f'| this runner, local[2] | {seconds:.2f} | {cpu.get("driver", 0):.2f} | '
                  f'{cpu.get("jvm", 0):.2f} | {cpu.get("python", 0):.2f} | {total:.2f} |')
     lines.append(f'| FnApiRunner, in-memory | {direct_seconds:.2f} | '
-                 f'{direct_cpu.get("driver", 0):.2f} | - | '
-                 f'{direct_cpu.get("python", 0):.2f} | {beam_cpu:.2f} |')
+                 f'{beam_cpu:.2f} | - | - | {beam_cpu:.2f} |')
     lines.append('')
     lines.append(
         f'CPU beyond the FnApiRunner\'s (Beam\'s bundle work plus its in-process '
