@@ -4,15 +4,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import pickle
+import weakref
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
-from beam_spark_inproc.worker.rows import DDL
 from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
 
 
@@ -38,6 +39,63 @@ def is_connect(session) -> bool:
 INLINE_SIDE_INPUT_BYTES = 8 << 20
 
 
+class _Parts:
+    """The schema, column expressions and one-row impulse DataFrame every plan
+    is built from, made once per session.
+
+    On classic Spark each column expression costs Py4J round trips (PySpark 4
+    also records its call site in the JVM, a few more each): a 10-element
+    pipeline made about 900 of them building its plan. Columns and DataFrames
+    are immutable, so one of each serves every plan of the session.
+    """
+
+    def __init__(self, session, f):
+        from pyspark.sql.pandas.types import from_arrow_schema
+        self._session = weakref.ref(session)
+        self._f = f
+        self.schema = from_arrow_schema(SCHEMA)
+        self.tag, self.key, self.data = f.col(TAG), f.col(KEY), f.col(DATA)
+        self.is_control = self.tag == CONTROL_TAG
+        self._keep: dict[tuple[int, bool], object] = {}
+        self._retag: dict[int, object] = {}
+        self._impulse = self._empty = None
+
+    def keep(self, tag: int, control: bool):
+        """Rows of output ``tag`` (and the control rows, if ``control``)."""
+        if (tag, control) not in self._keep:
+            keep = self.tag == tag
+            self._keep[tag, control] = (keep | self.is_control) if control else keep
+        return self._keep[tag, control]
+
+    def retag(self, tag: int):
+        """The tag column with every element row's tag set to ``tag``."""
+        if tag not in self._retag:
+            self._retag[tag] = self._f.when(self.is_control, self.tag).otherwise(
+                self._f.lit(tag)).cast('int')
+        return self._retag[tag]
+
+    def impulse(self):
+        if self._impulse is None:
+            self._impulse = self._session().createDataFrame(
+                [(0, None, ENCODED_IMPULSE_VALUE)], self.schema)
+        return self._impulse
+
+    def empty(self):
+        if self._empty is None:
+            self._empty = self._session().createDataFrame([], self.schema)
+        return self._empty
+
+
+_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _parts(session, f) -> _Parts:
+    parts = _PARTS.get(session)
+    if parts is None:
+        parts = _PARTS[session] = _Parts(session, f)
+    return parts
+
+
 class SparkEngine:
     """``run_id`` names the files shipped for the run (``spark.shipping``):
     the driver-only code at once, with ``py_files``; side inputs over
@@ -49,6 +107,7 @@ class SparkEngine:
         self._session = session
         self._connect = is_connect(session)
         self._f = functions_for(session)
+        self._parts = _parts(session, self._f)
         self._parallelism = parallelism
         self._cached: list = []
         self._inline_bytes = inline_side_input_bytes
@@ -67,51 +126,44 @@ class SparkEngine:
             pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL), 'side-input')
 
     def impulse(self):
-        return self._session.createDataFrame(
-            [(0, None, ENCODED_IMPULSE_VALUE)], DDL)
+        return self._parts.impulse()
 
     def empty(self):
-        return self._session.createDataFrame([], DDL)
+        return self._parts.empty()
 
     def map_stage(self, data, task):
-        return data.mapInArrow(task, DDL)
+        return data.mapInArrow(task, self._parts.schema)
 
     def select(self, data, tag: int, new_tag: int, control: bool):
-        f = self._f
-        keep = f.col(TAG) == tag
-        if control:
-            keep = keep | (f.col(TAG) == CONTROL_TAG)
-        selected = data.filter(keep)
+        selected = data.filter(self._parts.keep(tag, control))
         if new_tag != tag:
-            selected = selected.withColumn(TAG, f.when(
-                f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
-                    f.lit(new_tag)).cast('int'))
+            selected = selected.withColumn(TAG, self._parts.retag(new_tag))
         return selected
 
     def union(self, datas: list):
         return functools.reduce(lambda a, b: a.unionByName(b), datas)
 
     def group(self, data):
-        return data.repartition(self._parallelism, KEY).sortWithinPartitions(
-            TAG, KEY)
+        parts = self._parts
+        return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
+            parts.tag, parts.key)
 
     def by_key(self, data):
-        return data.repartition(self._parallelism, KEY).sortWithinPartitions(
-            KEY, TAG)
+        parts = self._parts
+        return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
+            parts.key, parts.tag)
 
     def reshuffle(self, data):
-        f = self._f
         # Round-robin: a few rows (Create's elements, SDF restrictions) are
         # spread evenly, which hashing cannot promise. Spark sorts each input
         # partition first (spark.sql.execution.sortBeforeRepartition), so a
         # retried task sends every row where its first attempt did.
-        return data.withColumn(TAG, f.when(
-            f.col(TAG) == CONTROL_TAG, f.col(TAG)).otherwise(
-                f.lit(0)).cast('int')).repartition(self._parallelism)
+        return data.withColumn(TAG, self._parts.retag(0)).repartition(
+            self._parallelism)
 
     def residuals(self, data):
         """The restrictions a round split off (see ``worker.sdf``)."""
-        return data.filter(self._f.col(TAG) == RESIDUAL_TAG)
+        return data.filter(self._parts.keep(RESIDUAL_TAG, False))
 
     def spread(self, data):
         """Round-robin over all partitions (a handful of restrictions)."""
@@ -127,7 +179,7 @@ class SparkEngine:
 
     def collect(self, data) -> tuple[list[bytes], list[bytes]]:
         """(element chunks, control rows) of a result, on the driver."""
-        table = data.select(TAG, DATA).toArrow()
+        table = data.select(self._parts.tag, self._parts.data).toArrow()
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(),
                               table.column(DATA).to_pylist()):
@@ -139,9 +191,9 @@ class SparkEngine:
 
     def run(self, datas: list, description: str) -> list[bytes]:
         """Runs the leaves as one job; returns the control rows they carry."""
-        f = self._f
-        table = self.union(datas).filter(f.col(TAG) == CONTROL_TAG).select(
-            DATA).toArrow()
+        parts = self._parts
+        table = self.union(datas).filter(parts.is_control).select(
+            parts.data).toArrow()
         return table.column(DATA).to_pylist()
 
     @contextlib.contextmanager

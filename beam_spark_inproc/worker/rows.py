@@ -9,7 +9,6 @@ SCHEMA = pa.schema([
     pa.field(KEY, pa.binary()),
     pa.field(DATA, pa.binary()),
 ])
-DDL = 'tag int, key binary, data binary'
 
 # Rows with this tag are reports for the driver (see ``report``), not elements.
 # Every step passes them through untouched; exactly one reader of each stage
