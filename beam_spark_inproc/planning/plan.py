@@ -11,7 +11,11 @@ Every PCollection crossing a stage boundary is a Spark DataFrame of rows
 
 An output's *layout* says how its ``data`` is cut into rows: ``chunks`` (many
 encoded elements per row, the cheap default), ``elements`` (one element per row,
-so a Reshuffle can spread them) or ``keyed`` (one element per row plus its key).
+so a Reshuffle can spread them), ``keyed`` (one element per row plus its key:
+a stateful stage's input) or ``packed`` (a GroupByKey's input: a row holds
+elements of one key, many per row, so the shuffle moves a row per key and
+bundle rather than per element; written by ``worker.channel``'s
+``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``).
 """
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ from typing import Optional
 CHUNKS = 'chunks'
 ELEMENTS = 'elements'
 KEYED = 'keyed'
+PACKED = 'packed'
+PACKED_SINK_URN = 'beam-spark-inproc:packed-sink:v1'
+# On a PACKED_SINK_URN transform: the id of the safe coder of its elements.
+SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
 
 SDK_STAGE = 'sdk'
 RESHUFFLE_STAGE = 'reshuffle'

@@ -50,17 +50,18 @@ def _is_splittable(stage: translations.Stage) -> bool:
 
 
 def _buffer_layouts(context, stages) -> dict[bytes, str]:
-    """KEYED for GroupByKey buffers and stateful inputs, ELEMENTS for Reshuffle
-    and splittable inputs, else CHUNKS (KEYED rows serve every reader)."""
+    """PACKED for GroupByKey buffers, KEYED for stateful inputs, ELEMENTS for
+    Reshuffle and splittable inputs, else CHUNKS (KEYED rows serve every reader)."""
     layouts: dict[bytes, str] = {}
     for stage in stages:
         for t in stage.transforms:
             if t.spec.urn in DATA_URNS:
-                if _buffer_kind(t.spec.payload) == 'group' or (
-                        stage.is_stateful() and
+                if stage.is_stateful() and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN and
                         t.spec.payload != translations.IMPULSE_BUFFER):
                     layouts[t.spec.payload] = p.KEYED  # one element per row too
+                elif _buffer_kind(t.spec.payload) == 'group':
+                    layouts.setdefault(t.spec.payload, p.PACKED)
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
                     # One element per row: a Reshuffle spreads them, a split
@@ -128,6 +129,10 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
                 key_coder_id=_safe_coder(context, pcoll)
                 if layout == p.KEYED else None))
             t.spec.payload = _port(coder_id)
+            if layout == p.PACKED:
+                t.spec.urn = p.PACKED_SINK_URN
+                t.annotations[p.SAFE_CODER_ANNOTATION] = _safe_coder(
+                    context, pcoll).encode()
         else:
             labels.append(t.unique_name)
             if t.spec.urn in translations.PAR_DO_URNS:

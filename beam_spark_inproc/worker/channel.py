@@ -4,16 +4,32 @@ Inputs are pulled from an iterator of ``Elements.Data`` built lazily from the
 partition's Arrow batches; each DATA_OUTPUT transform writes into an
 ``_OutputStream`` that cuts its bytes into rows as the layout asks and hands them
 to a ``BatchBuilder`` — nothing holds a whole bundle.
+
+Outputs bound for a GroupByKey are written by ``PackedOutputOperation`` (the
+planner gives their transforms ``PACKED_SINK_URN``) into a ``_PackedStream``:
+one row per key holds many of the key's elements, so the shuffle moves and sorts
+a row per key and bundle instead of a row per element.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterator, Optional
 
+from apache_beam.coders import coders
 from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.common import NameContext
+from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import data_plane
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker.rows import CHUNK_BYTES
+
+# A packed output holds at most this many keys' pending elements, and this
+# many bytes of them, before it writes them all out as rows.
+PACKED_KEYS = 16384
+PACKED_BYTES = 32 << 20
 
 
 class _OutputStream(data_plane.ClosableOutputStream):
@@ -43,6 +59,117 @@ class _OutputStream(data_plane.ClosableOutputStream):
 
     def close(self) -> None:
         self.flush()
+
+
+class _PackedStream(data_plane.ClosableOutputStream):
+    """Rows of (key bytes, encoded elements of that key) for a GroupByKey.
+
+    Elements wait per key (``PACKED_KEYS`` keys, ``PACKED_BYTES`` in all, a row
+    of ``CHUNK_BYTES`` at most per key); a row carries them in the order they
+    were written. ``encode`` is set by the writing operation (its wire coder).
+    """
+
+    def __init__(self, tag: int, add_row):
+        super().__init__()
+        self._tag = tag
+        self._add_row = add_row
+        self._pending: dict[bytes, object] = {}
+        self._bytes = 0
+        self.encode = None
+
+    def write_keyed(self, key: bytes, windowed_value) -> None:
+        out = self._pending.get(key)
+        if out is None:
+            if len(self._pending) >= PACKED_KEYS:
+                self.flush()
+            out = self._pending[key] = create_OutputStream()
+        before = out.size()
+        self.encode(windowed_value, out, True)
+        size = out.size()
+        self._bytes += size - before
+        if size >= CHUNK_BYTES:
+            self._add_row(self._tag, key, out.get())
+            del self._pending[key]
+            self._bytes -= size
+        elif self._bytes >= PACKED_BYTES:
+            self.flush()
+
+    def maybe_flush(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        for key, out in self._pending.items():
+            self._add_row(self._tag, key, out.get())
+        self._pending = {}
+        self._bytes = 0
+
+    def close(self) -> None:
+        self.flush()
+
+
+def key_encoder(wire_key_coder, safe_key_coder) -> Callable[[object], bytes]:
+    """The deterministic key bytes of a key object: the bytes ``key_extractor``
+    gets by decoding the element with the safe coder (the consumer decodes the
+    key from them with it).
+
+    Safe coders replace each length-prefixed coder the runner does not know with
+    ``BytesCoder``: nested (as the key is, inside the element) both write the
+    same bytes, but in the outer context ``BytesCoder`` drops the length prefix
+    (also as the last component of an outer tuple). So: the wire coder's own
+    encoding when the two are one coder, the inner coder's for a bare length
+    prefix, else the key's nested bytes re-read with the safe coder.
+    """
+    if wire_key_coder == safe_key_coder:
+        return wire_key_coder.get_impl().encode
+    if isinstance(wire_key_coder, coders.LengthPrefixCoder) and isinstance(
+            safe_key_coder, coders.BytesCoder):
+        return wire_key_coder.value_coder().get_impl().encode
+    wire, safe = wire_key_coder.get_impl(), safe_key_coder.get_impl()
+
+    def encode(key) -> bytes:
+        return safe.encode(safe.decode_nested(wire.encode_nested(key)))
+
+    return encode
+
+
+class PackedOutputOperation(bundle_processor.DataOutputOperation):
+    """A DATA_OUTPUT bound for a GroupByKey: hands each element with its key's
+    bytes to the bundle's ``_PackedStream``, without decoding what it encoded."""
+
+    def __init__(self, *args, safe_coder, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._encode_key = key_encoder(
+            self.windowed_coder.wrapped_value_coder.key_coder(),
+            safe_coder.wrapped_value_coder.key_coder())
+
+    def set_output_stream(self, output_stream) -> None:
+        output_stream.encode = self.windowed_coder_impl.encode_to_stream
+        super().set_output_stream(output_stream)
+
+    def process(self, windowed_value) -> None:
+        self.output_stream.write_keyed(
+            self._encode_key(windowed_value.value[0]), windowed_value)
+
+
+@bundle_processor.BeamTransformFactory.register_urn(
+    p.PACKED_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)
+def _create_packed_sink(factory, transform_id, transform_proto, grpc_port,
+                        consumers) -> PackedOutputOperation:
+    # As Beam's own DATA_OUTPUT factory (bundle_processor.create_sink_runner),
+    # plus the safe coder the planner named.
+    safe_coder = factory.get_coder(
+        transform_proto.annotations[p.SAFE_CODER_ANNOTATION].decode())
+    return PackedOutputOperation(
+        NameContext(transform_proto.unique_name, transform_id),
+        transform_proto.unique_name,
+        consumers,
+        factory.counter_factory,
+        factory.state_sampler,
+        factory.get_coder(grpc_port.coder_id),
+        transform_id=transform_id,
+        data_channel_factory=functools.partial(
+            factory.data_channel_factory.create_data_channel, grpc_port),
+        safe_coder=safe_coder)
 
 
 class _TimerStream(data_plane.ClosableOutputStream):
@@ -84,6 +211,8 @@ class InProcessDataChannel(data_plane.DataChannel):
 
     def output_stream(self, instruction_id, transform_id):
         tag, layout, key_of = self._outputs[transform_id]
+        if layout == p.PACKED:
+            return _PackedStream(tag, self._add_row)
         return _OutputStream(tag, layout, self._add_row, key_of)
 
     def output_timer_stream(self, instruction_id, transform_id,

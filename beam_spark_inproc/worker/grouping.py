@@ -25,7 +25,9 @@ GROUPS_BYTES = 1 << 20
 
 
 class GroupAlsoByWindow:
-    """Turns (key bytes, encoded windowed KV) rows into encoded grouped elements."""
+    """Turns (key bytes, encoded windowed KVs) rows into encoded grouped elements.
+
+    A row holds one or more elements of its key (``plan.PACKED``)."""
 
     def __init__(self, grouping: Grouping, context):
         pre_coder = context.coders[grouping.pre_coder_id]
@@ -62,9 +64,10 @@ class GroupAlsoByWindow:
         def values(key_bytes):
             nonlocal pending
             while pending is not None and pending[0] == key_bytes:
-                data = pending[1]
+                stream = create_InputStream(pending[1])
                 pending = next(rows, None)
-                yield decode(create_InputStream(data), True).value[1]
+                while stream.size():
+                    yield decode(stream, True).value[1]
 
         while pending is not None:
             key_bytes = pending[0]
@@ -83,11 +86,13 @@ class GroupAlsoByWindow:
         decode = self._pre_impl.decode_from_stream
         values = []
         for data in datas:
-            wkv = decode(create_InputStream(data), True)
-            if self._trivial:
-                values.append(wkv.value[1])
-            else:
-                values.append(wkv.with_value(wkv.value[1]))
+            stream = create_InputStream(data)
+            while stream.size():
+                wkv = decode(stream, True)
+                if self._trivial:
+                    values.append(wkv.value[1])
+                else:
+                    values.append(wkv.with_value(wkv.value[1]))
         return values
 
     def encode_group(self, key_bytes: bytes, datas: Iterable[bytes], out) -> None:
