@@ -78,7 +78,7 @@ def test_key_bytes_match_for_standard_coders():
 def _packed_rows(monkeypatch, elements, keys=4, total=1 << 30, row=1 << 20):
     monkeypatch.setattr(channel, 'PACKED_KEYS', keys)
     monkeypatch.setattr(channel, 'PACKED_BYTES', total)
-    monkeypatch.setattr(channel, 'CHUNK_BYTES', row)
+    monkeypatch.setattr(channel, 'PACKED_ROW_BYTES', row)
     wire, safe = _coders([0])
     rows = []
     stream = channel._PackedStream(3, lambda tag, key, data: rows.append(
