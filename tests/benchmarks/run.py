@@ -1005,7 +1005,8 @@ def report(results: list, engines, args, started, elapsed, load_before,
     lines.append(
         f'- {os.cpu_count()} cores; Spark master {args.master} (one session for all '
         f'runs); 1-min load average at start/end: {load_before[0]:.2f} / '
-        f'{load_after[0]:.2f}')
+        f'{load_after[0]:.2f}' + (
+            f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else ''))
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
@@ -1079,6 +1080,8 @@ def parse_args(argv=None):
                         help='only the profiles, no table')
     parser.add_argument('--profile-size', type=int, default=2_000_000,
                         help='N of the profiles (default 2M)')
+    parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
+                        help='Spark conf for the benchmark session (repeatable)')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
     args = parser.parse_args(argv)
@@ -1101,7 +1104,8 @@ def main(argv=None) -> int:
     started = datetime.datetime.now()
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    spark, created = spark_session.get_or_create(args.master, None, {})
+    conf = dict(item.split('=', 1) for item in args.conf)
+    spark, created = spark_session.get_or_create(args.master, None, conf)
     parallelism = spark_session.parallelism(spark, None)
     _log(f'SparkSession ready ({"created" if created else "reused"}) in '
          f'{time.perf_counter() - t0:.1f} s')
