@@ -15,6 +15,9 @@ LOCAL_DEFAULTS = {
     'spark.python.worker.reuse': 'true',
     'spark.ui.showConsoleProgress': 'false',
     'spark.sql.execution.arrow.maxRecordsPerBatch': '10000',
+    # Packed GroupByKey rows are up to 64 KB: Spark's default of 64 MB per Arrow
+    # batch sent to a Python worker would dominate its memory.
+    'spark.sql.execution.arrow.maxBytesPerBatch': '16m',
     'spark.ui.enabled': 'false',
     # Adaptive execution re-plans each shuffle as extra Spark jobs: on small
     # pipelines that costs more than it saves (3 jobs instead of 1 for a GBK).

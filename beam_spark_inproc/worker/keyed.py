@@ -25,6 +25,10 @@ from apache_beam.runners.worker import sdk_worker
 
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import column_slices
 
 USER_STATE_TYPES = frozenset([
     'bag_user_state', 'multimap_user_state', 'multimap_keys_user_state',
@@ -101,10 +105,8 @@ def keyed_input_elements(task, entry, batches, forward: Callable) -> Iterator:
     ports = task.stage.inputs
 
     def rows():
-        for batch in batches:
-            yield from zip(batch.column('key').to_pylist(),
-                           batch.column('tag').to_pylist(),
-                           batch.column('data').to_pylist())
+        for columns in column_slices(batches, KEY, TAG, DATA):
+            yield from zip(*columns)
 
     queue = entry.timer_queue
     if queue is not None:

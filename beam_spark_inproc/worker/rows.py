@@ -24,6 +24,22 @@ MAX_BATCH_ROWS = 8192
 MAX_BATCH_BYTES = 8 << 20
 # CHUNKS outputs cut their encoded stream into rows of about this size.
 CHUNK_BYTES = 1 << 20
+# Input batches from Spark reach 64 MB by default (packed GroupByKey rows are up
+# to 64 KB each); they become Python objects a slice of about this size at a time.
+SLICE_BYTES = 4 << 20
+
+
+def column_slices(batches, *columns: str):
+    """Per slice of each input batch, one Python list per named column; a slice
+    holds about ``SLICE_BYTES`` (at least one row)."""
+    for batch in batches:
+        rows = batch.num_rows
+        if not rows:
+            continue
+        step = max(1, rows * SLICE_BYTES // max(1, batch.nbytes))
+        for start in range(0, rows, step):
+            piece = batch.slice(start, step) if step < rows else batch
+            yield [piece.column(name).to_pylist() for name in columns]
 
 
 class BatchBuilder:

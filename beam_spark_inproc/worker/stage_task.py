@@ -37,6 +37,7 @@ from beam_spark_inproc.worker.rows import BatchBuilder
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import column_slices
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -76,11 +77,7 @@ def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     if task.stage.split_input:
         yield from _element_input_elements(task, batches, forward)
         return
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        data = batch.column(DATA).to_pylist()
-        tags = batch.column(TAG).to_pylist()
+    for data, tags in column_slices(batches, DATA, TAG):
         if len(ports) == 1 and tags[0] == tags[-1] == 0 and min(tags) == 0:
             yield beam_fn_api_pb2.Elements.Data(
                 transform_id=ports[0].transform_id, data=b''.join(data))
@@ -100,10 +97,8 @@ def _element_input_elements(task: StageTask, batches, forward) -> Iterator:
     """One element per Data message (a splittable stage: the SDK counts them),
     including residual rows of an earlier round (keyed by their input)."""
     ports = task.stage.inputs
-    for batch in batches:
-        for tag, key, data in zip(batch.column(TAG).to_pylist(),
-                                  batch.column(KEY).to_pylist(),
-                                  batch.column(DATA).to_pylist()):
+    for columns in column_slices(batches, TAG, KEY, DATA):
+        for tag, key, data in zip(*columns):
             if tag == CONTROL_TAG:
                 forward(CONTROL_TAG, None, data)
             elif tag == RESIDUAL_TAG:
@@ -119,10 +114,8 @@ def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterato
     ports = task.stage.inputs
 
     def rows():
-        for batch in batches:
-            yield from zip(batch.column(TAG).to_pylist(),
-                           batch.column(KEY).to_pylist(),
-                           batch.column(DATA).to_pylist())
+        for columns in column_slices(batches, TAG, KEY, DATA):
+            yield from zip(*columns)
 
     for tag, port_rows in itertools.groupby(rows(), key=lambda r: r[0]):
         if tag == CONTROL_TAG:

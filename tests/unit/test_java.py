@@ -12,7 +12,10 @@ from beam_spark_inproc.spark import session
 @pytest.fixture
 def no_java(monkeypatch, tmp_path):
     monkeypatch.setenv('PATH', str(tmp_path))
-    monkeypatch.delenv('JAVA_HOME', raising=False)
+    # setenv first, so teardown also removes a JAVA_HOME that ensure_java sets
+    # (delenv of an unset variable records nothing to undo).
+    monkeypatch.setenv('JAVA_HOME', '')
+    monkeypatch.delenv('JAVA_HOME')
 
 
 def test_error_says_what_to_install(no_java, monkeypatch):
