@@ -153,6 +153,11 @@ def translate_error(error: Exception, plan) -> Exception:
 
 
 def _worker_traceback(text: str) -> str:
+    # The bundle's own formatting (see stage_task.run_bundle), else PySpark's.
+    start = text.find(report.TRACEBACK_START)
+    end = text.find(report.TRACEBACK_END, start)
+    if start >= 0 and end >= 0:
+        return text[start + len(report.TRACEBACK_START):end].strip('\n')
     start = text.find('Traceback (most recent call last)')
     return text[start:] if start >= 0 else text
 

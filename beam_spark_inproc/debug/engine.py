@@ -14,6 +14,7 @@ import pyarrow as pa
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.debug.rebind import driver_globals
+from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
@@ -53,7 +54,11 @@ class LocalEngine:
 
     def map_stage(self, data: Partitions, task) -> Partitions:
         with driver_globals():
-            return [list(task(iter(partition))) for partition in data]
+            try:
+                return [list(task(iter(partition))) for partition in data]
+            except BaseException as error:
+                report.drop_traceback_note(error)  # its own traceback shows
+                raise
 
     def _map_rows(self, data: Partitions, fn) -> Partitions:
         return [_batch(fn(_rows(partition))) for partition in data]

@@ -15,6 +15,19 @@ import pickle
 import warnings
 from typing import Iterator
 
+# A failed bundle's exception carries, as a note, the worker's own formatting of
+# its traceback between these lines (PySpark's simplified traceback shows each
+# frame's current line rather than the line that raised).
+TRACEBACK_START = '[beam worker traceback]'
+TRACEBACK_END = '[end of beam worker traceback]'
+
+
+def drop_traceback_note(error: BaseException) -> None:
+    """Removes that note, where the exception itself reaches the user (debug mode)."""
+    notes = getattr(error, '__notes__', None)
+    if notes:
+        notes[:] = [n for n in notes if not n.startswith(TRACEBACK_START)]
+
 
 @contextlib.contextmanager
 def capture_warnings() -> Iterator[list]:

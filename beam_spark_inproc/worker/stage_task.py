@@ -19,6 +19,7 @@ import itertools
 import queue
 import threading
 import time
+import traceback
 from typing import Iterator
 
 import pyarrow as pa
@@ -253,9 +254,15 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 out.task_done()
                 break
             if isinstance(item, BaseException):
-                # The driver reads this note to name the failing transforms.
+                # PySpark's simplified traceback takes each frame's current
+                # line, not the line that raised: frames that went on (through
+                # a ``finally`` or ``with``) would show the wrong line.
+                formatted = ''.join(traceback.format_exception(item))
+                # The driver reads these notes to name the failing transforms.
                 item.add_note('[beam stage] %s | transforms: %s' % (
                     task.stage.name, ', '.join(task.stage.labels)))
+                item.add_note('%s\n%s%s' % (
+                    report.TRACEBACK_START, formatted, report.TRACEBACK_END))
                 raise item
             yield item
             out.task_done()  # Spark has taken the batch and asks for more

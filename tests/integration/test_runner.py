@@ -60,6 +60,30 @@ def test_stage_with_several_consumers_runs_its_bundles_once(spark, tmp_path):
     assert sorted(int(x) for x in _lines(tally)) == list(range(100))
 
 
+def _fails_then_cleans_up(x):
+    try:
+        if x == 3:
+            raise ValueError('bad element %d' % x)
+    finally:
+        x = x * 1  # cleanup after the raise: PySpark's traceback points here
+    return x
+
+
+def test_worker_traceback_points_at_the_raising_line(spark):
+    """PySpark's simplified traceback shows a frame's current line, which for a
+    frame that ran a ``finally`` after raising is the wrong one."""
+    with pytest.raises(PipelineExecutionError) as info:
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+            p | beam.Create([1, 2, 3]) | 'Explode' >> beam.Map(_fails_then_cleans_up)
+    text = info.value.worker_traceback
+    assert "raise ValueError('bad element %d' % x)" in text
+    assert 'x = x * 1' not in text
+    assert text.startswith('Traceback (most recent call last)')
+    assert any(line.startswith('ValueError: bad element 3')
+               for line in text.splitlines())
+    assert str(info.value).startswith("Beam transform 'Explode' failed")
+
+
 def test_user_error_names_transform_and_session_stays_usable(spark):
     def fail(x):
         if x == 3:
