@@ -36,8 +36,8 @@ class GroupAlsoByWindow:
         self._post_impl = context.coders[grouping.post_coder_id].get_impl()
         windowing = context.windowing_strategies[grouping.windowing_strategy_id]
         self._trivial = windowing.is_default()
-        if self._trivial:
-            self._on_time = on_time = GlobalWindows.windowed_value(
+        if self._trivial:  # streamed, see ``_streamed``
+            self._on_time = GlobalWindows.windowed_value(
                 None,
                 timestamp=GlobalWindow().max_timestamp(),
                 pane_info=windowed_value.PaneInfo(
@@ -46,8 +46,6 @@ class GroupAlsoByWindow:
                     timing=windowed_value.PaneInfoTiming.ON_TIME,
                     index=0,
                     nonspeculative_index=0))
-            self._windowed_groups = lambda key, values: [
-                on_time.with_value((key, values))]
         else:
             self._windowed_groups = trigger.create_trigger_driver(
                 windowing, True).process_entire_key
@@ -89,10 +87,7 @@ class GroupAlsoByWindow:
             stream = create_InputStream(data)
             while stream.size():
                 wkv = decode(stream, True)
-                if self._trivial:
-                    values.append(wkv.value[1])
-                else:
-                    values.append(wkv.with_value(wkv.value[1]))
+                values.append(wkv.with_value(wkv.value[1]))
         return values
 
     def encode_group(self, key_bytes: bytes, datas: Iterable[bytes], out) -> None:
