@@ -25,7 +25,7 @@ LOCAL_DEFAULTS = {
     # Each Spark query brings new generated classes, and the JVM's optimizing
     # compiler (C2) spent 1.6-2 CPU-s of every pipeline compiling them while
     # the JVM's own work is moving rows. The quick compiler alone: P3g at 2M
-    # 8.9 -> 6.9 s, P2 7.1 -> 5.1 s, P6 1.5 -> 1.2 s (README, Performance).
+    # 8.9 -> 6.9 s, P2 7.1 -> 5.1 s, P6 1.5 -> 1.2 s (docs/performance.md).
     'spark.driver.extraJavaOptions': '-XX:TieredStopAtLevel=1',
 }
 

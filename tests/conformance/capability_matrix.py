@@ -1,13 +1,13 @@
-"""The README's capability matrix, generated from a run of the conformance suite.
+"""The capability matrix of docs/capabilities.md, generated from a run of the conformance suite.
 
     python tests/conformance/capability_matrix.py            # run the suite, print
-    python tests/conformance/capability_matrix.py --write    # ... and update README.md
+    python tests/conformance/capability_matrix.py --write    # ... and update docs/capabilities.md
     python tests/conformance/capability_matrix.py --junit F  # render an earlier run
 
 The suite (``test_fn_api_runner_suite.py``) runs with pytest's ``--junitxml``;
 each Beam test is put under a capability by its name (``CAPABILITIES``), and the
 table counts, per capability, the tests that passed on Spark and in debug mode,
-and names those skipped or failed, with the skip reasons. The README's matrix sits
+and names those skipped or failed, with the skip reasons. The matrix sits
 between the two ``MARKERS``; ``tests/unit/test_capability_matrix.py`` checks it
 still covers exactly the suite's tests.
 """
@@ -109,18 +109,18 @@ def run_suite(junit: pathlib.Path) -> None:
                     SUITE, f'--junitxml={junit}'], cwd=ROOT, check=False)
 
 
-def write_readme(table: str, readme: pathlib.Path = ROOT / 'README.md') -> None:
-    text = readme.read_text()
+def write_matrix(table: str, doc: pathlib.Path = ROOT / 'docs' / 'capabilities.md') -> None:
+    text = doc.read_text()
     begin, end = MARKERS
     start, stop = text.index(begin) + len(begin), text.index(end)
-    readme.write_text(text[:start] + '\n' + table + '\n' + text[stop:])
+    doc.write_text(text[:start] + '\n' + table + '\n' + text[stop:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--junit', type=pathlib.Path,
                         help='render this junit XML instead of running the suite')
-    parser.add_argument('--write', action='store_true', help='update README.md')
+    parser.add_argument('--write', action='store_true', help='update docs/capabilities.md')
     args = parser.parse_args()
     junit = args.junit
     if junit is None:
@@ -129,7 +129,7 @@ def main() -> None:
     table = render(read_junit(junit))
     print(table)
     if args.write:
-        write_readme(table)
+        write_matrix(table)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""The README's capability matrix is generated and still covers the whole suite."""
+"""The capability matrix (docs/capabilities.md) is generated and still covers the whole suite."""
 from __future__ import annotations
 
 import collections
@@ -9,7 +9,7 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 
 from tests.conformance import capability_matrix as cm
 
-README = pathlib.Path(cm.ROOT / 'README.md').read_text()
+MATRIX_DOC = pathlib.Path(cm.ROOT / 'docs' / 'capabilities.md').read_text()
 
 
 def _suite_counts() -> collections.Counter:
@@ -19,10 +19,10 @@ def _suite_counts() -> collections.Counter:
     return collections.Counter(cm.capability(n) for n in names)
 
 
-def _readme_rows() -> dict[str, list[str]]:
+def _matrix_rows() -> dict[str, list[str]]:
     begin, end = cm.MARKERS
-    assert begin in README and end in README, 'matrix markers missing from README'
-    block = README[README.index(begin):README.index(end)]
+    assert begin in MATRIX_DOC and end in MATRIX_DOC, 'matrix markers missing from docs/capabilities.md'
+    block = MATRIX_DOC[MATRIX_DOC.index(begin):MATRIX_DOC.index(end)]
     rows = {}
     for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip('|').split('|')]
@@ -31,15 +31,15 @@ def _readme_rows() -> dict[str, list[str]]:
     return rows
 
 
-def test_readme_matrix_covers_every_suite_test():
-    rows = _readme_rows()
+def test_matrix_covers_every_suite_test():
+    rows = _matrix_rows()
     expected = _suite_counts()
     assert {k: int(v[1]) for k, v in rows.items() if k != 'all'} == dict(expected)
     assert int(rows['all'][1].strip('*')) == sum(expected.values())
 
 
-def test_readme_matrix_counts_add_up():
-    for label, cells in _readme_rows().items():
+def test_matrix_counts_add_up():
+    for label, cells in _matrix_rows().items():
         tests, spark = int(cells[1].strip('*')), int(cells[2].strip('*'))
         debug, of = map(int, re.findall(r'\d+', cells[3]))
         assert spark <= tests and debug <= of <= tests, label
