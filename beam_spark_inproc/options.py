@@ -5,6 +5,10 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+# Side inputs up to this size travel in the task's closure; larger ones as files.
+INLINE_SIDE_INPUT_MB = 8.0
+INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
+
 
 class SparkRunnerOptions(PipelineOptions):
     @classmethod
@@ -34,7 +38,8 @@ class SparkRunnerOptions(PipelineOptions):
             'from outside site-packages (e.g. next to the pipeline script) '
             'are shipped without this.')
         parser.add_argument(
-            '--spark_inline_side_input_mb', type=float, default=8.0,
+            '--spark_inline_side_input_mb', type=float,
+            default=INLINE_SIDE_INPUT_MB,
             help='Side inputs up to this size (MB) travel inside the tasks; '
             'larger ones are shipped once as files (Spark artifacts).')
         parser.add_argument(

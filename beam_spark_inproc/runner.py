@@ -90,7 +90,7 @@ class InProcessSparkRunner(PipelineRunner):
             raise ValueError(
                 '--spark_split_after_seconds must be >= 0 (0 turns runner '
                 f'splitting off), got {opts.spark_split_after_seconds}.')
-        from beam_spark_inproc.spark.executor import execute
+        from beam_spark_inproc.execution.executor import execute
         job_id = uuid.uuid4().hex
         if self._debug or opts.inproc_debug:
             from beam_spark_inproc.debug.engine import LocalEngine

@@ -33,6 +33,24 @@ SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
 SDK_STAGE = 'sdk'
 RESHUFFLE_STAGE = 'reshuffle'
 
+# How a stage's input arrives, decided once by the planner; the executor (which
+# shuffle comes first) and the worker (how rows become Beam elements) dispatch
+# on it through tables.
+PLAIN = 'plain'  # rows in any order, fed as they come
+GROUPED = 'grouped'  # shuffled by key, sorted by (tag, key): GroupAlsoByWindow first
+KEYED = 'keyed'  # shuffled by key, sorted by (key, tag): a stateful stage, key after key
+SPLITTABLE = 'splittable'  # one element per message; may run in rounds (worker.sdf)
+INPUT_MODES = (PLAIN, GROUPED, KEYED, SPLITTABLE)
+
+
+def input_mode(stateful: bool, grouped: bool, split_input: str) -> str:
+    """A stage's input mode: state and timers need their keys in order first."""
+    if stateful:
+        return KEYED
+    if grouped:
+        return GROUPED
+    return SPLITTABLE if split_input else PLAIN
+
 
 @dataclasses.dataclass(frozen=True)
 class Grouping:
@@ -86,11 +104,21 @@ class StagePlan:
     outputs: tuple[OutputPort, ...]
     side_inputs: tuple[SideInput, ...] = ()
     descriptor: bytes = b''  # serialized ProcessBundleDescriptor (SDK stages)
-    stateful: bool = False  # user state or timers: input shuffled by key
+    input_mode: str = PLAIN  # see INPUT_MODES
     timers: tuple[TimerFamily, ...] = ()
     # DATA_INPUT transform feeding a splittable DoFn's Process transform: the
     # runner may split its restrictions (see worker.sdf), or '' if none.
     split_input: str = ''
+
+    def __post_init__(self):
+        if self.input_mode not in INPUT_MODES:
+            raise ValueError(f'Stage {self.name!r}: unknown input mode '
+                             f'{self.input_mode!r}, expected one of {INPUT_MODES}.')
+
+    @property
+    def stateful(self) -> bool:
+        """User state or timers: input shuffled by key, keys in order."""
+        return self.input_mode == KEYED
 
     @property
     def grouped(self) -> bool:

@@ -176,7 +176,8 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
         outputs=tuple(outputs),
         side_inputs=tuple(side_inputs),
         descriptor=descriptor.SerializeToString(),
-        stateful=stateful,
+        input_mode=p.input_mode(stateful, any(i.grouping for i in inputs),
+                                split_input),
         timers=tuple(timers),
         split_input=split_input)
 

@@ -1,4 +1,10 @@
-"""The Spark engine: executor operations as DataFrame transformations."""
+"""The Spark engine: the primitives of ``execution.engine`` as DataFrame steps.
+
+``map_stage`` is ``mapInArrow``; ``shuffle`` is ``repartition`` (by the key
+column and then ``sortWithinPartitions``, or round-robin); ``select`` and
+``union`` are ``filter``/``withColumn`` and ``unionByName``; ``collect`` is
+``toArrow``. The same code serves classic Spark and Spark Connect.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -8,11 +14,12 @@ import weakref
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
+from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.options import INLINE_SIDE_INPUT_BYTES
 from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
 
@@ -33,10 +40,6 @@ def is_connect(session) -> bool:
     except ImportError:  # pyspark without the connect extra
         return False
     return isinstance(session, ConnectSession)
-
-
-# Side inputs up to this size travel in the task's closure; larger ones as files.
-INLINE_SIDE_INPUT_BYTES = 8 << 20
 
 
 class _Parts:
@@ -128,9 +131,6 @@ class SparkEngine:
     def impulse(self):
         return self._parts.impulse()
 
-    def empty(self):
-        return self._parts.empty()
-
     def map_stage(self, data, task):
         return data.mapInArrow(task, self._parts.schema)
 
@@ -141,45 +141,40 @@ class SparkEngine:
         return selected
 
     def union(self, datas: list):
+        if not datas:
+            return self._parts.empty()
         return functools.reduce(lambda a, b: a.unionByName(b), datas)
 
-    def group(self, data):
+    def shuffle(self, data, how: str):
         parts = self._parts
-        return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
-            parts.tag, parts.key)
-
-    def by_key(self, data):
-        parts = self._parts
-        return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
-            parts.key, parts.tag)
-
-    def reshuffle(self, data):
-        # Round-robin: a few rows (Create's elements, SDF restrictions) are
-        # spread evenly, which hashing cannot promise. Spark sorts each input
-        # partition first (spark.sql.execution.sortBeforeRepartition), so a
-        # retried task sends every row where its first attempt did.
-        return data.withColumn(TAG, self._parts.retag(0)).repartition(
-            self._parallelism)
-
-    def residuals(self, data):
-        """The restrictions a round split off (see ``worker.sdf``)."""
-        return data.filter(self._parts.keep(RESIDUAL_TAG, False))
-
-    def spread(self, data):
-        """Round-robin over all partitions (a handful of restrictions)."""
-        return data.repartition(self._parallelism)
-
-    def is_empty(self, data) -> bool:
-        return data.isEmpty()
+        if how == e.GROUP:
+            return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
+                parts.tag, parts.key)
+        if how == e.KEYED:
+            return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
+                parts.key, parts.tag)
+        if how == e.SPREAD:
+            # Round-robin: a few rows (Create's elements, SDF restrictions) are
+            # spread evenly, which hashing cannot promise. Spark sorts each input
+            # partition first (spark.sql.execution.sortBeforeRepartition), so a
+            # retried task sends every row where its first attempt did.
+            return data.repartition(self._parallelism)
+        raise e.unknown_shuffle(how)
 
     def cache(self, data):
         data = data.cache()
         self._cached.append(data)
         return data
 
-    def collect(self, data) -> tuple[list[bytes], list[bytes]]:
-        """(element chunks, control rows) of a result, on the driver."""
-        table = data.select(self._parts.tag, self._parts.data).toArrow()
+    def collect(self, data, elements: bool = True
+                ) -> tuple[list[bytes], list[bytes]]:
+        """(element data, control data) of a result, on the driver; with
+        ``elements=False`` only the control rows leave the executors."""
+        parts = self._parts
+        if not elements:
+            table = data.filter(parts.is_control).select(parts.data).toArrow()
+            return [], table.column(DATA).to_pylist()
+        table = data.select(parts.tag, parts.data).toArrow()
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(),
                               table.column(DATA).to_pylist()):
@@ -188,13 +183,6 @@ class SparkEngine:
             elif chunk:
                 chunks.append(chunk)
         return chunks, control
-
-    def run(self, datas: list, description: str) -> list[bytes]:
-        """Runs the leaves as one job; returns the control rows they carry."""
-        parts = self._parts
-        table = self.union(datas).filter(parts.is_control).select(
-            parts.data).toArrow()
-        return table.column(DATA).to_pylist()
 
     @contextlib.contextmanager
     def job(self, tag: str, description: str):

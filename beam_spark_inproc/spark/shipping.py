@@ -11,7 +11,7 @@ itself, and the user's ``--spark_py_files``. They go as one zip, added with
 ``SparkSession.addArtifacts(pyfile=True)``, which works on classic Spark and
 over Spark Connect alike and puts the zip on the workers' ``sys.path``.
 
-Large side inputs travel the same way, as files (``ShippedFile``): a task's
+Large side inputs travel the same way, as files (``worker.shipped.ShippedFile``): a task's
 closure would carry them to every task, and Spark Connect refuses closures over
 128 MB.
 
@@ -37,6 +37,8 @@ import tempfile
 import threading
 import zipfile
 from typing import Iterable, Optional
+
+from beam_spark_inproc.worker.shipped import ShippedFile
 
 _LOGGER = logging.getLogger(__name__)
 _RUNNER_PACKAGE = 'beam_spark_inproc'
@@ -117,31 +119,6 @@ def driver_only_modules() -> dict[str, pathlib.Path]:
         files.update(_module_files(name, module))
     return {arc: path for arc, path in files.items()
             if path.is_file() and path.stat().st_size <= _MAX_SOURCE_BYTES}
-
-
-class ShippedFile:
-    """A file shipped with ``addArtifacts(file=True)``, read back in a worker."""
-
-    def __init__(self, name: str, size: int):
-        self.name = name
-        self.size = size
-
-    def path(self) -> str:
-        from pyspark import SparkFiles  # in the worker: Spark set its root
-        candidates = [SparkFiles.get(self.name), os.path.join(os.getcwd(), self.name)]
-        for candidate in candidates:
-            if os.path.exists(candidate):
-                return candidate
-        raise FileNotFoundError(
-            f'Shipped file {self.name!r} not found in the worker (looked in '
-            f'{candidates}).')
-
-    def read(self) -> bytes:
-        with open(self.path(), 'rb') as f:
-            return f.read()
-
-    def __repr__(self) -> str:
-        return f'ShippedFile({self.name!r}, {self.size} bytes)'
 
 
 # Code zips already added, per session: (id(session), file name). Named by

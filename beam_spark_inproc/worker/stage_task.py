@@ -50,7 +50,7 @@ class StageTask:
     job_id: str
     stage: StagePlan
     # One part per side input: its (serialized StateKey, encoded values) pairs,
-    # or a shipped file holding them pickled (``spark.shipping.ShippedFile``).
+    # or a shipped file holding them pickled (``worker.shipped.ShippedFile``).
     side_input_state: tuple = ()
     # Runner-initiated SDF splitting (stages with ``split_input``): split a
     # bundle still running after this many seconds (0: never) into this many parts.

@@ -9,7 +9,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.progress import stage_ranges
+from beam_spark_inproc.execution.progress import stage_ranges
 
 
 def _side_input_pipeline(p):

@@ -1,12 +1,12 @@
 """Walks a SparkPlan against an engine (dask's get_async/get_sync pattern).
 
-The executor knows Beam's buffers and stages; an engine knows how to move rows:
-``impulse``, ``map_stage`` (run a StageTask per partition), ``select`` (one output
-of a stage, retagged as a port of its consumer), ``union``, ``group`` (shuffle by
-key bytes, sorted within partitions; ``by_key`` sorts by key first, for stateful
-stages), ``reshuffle``, ``cache``, ``collect`` and
-``run``. ``spark.engine.SparkEngine`` is the real one; ``debug.engine`` runs the
-same tasks in the driver.
+The executor knows Beam's buffers and stages; an engine knows how to move rows
+(the primitives of ``execution.engine``). ``spark.engine.SparkEngine`` is the
+real one; ``debug.engine`` runs the same tasks in the driver.
+
+A stage is built from its input mode (``planning.plan.INPUT_MODES``, decided by
+the planner): ``_SHUFFLES`` says which shuffle comes before its task; a
+``SPLITTABLE`` stage may run in rounds.
 
 Policy:
 * every stage output read more than once (two consumers, a consumer and a side
@@ -27,40 +27,32 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from typing import Any, Protocol
+from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
 
+from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.execution.engine import Engine
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.progress import Progress
-from beam_spark_inproc.spark.side_inputs import state_entries
+from beam_spark_inproc.execution.progress import Progress
+from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.worker import report
+from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 
 
 _LOGGER = logging.getLogger(__name__)
 
 
-class Engine(Protocol):
-    def impulse(self) -> Any: ...
-    def empty(self) -> Any: ...
-    def map_stage(self, data: Any, task: StageTask) -> Any: ...
-    def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...
-    def union(self, datas: list) -> Any: ...
-    def group(self, data: Any) -> Any: ...
-    def by_key(self, data: Any) -> Any: ...
-    def reshuffle(self, data: Any) -> Any: ...
-    def residuals(self, data: Any) -> Any: ...
-    def spread(self, data: Any) -> Any: ...
-    def is_empty(self, data: Any) -> bool: ...
-    def cache(self, data: Any) -> Any: ...
-    def collect(self, data: Any) -> tuple[list[bytes], list[bytes]]: ...
-    def run(self, datas: list, description: str) -> list[bytes]: ...
-    def release(self) -> None: ...
-    def job(self, tag: str, description: str) -> Any: ...
-    def side_input(self, entries: tuple) -> Any: ...
+# The shuffle each input mode needs before the stage's task (none: as read).
+_SHUFFLES = {
+    p.PLAIN: None,
+    p.SPLITTABLE: None,
+    p.GROUPED: e.GROUP,
+    p.KEYED: e.KEYED,
+}
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
@@ -133,8 +125,8 @@ class Executor:
             if leaves:
                 with self._job([i for i in range(len(self.plan.stages))
                                 if self._uses[i] == 0], 'leaves') as reports:
-                    reports.extend(self.engine.run(
-                        leaves, 'beam pipeline %s' % self.job_id[:8]))
+                    reports.extend(self.engine.collect(
+                        self.engine.union(leaves), elements=False)[1])
         finally:
             self.engine.release()
         return [report.decode(r) for r in self._reports]
@@ -176,30 +168,30 @@ class Executor:
         return parts
 
     def _input(self, index: int, stage: p.StagePlan) -> Any:
+        """The stage's input rows, each port's under its tag (all under tag 0
+        for a Reshuffle, whose rows keep their bytes)."""
         parts = []
         for tag, port in enumerate(stage.inputs):
-            parts.extend(self._read(index, port.buffer_id, tag))
-        if not parts:
-            return self.engine.empty()
+            new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
+            parts.extend(self._read(index, port.buffer_id, new_tag))
         return parts[0] if len(parts) == 1 else self.engine.union(parts)
 
     def _build(self, index: int, stage: p.StagePlan) -> Any:
         data = self._input(index, stage)
         if stage.kind == p.RESHUFFLE_STAGE:
-            # Rows keep their bytes (tag 0); each output port gets them under its tag.
-            shuffled = self.engine.reshuffle(data)
+            # Each output port gets the rows under its tag.
+            shuffled = self.engine.shuffle(data, e.SPREAD)
             if len(stage.outputs) == 1:
                 return shuffled
             return self.engine.union([
                 self.engine.select(shuffled, 0, tag, tag == 0)
                 for tag in range(len(stage.outputs))])
-        if stage.stateful:
-            data = self.engine.by_key(data)
-        elif stage.grouped:
-            data = self.engine.group(data)
+        shuffle = _SHUFFLES[stage.input_mode]
+        if shuffle is not None:
+            data = self.engine.shuffle(data, shuffle)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways, self.profile_dir)
-        if stage.split_input and self.split_after > 0:
+        if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)
 
@@ -212,11 +204,12 @@ class Executor:
         while True:
             result = self.engine.cache(result)
             rounds.append(result)
-            residuals = self.engine.residuals(result)
+            residuals = self.engine.select(
+                result, RESIDUAL_TAG, RESIDUAL_TAG, False)
             self._ran.discard(index)  # each round runs the stage again
             with self._job([index], f'splittable round {len(rounds)}'):
-                empty = self.engine.is_empty(residuals)
-            if empty:
+                split_off, _ = self.engine.collect(residuals)
+            if not split_off:
                 break
             _LOGGER.info('Stage %r: round %d split off restrictions; running '
                          'them as round %d', task.stage.name[-60:], len(rounds),
@@ -224,7 +217,7 @@ class Executor:
             # The residuals are equal shares, one per core: splitting them again
             # would only add rounds.
             result = self.engine.map_stage(
-                self.engine.spread(residuals),
+                self.engine.shuffle(residuals, e.SPREAD),
                 dataclasses.replace(task, split_after=0.0))
         return rounds[0] if len(rounds) == 1 else self.engine.union(rounds)
 

@@ -1,0 +1,55 @@
+"""The engine contract: the few primitives a backend supplies to the executor.
+
+dask's ``get_async(submit, ...)`` / ``get_sync`` pattern: one core walks the plan
+(``executor``), thin backends move rows. Data is whatever the engine likes (a
+Spark DataFrame, a list of partitions of Arrow batches) holding rows of
+``worker.rows.SCHEMA``; rows tagged ``CONTROL_TAG`` are reports and every
+primitive passes them through (``select`` only when asked, see ``control``).
+
+Primitives:
+
+* ``impulse()``: one partition holding Beam's encoded impulse element (tag 0);
+* ``union(datas)``: all rows of each (``union([])`` is empty);
+* ``map_stage(data, task)``: ``task(batches) -> batches`` per partition;
+* ``select(data, tag, new_tag, control)``: rows of one tag, retagged, plus the
+  control rows if ``control``;
+* ``shuffle(data, how)``: repartition by ``GROUP`` (hash of the key, sorted
+  by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
+  the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
+  (round-robin, unsorted: a Reshuffle, or SDF restrictions);
+* ``cache(data)``: computed once however often it is read;
+* ``collect(data, elements)``: (element data, control data) on the driver; with
+  ``elements=False`` only the control rows travel (the leaves' job);
+* ``side_input(entries)``: what a task carries for a side input's state entries
+  (the entries, or a file they were shipped as);
+* ``job(tag, description)``: a context naming the jobs started inside;
+* ``release()``: frees what the run cached or shipped.
+
+``tests/unit/test_engine_contract.py`` holds every engine to these.
+"""
+from __future__ import annotations
+
+from typing import Any, ContextManager, Protocol
+
+GROUP = 'group'
+KEYED = 'keyed'
+SPREAD = 'spread'
+SHUFFLES = (GROUP, KEYED, SPREAD)
+
+
+class Engine(Protocol):
+    def impulse(self) -> Any: ...
+    def union(self, datas: list) -> Any: ...
+    def map_stage(self, data: Any, task: Any) -> Any: ...
+    def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...
+    def shuffle(self, data: Any, how: str) -> Any: ...
+    def cache(self, data: Any) -> Any: ...
+    def collect(self, data: Any, elements: bool = True
+                ) -> tuple[list[bytes], list[bytes]]: ...
+    def side_input(self, entries: tuple) -> Any: ...
+    def job(self, tag: str, description: str) -> ContextManager: ...
+    def release(self) -> None: ...
+
+
+def unknown_shuffle(how: str) -> ValueError:
+    return ValueError(f'Unknown shuffle {how!r}: expected one of {SHUFFLES}.')

@@ -1,0 +1,172 @@
+"""The engine contract (``execution.engine``): every backend passes the same tests.
+
+fugue's shared ``ExecutionEngineTests``: one class of tests over the primitives,
+run on the in-driver engine (``debug.engine.LocalEngine``) and on the Spark
+engine (the session-scoped ``spark`` fixture). Rows are compared as the contract
+promises them: partitions' contents where it says where rows go, multisets
+where it does not.
+"""
+from __future__ import annotations
+
+import collections
+
+import pyarrow as pa
+import pytest
+from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
+
+from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import SCHEMA
+
+PARALLELISM = 3
+# (tag, key, data): two ports' elements, keyed, and a report.
+ROWS = [(1, b'b', b'b1'), (0, b'a', b'a0'), (0, b'b', b'b0'), (1, b'a', b'a1'),
+        (0, b'c', b'c0'), (CONTROL_TAG, None, b'report'), (0, b'a', b'a2')]
+
+
+@pytest.fixture(params=['debug', 'spark'])
+def engine(request):
+    if request.param == 'debug':
+        from beam_spark_inproc.debug.engine import LocalEngine
+        made = LocalEngine(PARALLELISM)
+    else:
+        from beam_spark_inproc.spark.engine import SparkEngine
+        made = SparkEngine(request.getfixturevalue('spark'), PARALLELISM,
+                           'contract')
+    yield made
+    made.release()
+
+
+class Emit:
+    """A task: replaces the rows of a non-empty partition by ``rows``."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __call__(self, batches):
+        if not sum(batch.num_rows for batch in batches):
+            return
+        self.emitted()
+        tags, keys, datas = zip(*self.rows)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
+             pa.array(datas, pa.binary())], schema=SCHEMA)
+
+    def emitted(self):
+        pass
+
+
+class PartitionRows:
+    """A task: emits its partition's rows as data, tagged 0, plus a marker row
+    (data b'|') ending the partition, so a collect shows partition contents."""
+
+    def __call__(self, batches):
+        rows = []
+        for batch in batches:
+            rows.extend(zip(*(batch.column(i).to_pylist() for i in range(3))))
+        out = [(0, None, b'%d:%s:%s' % (t, k or b'', d)) for t, k, d in rows]
+        out.append((0, None, b'|'))
+        tags, keys, datas = zip(*out)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
+             pa.array(datas, pa.binary())], schema=SCHEMA)
+
+
+def source(engine):
+    """ROWS as the engine's data: the impulse, mapped by a task."""
+    return engine.map_stage(engine.impulse(), Emit(ROWS))
+
+
+def partitions(engine, data) -> list[list[tuple]]:
+    """The rows of each non-empty partition of ``data``, in order."""
+    chunks, _ = engine.collect(engine.map_stage(data, PartitionRows()))
+    parts, current = [], []
+    for chunk in chunks:  # one partition's chunks arrive together, in order
+        if chunk == b'|':
+            if current:
+                parts.append(current)
+            current = []
+        else:
+            tag, key, data = chunk.split(b':', 2)
+            current.append((int(tag), key or None, data))
+    return parts
+
+
+def test_impulse_is_one_row_of_the_impulse_element(engine):
+    chunks, control = engine.collect(engine.impulse())
+    assert (chunks, control) == ([ENCODED_IMPULSE_VALUE], [])
+
+
+def test_collect_splits_elements_and_control_rows(engine):
+    chunks, control = engine.collect(source(engine))
+    assert sorted(chunks) == sorted(d for t, _, d in ROWS if t != CONTROL_TAG)
+    assert control == [b'report']
+    assert engine.collect(source(engine), elements=False) == ([], [b'report'])
+
+
+def test_select_keeps_one_tag_retagged_and_control_rows_on_request(engine):
+    data = source(engine)
+    rows = [r for p in partitions(engine, engine.select(data, 1, 5, True))
+            for r in p]
+    assert sorted(rows, key=repr) == sorted(
+        [(5, b'b', b'b1'), (5, b'a', b'a1'), (CONTROL_TAG, None, b'report')],
+        key=repr)
+    chunks, control = engine.collect(engine.select(data, 0, 0, False))
+    assert sorted(chunks) == [b'a0', b'a2', b'b0', b'c0'] and control == []
+
+
+def test_union_holds_every_row_and_union_of_nothing_is_empty(engine):
+    chunks, control = engine.collect(engine.union([source(engine), source(engine)]))
+    assert collections.Counter(chunks) == collections.Counter(
+        2 * [d for t, _, d in ROWS if t != CONTROL_TAG])
+    assert control == [b'report', b'report']
+    assert engine.collect(engine.union([])) == ([], [])
+
+
+@pytest.mark.parametrize('how, order', [
+    (e.GROUP, lambda r: (r[0], r[1] or b'')),
+    (e.KEYED, lambda r: (r[1] or b'', r[0])),
+])
+def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order):
+    parts = partitions(engine, engine.shuffle(source(engine), how))
+    rows = [r for p in parts for r in p]
+    assert collections.Counter(rows) == collections.Counter(ROWS)
+    keys_seen = collections.Counter()
+    for part in parts:
+        assert [order(r) for r in part] == sorted(order(r) for r in part)
+        keys_seen.update({r[1] for r in part if r[1] is not None})
+    assert all(n == 1 for n in keys_seen.values()), keys_seen
+
+
+def test_shuffle_spread_keeps_every_row(engine):
+    parts = partitions(engine, engine.shuffle(source(engine), e.SPREAD))
+    assert collections.Counter(r for p in parts for r in p) == collections.Counter(ROWS)
+    assert len(parts) > 1  # spread, not left in the one partition it came from
+
+
+def test_unknown_shuffle_raises(engine):
+    with pytest.raises(ValueError, match='Unknown shuffle'):
+        engine.shuffle(source(engine), 'sideways')
+
+
+def test_cache_computes_a_result_once(engine, tmp_path):
+    class Counting(Emit):
+        def emitted(self):
+            with open(tmp_path / 'runs', 'a') as f:
+                f.write('x')
+
+    data = engine.cache(engine.map_stage(engine.impulse(), Counting(ROWS)))
+    assert engine.collect(data) == engine.collect(data)
+    assert (tmp_path / 'runs').read_text() == 'x'
+
+
+def test_side_input_entries_come_back_as_given_or_as_a_file(engine):
+    entries = ((b'k', b'v' * 10),)
+    carried = engine.side_input(entries)
+    assert carried == entries or hasattr(carried, 'read')
+
+
+def test_job_is_a_context(engine):
+    with engine.job('beam-pipeline-test', 'Beam pipeline test, job 1'):
+        assert engine.collect(engine.impulse())[0] == [ENCODED_IMPULSE_VALUE]
+
