@@ -36,12 +36,20 @@ class PipelineExecutionError(RuntimeError):
     """A Beam transform failed while the pipeline ran on Spark.
 
     ``stage`` and ``labels`` name the fused stage and its Beam transforms;
-    ``worker_traceback`` is the Python traceback from the Spark worker.
+    ``transform`` the one that failed (when Beam named it); ``exception_type``
+    the worker exception's class name; ``worker_traceback`` is the Python
+    traceback from the Spark worker; ``failure`` the record it came from
+    (``worker.report.Failure``), if the worker sent one.
     """
 
     def __init__(self, message: str, stage: str | None = None,
-                 labels: tuple[str, ...] = (), worker_traceback: str = ''):
+                 labels: tuple[str, ...] = (), worker_traceback: str = '',
+                 failure=None):
         super().__init__(message)
         self.stage = stage
         self.labels = labels
         self.worker_traceback = worker_traceback
+        self.failure = failure
+        self.transform = failure.transform if failure is not None else ''
+        self.exception_type = (failure.exception_type if failure is not None
+                               else '')

@@ -10,7 +10,6 @@ from apache_beam.metrics.metric import MetricResults
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult
-from apache_beam.runners.runner import PipelineState
 
 
 def monitoring_infos_by_stage(reports: list[dict]) -> dict[str, list]:
@@ -72,21 +71,18 @@ def consolidate(infos: list) -> list:
 
 
 class SparkPipelineResult(PipelineResult):
-    """Runs are synchronous: the result is final when ``run()`` returns.
+    """Runs are synchronous: the result is final when ``run()`` returns (a
+    failed run raises from ``run()`` itself, so a result is always DONE).
 
     Metrics come only from bundles whose Spark task attempt succeeded, so
     committed values are exact; attempted values are reported equal to them.
     """
 
-    def __init__(self, state: str, reports: list[dict] | None = None,
-                 error: BaseException | None = None):
+    def __init__(self, state: str, reports: list[dict] | None = None):
         super().__init__(state)
-        self._error = error
         self._by_stage = monitoring_infos_by_stage(reports or [])
 
     def wait_until_finish(self, duration=None) -> str:
-        if self._error is not None and self._state == PipelineState.FAILED:
-            raise self._error
         return self._state
 
     def cancel(self) -> str:

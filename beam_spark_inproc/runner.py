@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 import uuid
 from typing import Optional
@@ -37,7 +36,6 @@ class Explained(BaseException):
     def __init__(self, text: str):
         super().__init__(text)
         self.text = text
-_STAGE_NOTE = re.compile(r'\[beam stage\] (.*?) \| transforms: (.*)')
 
 
 class InProcessSparkRunner(PipelineRunner):
@@ -125,9 +123,12 @@ class InProcessSparkRunner(PipelineRunner):
 def translate_error(error: Exception, plan) -> Exception:
     """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform.
 
-    The message starts with the failing Beam transform (from Beam's own
-    ``[while running '...']`` annotation, else the stage's transforms) and the
-    stage's position in the plan, and ends with the worker's Python traceback.
+    Rendered from the failure record the bundle sent (``worker.report.Failure``):
+    the message starts with the transform that failed (Beam's own
+    ``[while running '...']`` annotation names it; without one, the stage's
+    transforms) and the stage's position in the plan, and ends with the
+    worker's Python traceback. A failure outside any bundle (a task that could
+    not even unpickle) has no record: its PySpark text is shown as it is.
     """
     try:
         from pyspark.errors import PythonException
@@ -136,36 +137,24 @@ def translate_error(error: Exception, plan) -> Exception:
     if not isinstance(error, PythonException):
         return error
     text = str(error)
-    match = _STAGE_NOTE.search(text)
-    stage, labels = (match.group(1), tuple(match.group(2).split(', '))) if match else (None, ())
-    traceback_text = _STAGE_NOTE.sub('', _worker_traceback(text)).rstrip()
-    running = re.findall(r"\[while running '(.*?)'\]", text)
-    failing = running[-1] if running else ', '.join(labels)
+    failure = report.Failure.find(text)
+    if failure is None:
+        start = text.find('Traceback (most recent call last)')
+        traceback_text = (text[start:] if start >= 0 else text).rstrip()
+        lines = traceback_text.strip().splitlines()
+        return PipelineExecutionError(
+            f'A Beam transform failed (an unknown stage): '
+            f'{lines[-1].strip() if lines else "unknown error"}\n\n'
+            f'Worker traceback:\n{traceback_text}',
+            worker_traceback=traceback_text)
     names = [s.name for s in plan.stages]
-    where = (f'stage {names.index(stage) + 1} of {len(names)}'
-             if stage in names else 'an unknown stage')
-    summary = _last_exception_line(traceback_text)
+    where = (f'stage {names.index(failure.stage) + 1} of {len(names)}'
+             if failure.stage in names else 'an unknown stage')
+    failing = failure.transform or ', '.join(failure.labels)
     subject = f'Beam transform {failing!r}' if failing else 'A Beam transform'
+    traceback_text = failure.traceback.rstrip()
     return PipelineExecutionError(
-        f'{subject} failed ({where}): {summary}\n\n'
+        f'{subject} failed ({where}): {failure.summary()}\n\n'
         f'Worker traceback:\n{traceback_text}',
-        stage=stage, labels=labels, worker_traceback=traceback_text)
-
-
-def _worker_traceback(text: str) -> str:
-    # The bundle's own formatting (see stage_task.run_bundle), else PySpark's.
-    start = text.find(report.TRACEBACK_START)
-    end = text.find(report.TRACEBACK_END, start)
-    if start >= 0 and end >= 0:
-        return text[start + len(report.TRACEBACK_START):end].strip('\n')
-    start = text.find('Traceback (most recent call last)')
-    return text[start:] if start >= 0 else text
-
-
-def _last_exception_line(text: str) -> str:
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if re.match(r'^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:', line) or \
-                re.match(r'^[A-Za-z_][\w.]*(Error|Exception)$', line):
-            return line
-    return text.strip().splitlines()[0] if text.strip() else 'unknown error'
+        stage=failure.stage, labels=failure.labels,
+        worker_traceback=traceback_text, failure=failure)

@@ -54,7 +54,7 @@ class LocalEngine:
             try:
                 return [list(task(iter(partition))) for partition in data]
             except BaseException as error:
-                report.drop_traceback_note(error)  # its own traceback shows
+                report.drop_failure_note(error)  # its own traceback shows
                 raise
 
     def select(self, data: Partitions, tag: int, new_tag: int,

@@ -19,6 +19,15 @@ from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupi
 from beam_spark_inproc.planning.plan import SideInput
 
 
+def _state_key(kind: str, side_input: SideInput, window: bytes, **fields):
+    """A StateKey of one side-input kind (``iterable_side_input`` ...)."""
+    message = getattr(beam_fn_api_pb2.StateKey,
+                      ''.join(w.capitalize() for w in kind.split('_')))
+    return beam_fn_api_pb2.StateKey(**{kind: message(
+        transform_id=side_input.transform_id, side_input_id=side_input.tag,
+        window=window, **fields)})
+
+
 def state_entries(side_input: SideInput, coder,
                   chunks: Iterable[bytes]) -> list[tuple[bytes, bytes]]:
     """State entries serving one side input from its encoded elements."""
@@ -29,32 +38,17 @@ def state_entries(side_input: SideInput, coder,
     entries = []
     if access.urn == common_urns.side_inputs.ITERABLE.urn:
         for _, window, data, _ in by_window.encoded_items():
-            entries.append((beam_fn_api_pb2.StateKey(
-                iterable_side_input=beam_fn_api_pb2.StateKey.IterableSideInput(
-                    transform_id=side_input.transform_id,
-                    side_input_id=side_input.tag,
-                    window=window)), data))
+            entries.append((_state_key('iterable_side_input', side_input, window),
+                            data))
     elif access.urn == common_urns.side_inputs.MULTIMAP.urn:
         for key, window, data, count in by_window.encoded_items():
-            entries.append((beam_fn_api_pb2.StateKey(
-                multimap_side_input=beam_fn_api_pb2.StateKey.MultimapSideInput(
-                    transform_id=side_input.transform_id,
-                    side_input_id=side_input.tag,
-                    window=window,
-                    key=key)), data))
-            entries.append((beam_fn_api_pb2.StateKey(
-                multimap_keys_side_input=beam_fn_api_pb2.StateKey.
-                MultimapKeysSideInput(
-                    transform_id=side_input.transform_id,
-                    side_input_id=side_input.tag,
-                    window=window)), key))
-            entries.append((beam_fn_api_pb2.StateKey(
-                multimap_keys_values_side_input=beam_fn_api_pb2.StateKey.
-                MultimapKeysValuesSideInput(
-                    transform_id=side_input.transform_id,
-                    side_input_id=side_input.tag,
-                    window=window)),
-                key + struct.pack('>i', count) + data))
+            entries.append((_state_key('multimap_side_input', side_input, window,
+                                       key=key), data))
+            entries.append((_state_key('multimap_keys_side_input', side_input,
+                                       window), key))
+            entries.append((_state_key('multimap_keys_values_side_input',
+                                       side_input, window),
+                            key + struct.pack('>i', count) + data))
     else:
         raise ValueError(
             'Unknown side input access pattern %r for %s (side input %r).' %

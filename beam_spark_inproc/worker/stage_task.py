@@ -19,12 +19,12 @@ import itertools
 import queue
 import threading
 import time
-import traceback
 from typing import Iterator
 
 import pyarrow as pa
 from apache_beam.portability.api import beam_fn_api_pb2
 
+from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
@@ -63,21 +63,12 @@ class StageTask:
         return run_bundle(self, batches)
 
 
-def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
-    """Elements.Data for the bundle, from the partition's Arrow batches.
+def _plain_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
+    """Elements.Data for the bundle, a slice of the partition's rows at a time.
 
     Control rows (reports of upstream tasks) are handed to ``forward``.
     """
     ports = task.stage.inputs
-    if task.stage.stateful:
-        yield from keyed_input_elements(task, entry, batches, forward)
-        return
-    if task.stage.grouped:
-        yield from _grouped_input_elements(task, entry, batches, forward)
-        return
-    if task.stage.split_input:
-        yield from _element_input_elements(task, batches, forward)
-        return
     for data, tags in column_slices(batches, DATA, TAG):
         if len(ports) == 1 and tags[0] == tags[-1] == 0 and min(tags) == 0:
             yield beam_fn_api_pb2.Elements.Data(
@@ -94,7 +85,7 @@ def _input_elements(task: StageTask, entry, batches, forward) -> Iterator:
                 transform_id=ports[tag].transform_id, data=b''.join(pieces))
 
 
-def _element_input_elements(task: StageTask, batches, forward) -> Iterator:
+def _element_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     """One element per Data message (a splittable stage: the SDK counts them),
     including residual rows of an earlier round (keyed by their input)."""
     ports = task.stage.inputs
@@ -135,6 +126,16 @@ def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterato
                 transform_id=port.transform_id, data=encoded)
 
 
+# How a partition's rows become the bundle's input, per input mode (decided by
+# the planner; the executor shuffled the rows to match).
+_INPUTS = {
+    p.PLAIN: _plain_input_elements,
+    p.GROUPED: _grouped_input_elements,
+    p.KEYED: keyed_input_elements,
+    p.SPLITTABLE: _element_input_elements,
+}
+
+
 class _Cancelled(Exception):
     pass
 
@@ -152,32 +153,43 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
-    entry = processors.acquire(task)
-    out: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
-    done = object()
-    cancelled = threading.Event()
+    """The task's output batches; its bundles run in a helper thread."""
+    yield from _Bundles(task, processors.acquire(task)).outputs(batches)
 
-    def put(item) -> None:
+
+class _Bundles:
+    """One task's bundles: a helper thread runs them and puts their output
+    batches into a small bounded queue (then ``done``, or the exception that
+    ended them); ``outputs`` hands the batches to Spark as they come."""
+
+    def __init__(self, task: StageTask, entry: processors.Entry):
+        self.task = task
+        self.entry = entry
+        self.out: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self.done = object()
+        self.cancelled = threading.Event()
+        self.builder = BatchBuilder(self.put)
+
+    def put(self, item) -> None:
         while True:
-            if cancelled.is_set():
+            if self.cancelled.is_set():
                 raise _Cancelled()
             try:
-                out.put(item, timeout=_POLL_SECONDS)
+                self.out.put(item, timeout=_POLL_SECONDS)
                 return
             except queue.Full:
                 continue
 
-    def drained() -> None:
+    def drained(self) -> None:
         """Waits until the consuming thread has handed every queued batch to Spark."""
-        while out.unfinished_tasks:
-            if cancelled.is_set():
+        while self.out.unfinished_tasks:
+            if self.cancelled.is_set():
                 raise _Cancelled()
             time.sleep(0.005)
 
-    builder = BatchBuilder(put)
-
-    def one_bundle(inputs: Iterator) -> list:
+    def one_bundle(self, inputs: Iterator) -> list:
         """Runs one bundle; reports it; returns its residuals."""
+        task, entry, builder = self.task, self.entry, self.builder
         if entry.routing_state is not None:
             entry.routing_state.new_bundle()
         splitter, fed = None, []
@@ -208,7 +220,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
                 # Bundle finalization runs once Spark has taken every output
                 # row of the bundle (callback errors are logged by the SDK).
                 builder.flush()
-                drained()
+                self.drained()
                 entry.processor.finalize_bundle()
         # ``caught`` is complete only once the capture has ended.
         payload = report.encode(
@@ -218,60 +230,62 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
             builder.add(CONTROL_TAG, None, payload)
         return residuals
 
-    def work() -> None:
+    def work(self, batches) -> None:
+        """The helper thread: the partition's bundle, then any self-checkpointed
+        SDF restrictions, each round a new bundle after the delay asked."""
+        task, entry = self.task, self.entry
         profile = (profiling.BundleProfile(task.profile_dir, task.stage.name)
                    if task.profile_dir else None)
         try:
-            residuals = one_bundle(
-                _input_elements(task, entry, batches, builder.add))
-            # Self-checkpointed SDF restrictions come back to this task: each
-            # round is a new bundle over the residuals, after the delay asked.
+            read = _INPUTS[task.stage.input_mode]
+            residuals = self.one_bundle(
+                read(task, entry, batches, self.builder.add))
             while residuals:
                 entry.processor.reset()
                 sdf.wait_for(residuals)
-                residuals = one_bundle(sdf.residual_inputs(entry, residuals))
-            builder.flush()
-            put(done)
+                residuals = self.one_bundle(sdf.residual_inputs(entry, residuals))
+            self.builder.flush()
+            self.put(self.done)
         except _Cancelled:
             pass
         except BaseException as e:  # handed to the consuming thread
             try:
-                put(e)
+                self.put(e)
             except _Cancelled:
                 pass
         finally:
             if profile:
                 profile.finish()
 
-    thread = threading.Thread(
-        target=work, name='beam-bundle-%s' % task.stage.name, daemon=True)
-    thread.start()
-    ok = False
-    try:
-        while True:
-            item = out.get()
-            if item is done:
-                out.task_done()
-                break
-            if isinstance(item, BaseException):
-                # PySpark's simplified traceback takes each frame's current
-                # line, not the line that raised: frames that went on (through
-                # a ``finally`` or ``with``) would show the wrong line.
-                formatted = ''.join(traceback.format_exception(item))
-                # The driver reads these notes to name the failing transforms.
-                item.add_note('[beam stage] %s | transforms: %s' % (
-                    task.stage.name, ', '.join(task.stage.labels)))
-                item.add_note('%s\n%s%s' % (
-                    report.TRACEBACK_START, formatted, report.TRACEBACK_END))
-                raise item
-            yield item
-            out.task_done()  # Spark has taken the batch and asks for more
-        ok = True
-    finally:
-        cancelled.set()
-        thread.join()
-        entry.factory.current = None
-        if ok:
-            processors.release(entry)
-        else:
-            processors.discard(entry)
+    def outputs(self, batches) -> Iterator[pa.RecordBatch]:
+        thread = threading.Thread(
+            target=self.work, args=(batches,),
+            name='beam-bundle-%s' % self.task.stage.name, daemon=True)
+        thread.start()
+        ok = False
+        try:
+            while True:
+                item = self.out.get()
+                if item is self.done:
+                    self.out.task_done()
+                    break
+                if isinstance(item, BaseException):
+                    stage = self.task.stage
+                    failure = report.Failure.of(item, stage)
+                    # For a reader of the exception itself (debug mode):
+                    item.add_note('[beam stage] %s | transforms: %s' % (
+                        stage.name, ', '.join(stage.labels)))
+                    # The driver renders the user's error from this record.
+                    item.add_note(failure.note())
+                    raise item
+                yield item
+                self.out.task_done()  # Spark has taken the batch and asks for more
+            ok = True
+        finally:
+            self.cancelled.set()
+            thread.join()
+            self.entry.factory.current = None
+            if ok:
+                processors.release(self.entry)
+            else:
+                processors.discard(self.entry)

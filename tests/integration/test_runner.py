@@ -160,3 +160,32 @@ def test_pcollection_read_as_main_and_side_input_of_one_stage_runs_once(spark, t
                                           all_=beam.pvalue.AsList(evens))
         assert_that(both, equal_to([x + 10 for x in range(0, 20, 2)]))
     assert sorted(int(x) for x in _lines(tally)) == list(range(0, 20, 2))
+
+
+class _TerseError(Exception):
+    """A user exception whose text is its own: Beam's annotation stays in args."""
+
+    def __str__(self) -> str:
+        return 'terse failure'
+
+
+def test_error_names_the_one_transform_beam_annotated(spark):
+    """Beam names the failing transform in the exception's message (its first
+    argument), which the exception's ``str`` need not show: the error names that
+    transform alone, not every transform of the fused stage."""
+    def fail(x):
+        raise _TerseError('bad element %d' % x)
+
+    with pytest.raises(PipelineExecutionError) as info:
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+            (p | beam.Create([1])
+               | 'Before' >> beam.Map(lambda x: x + 1)
+               | 'Explode' >> beam.Map(fail)
+               | 'After' >> beam.Map(lambda x: x))
+    message = str(info.value)
+    assert message.startswith("Beam transform 'Explode' failed (stage "), message
+    assert 'Before' not in message.split('\n')[0]
+    assert {'Before', 'Explode', 'After'} <= set(info.value.labels)  # the stage's
+    assert info.value.transform == 'Explode'
+    assert info.value.exception_type.endswith('_TerseError')
+    assert 'terse failure' in message.split('\n')[0]

@@ -1,6 +1,14 @@
 """Beam semantics: the same pipeline on InProcessSparkRunner and on FnApiRunner.
 
-Every test builds one pipeline twice, once per runner, writes its output with
+One suite over every backend (fugue's shared ``ExecutionEngineTests``): each
+test takes the ``backend`` fixture, a runner on classic Spark (the test run's
+session) or in debug mode (the same plan and worker code in this process);
+Spark Connect runs a selection of these scenarios (``SCENARIOS``, the ones that
+cross what Connect changes: shuffles, side inputs, custom coders and windows)
+in ``test_spark_connect.py``, whose one server serves the whole module. Tests
+that measure Spark's own splitting and scale stay on classic Spark.
+
+Every test builds one pipeline twice, once on the backend and once on FnApiRunner, writes its output with
 ``WriteToText`` into the test's ``tmp_path`` (DoFns run in Spark's Python worker
 processes, so nothing can be appended to a list of the test process) and
 compares the sorted lines.
@@ -25,6 +33,7 @@ import struct
 import zlib
 
 import apache_beam as beam
+import pytest
 from apache_beam import coders
 from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -73,19 +82,40 @@ def run_on(runner, build_fn, out_dir, options=None) -> list[str]:
     return _read_lines(prefix)
 
 
-def run_both(build_fn, tmp_path, spark=None,
-             options=None) -> tuple[list[str], list[str]]:
-    """Runs the pipeline on InProcessSparkRunner and on FnApiRunner.
+BACKENDS = ['spark', 'debug']
 
-    ``build_fn(pipeline)`` builds the pipeline and returns a PCollection of
-    strings; ``options`` are PipelineOptions keyword arguments for both runs.
-    Returns (spark lines, fn api lines), each sorted.
-    """
+
+def runner_for(backend: str, spark=None) -> InProcessSparkRunner:
+    """A runner on ``backend``: 'spark' (``spark``, else the test run's
+    session) or 'debug'."""
+    if backend == 'debug':
+        return InProcessSparkRunner(debug=True)
     if spark is None:
         from tests.conftest import shared_session
         spark = shared_session()
-    on_spark = run_on(InProcessSparkRunner(spark=spark), build_fn,
-                      tmp_path / 'spark', options)
+    return InProcessSparkRunner(spark=spark)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> InProcessSparkRunner:
+    """The runner under test, once per backend."""
+    if request.param == 'spark':
+        return runner_for('spark', request.getfixturevalue('spark'))
+    return runner_for(request.param)
+
+
+def run_both(build_fn, tmp_path, runner=None,
+             options=None) -> tuple[list[str], list[str]]:
+    """Runs the pipeline on ``runner`` (an InProcessSparkRunner, by default
+    on classic Spark) and on FnApiRunner.
+
+    ``build_fn(pipeline)`` builds the pipeline and returns a PCollection of
+    strings; ``options`` are PipelineOptions keyword arguments for both runs.
+    Returns (runner lines, fn api lines), each sorted.
+    """
+    if not isinstance(runner, InProcessSparkRunner):
+        runner = runner_for('spark', runner)  # None, or a SparkSession
+    on_spark = run_on(runner, build_fn, tmp_path / 'spark', options)
     on_fnapi = run_on(FnApiRunner(), build_fn, tmp_path / 'fnapi', options)
     return on_spark, on_fnapi
 
@@ -99,9 +129,9 @@ def _difference(on_spark, on_fnapi) -> str:
     return '\n'.join(text)
 
 
-def assert_same(build_fn, tmp_path, spark, options=None) -> list[str]:
-    """Runs on both runners and asserts the same (sorted) lines."""
-    on_spark, on_fnapi = run_both(build_fn, tmp_path, spark, options)
+def assert_same(build_fn, tmp_path, runner, options=None) -> list[str]:
+    """Runs on ``runner`` and on FnApiRunner; asserts the same (sorted) lines."""
+    on_spark, on_fnapi = run_both(build_fn, tmp_path, runner, options)
     assert on_fnapi, 'the pipeline wrote nothing on FnApiRunner'
     assert on_spark == on_fnapi, _difference(on_spark, on_fnapi)
     return on_spark
@@ -444,7 +474,7 @@ def big_values(p):
                 kv[0], sorted((len(v), v[:1]) for v in kv[1])))))
 
 
-def test_global_window(spark, tmp_path):
+def test_global_window(backend, tmp_path):
     # Without and with element timestamps: one group per key at the end of
     # the global window. Edge-case keys, a custom key coder, big groups.
     lines = assert_same(branches(
@@ -453,47 +483,47 @@ def test_global_window(spark, tmp_path):
         odd_keys=odd_keys,
         custom_key_coder=custom_key_coder,
         big_values=big_values,
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert len(of_branch(lines, 'untimed')) == 6
     assert len(of_branch(lines, 'custom_key_coder')) == 2
 
 
-def test_fixed_windows(spark, tmp_path):
+def test_fixed_windows(backend, tmp_path):
     lines = assert_same(branches(
         fixed=grouped_and_combined(FixedWindows(10)),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     # a: 4 windows, b: 3, c: 2; each a group and a sum
     assert len(lines) == 2 * 9
 
 
-def test_sliding_windows(spark, tmp_path):
+def test_sliding_windows(backend, tmp_path):
     # Every element is in two windows (size 10, period 5).
     assert_same(branches(
         sliding=grouped_and_combined(SlidingWindows(10, 5)),
         sliding_offset=grouped_and_combined(SlidingWindows(10, 4, offset=1)),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
 
 
-def test_sessions(spark, tmp_path):
+def test_sessions(backend, tmp_path):
     rnd = random.Random(7)
     many = [('k%02d' % (i % 40), i, rnd.randrange(0, 200)) for i in range(2000)]
     lines = assert_same(branches(
         sessions=grouped_and_combined(Sessions(5)),
         # enough keys to spread over both shuffle partitions
         many_keys=grouped_and_combined(Sessions(3), many, combine=False),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     # Gap 5 s: a's 0,1,4 merge into [0, 9); 9,10,12 into [9, 17)...
     assert any(line.startswith("sessions| ('a', [1, 2, 3]) @ [0,9000000)")
                for line in lines), lines
 
 
-def test_custom_non_merging_window_fn(spark, tmp_path):
+def test_custom_non_merging_window_fn(backend, tmp_path):
     assert_same(branches(
         fixed_and_next=grouped_and_combined(FixedAndNext(10)),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
 
 
-def test_custom_merging_window_fn(spark, tmp_path):
+def test_custom_merging_window_fn(backend, tmp_path):
     data = [
         ('a', 3, 0),    # [0, 3)
         ('a', 5, 2),    # [2, 7)  merges with the above
@@ -505,14 +535,14 @@ def test_custom_merging_window_fn(spark, tmp_path):
     ]
     lines = assert_same(branches(
         merging=grouped_and_combined(MergeOverlapping(), data),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert any("('a', [3, 5]) @ [0,7000000)" in line for line in lines), lines
 
 
-def test_custom_window_type_and_coder(spark, tmp_path):
+def test_custom_window_type_and_coder(backend, tmp_path):
     lines = assert_same(branches(
         labeled=grouped_and_combined(LabeledWindows(10)),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert any('LabeledWindow(10000000,20000000,odd)' in line
                for line in lines), lines
 
@@ -554,7 +584,7 @@ def both_modes(windowfn, trigger_fn, combine=False, **kwargs):
             windowfn, trigger_fn, DISCARDING, combine, **kwargs))
 
 
-def test_after_count(spark, tmp_path):
+def test_after_count(backend, tmp_path):
     # AfterCount alone finishes after one pane: Beam calls that unsafe.
     count = trigger.AfterCount(3)
     lines = assert_same(branches(
@@ -562,23 +592,23 @@ def test_after_count(spark, tmp_path):
         global_discarding=triggered(GlobalWindows(), count, DISCARDING),
         fixed_accumulating=triggered(FixedWindows(10), count, ACCUMULATING),
         fixed_discarding=triggered(FixedWindows(10), count, DISCARDING),
-    ), tmp_path, spark, options={'allow_unsafe_triggers': True})
+    ), tmp_path, backend, options={'allow_unsafe_triggers': True})
     assert of_branch(lines, 'fixed_discarding')
 
 
-def test_repeatedly_after_count(spark, tmp_path):
+def test_repeatedly_after_count(backend, tmp_path):
     lines = assert_same(
         both_modes(FixedWindows(10), trigger.Repeatedly(trigger.AfterCount(2))),
-        tmp_path, spark)
+        tmp_path, backend)
     assert lines
 
 
-def test_after_watermark_early_and_late(spark, tmp_path):
+def test_after_watermark_early_and_late(backend, tmp_path):
     lines = assert_same(both_modes(
         FixedWindows(10),
         trigger.AfterWatermark(early=trigger.AfterCount(2),
                                late=trigger.AfterCount(1)),
-        combine=True, allowed_lateness=Duration.of(5)), tmp_path, spark)
+        combine=True, allowed_lateness=Duration.of(5)), tmp_path, backend)
     # early panes (timing 0) and on-time panes (timing 1) both show up
     assert any('timing=0' in line for line in lines), lines
     assert any('timing=1' in line for line in lines), lines
@@ -609,7 +639,7 @@ def late_data(p):
     return (shown_first, second) | beam.Flatten()
 
 
-def test_allowed_lateness_and_late_data(spark, tmp_path):
+def test_allowed_lateness_and_late_data(backend, tmp_path):
     assert_same(branches(
         late=late_data,
         # lateness 0 and a late-firing trigger on the original timestamps
@@ -618,7 +648,7 @@ def test_allowed_lateness_and_late_data(spark, tmp_path):
             trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
             accumulation_mode=ACCUMULATING,
             allowed_lateness=Duration.of(0)),
-    ), tmp_path, spark)
+    ), tmp_path, backend)
 
 
 TIMESTAMP_COMBINERS = {
@@ -633,7 +663,7 @@ WINDOW_FNS = {
 }
 
 
-def test_timestamp_combiners(spark, tmp_path):
+def test_timestamp_combiners(backend, tmp_path):
     # GroupByKey for each pair but the defaults the window tests cover (fixed
     # and sessions at the end of the window); CombinePerKey (combiner lifting:
     # partial combines carry timestamps) where elements are in several or
@@ -645,7 +675,7 @@ def test_timestamp_combiners(spark, tmp_path):
         for w, windowfn in WINDOW_FNS.items()
         for c, combiner in TIMESTAMP_COMBINERS.items()
         if w == 'sliding' or c != 'eow'
-    }), tmp_path, spark)
+    }), tmp_path, backend)
     # a's window [30, 40) holds 31 and 33: the group is stamped at 31 s
     assert "('a', [7, 8]) @ [30000000,40000000) ts=31000000" in '\n'.join(
         of_branch(lines, 'fixed_earliest')), lines
@@ -703,13 +733,13 @@ def flatten_of_groups(p):
             | 'ShowGroups' >> beam.ParDo(Show(show_group)))
 
 
-def test_flatten_of_different_coders_into_group_by_key(spark, tmp_path):
+def test_flatten_of_different_coders_into_group_by_key(backend, tmp_path):
     lines = assert_same(branches(
         values=flatten_of_coders,
         windowed=flatten_of_windowed,
         keys=flatten_of_key_coders,
         groups=flatten_of_groups,
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert len(of_branch(lines, 'values')) == 3
     assert len(of_branch(lines, 'keys')) == 3, lines
 
@@ -748,11 +778,11 @@ def flatten_as_side_input(p):
         side=beam.pvalue.AsList(both))
 
 
-def test_side_inputs_from_group_by_key_and_flatten(spark, tmp_path):
+def test_side_inputs_from_group_by_key_and_flatten(backend, tmp_path):
     lines = assert_same(branches(
         gbk=gbk_as_side_input,
         flatten=flatten_as_side_input,
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert len(of_branch(lines, 'gbk')) == 4 + 4 + 3
     assert len(of_branch(lines, 'flatten')) == 2
 
@@ -801,11 +831,11 @@ def fixed_reads_sliding_group(p):
             | beam.ParDo(Show()))
 
 
-def test_windowed_side_inputs(spark, tmp_path):
+def test_windowed_side_inputs(backend, tmp_path):
     lines = assert_same(branches(
         fixed=fixed_reads_fixed,
         sliding_group=fixed_reads_sliding_group,
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert len(of_branch(lines, 'fixed')) == len(EVENTS)
     assert len(of_branch(lines, 'sliding_group')) == 12
 
@@ -833,7 +863,7 @@ def reshuffled_groups(p):
         | beam.GroupByKey() | beam.Reshuffle() | beam.ParDo(Show(show_group)))
 
 
-def test_empty_inputs_and_reshuffle(spark, tmp_path):
+def test_empty_inputs_and_reshuffle(backend, tmp_path):
     # Count.Globally of nothing is 0 (a default value, via a side input);
     # a GroupByKey of nothing is nothing; Reshuffle keeps windows/timestamps.
     lines = assert_same(branches(
@@ -841,7 +871,7 @@ def test_empty_inputs_and_reshuffle(spark, tmp_path):
         empty_group=empty_group,
         reshuffle=reshuffled,
         reshuffle_groups=reshuffled_groups,
-    ), tmp_path, spark)
+    ), tmp_path, backend)
     assert len(of_branch(lines, 'empty_count')) == 1
     assert len(of_branch(lines, 'reshuffle')) == 2 * len(EVENTS)
 
