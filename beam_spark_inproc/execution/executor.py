@@ -68,6 +68,33 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
                     split_ways, profile_dir).run()
 
 
+def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
+                                      collections.Counter]:
+    """(stage index, buffer id) -> writers [(stage index, tag)] it reads, and
+    the number of reads of each stage's result.
+
+    A buffer's writers are the stages that wrote it before the reader, in
+    plan order; a stage that reads and writes the same buffer replaces it.
+    A stage reading a buffer as main and as side input reads it twice.
+    """
+    reads: dict = {}
+    uses: collections.Counter = collections.Counter()
+    writers: dict[bytes, list[tuple[int, int]]] = collections.defaultdict(list)
+    for i, stage in enumerate(plan.stages):
+        consumed = [port.buffer_id for port in stage.inputs]
+        consumed += [si.buffer_id for si in stage.side_inputs]
+        for buffer_id in consumed:
+            reads.setdefault((i, buffer_id), list(writers[buffer_id]))
+            uses.update(w for w, _ in writers[buffer_id])
+        inputs = {port.buffer_id for port in stage.inputs}
+        for tag, port in enumerate(stage.outputs):
+            if port.buffer_id in inputs:
+                writers[port.buffer_id] = []
+                inputs.discard(port.buffer_id)
+            writers[port.buffer_id].append((i, tag))
+    return reads, uses
+
+
 class Executor:
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
                  split_after: float = 0.0, split_ways: int = 2,
@@ -84,34 +111,9 @@ class Executor:
         self._carried: set[int] = set()  # results whose control rows have a reader
         self._reports: list[bytes] = []
         self._side_inputs: dict[tuple, list[bytes]] = {}
-        self._uses: collections.Counter = collections.Counter()
-        self._reads = self._wire()
+        self._reads, self._uses = wire(plan)
         self._ran: set[int] = set()  # stages whose results earlier jobs computed
         self.progress = Progress(plan, job_id)
-
-    def _wire(self) -> dict[tuple[int, bytes], list]:
-        """(stage index, buffer id) -> writers [(stage index, tag)] it reads.
-
-        A buffer's writers are the stages that wrote it before the reader, in
-        plan order; a stage that reads and writes the same buffer replaces it.
-        Counts in ``_uses`` every read of each stage's result (a stage reading a
-        buffer as main and as side input reads it twice).
-        """
-        reads: dict = {}
-        writers: dict[bytes, list[tuple[int, int]]] = collections.defaultdict(list)
-        for i, stage in enumerate(self.plan.stages):
-            consumed = [port.buffer_id for port in stage.inputs]
-            consumed += [si.buffer_id for si in stage.side_inputs]
-            for buffer_id in consumed:
-                reads.setdefault((i, buffer_id), list(writers[buffer_id]))
-                self._uses.update(w for w, _ in writers[buffer_id])
-            inputs = {port.buffer_id for port in stage.inputs}
-            for tag, port in enumerate(stage.outputs):
-                if port.buffer_id in inputs:
-                    writers[port.buffer_id] = []
-                    inputs.discard(port.buffer_id)
-                writers[port.buffer_id].append((i, tag))
-        return reads
 
     def run(self) -> list[dict]:
         try:

@@ -29,6 +29,7 @@ from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.keyed import RoutingStateHandler
 from beam_spark_inproc.worker.keyed import TimerQueue
 from beam_spark_inproc.worker.keyed import collect_contexts
+from beam_spark_inproc.worker.shipped import ShippedFile
 
 # Beam's state cache weighs every cached value with objsize, which cost 75% of
 # a stateful stage's time; state here is in-process already, and side inputs
@@ -61,7 +62,7 @@ def _build(task) -> Entry:
         stage.descriptor)
     servicer = StateServicer()
     for part in task.side_input_state:
-        if hasattr(part, 'read'):  # shipped as a file: large side inputs
+        if isinstance(part, ShippedFile):  # large side inputs
             part = pickle.loads(part.read())
         for state_key, data in part:
             servicer.append_raw(beam_fn_api_pb2.StateKey.FromString(state_key), data)

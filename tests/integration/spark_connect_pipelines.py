@@ -205,6 +205,21 @@ def large_side_input(p):
     return {'lookups': looked_up}
 
 
+@_pipeline
+def semantics(p):
+    """The scenarios of the semantics suite that cross what Connect changes
+    (``test_semantics.SCENARIOS``), as one pipeline. Its DoFns are module-level
+    functions of ``tests.integration.test_semantics``, pickled by reference:
+    the runner ships the ``tests`` package (code from outside site-packages)
+    to the Connect server's workers."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    if root not in sys.path:  # run as a script: the repository is not on the path
+        sys.path.insert(0, root)
+    from tests.integration import test_semantics
+    return {'semantics': test_semantics.branches(**test_semantics.SCENARIOS)(p)}
+
+
 # --- running and reading back ------------------------------------------------
 
 def run(name, runner, out_dir):

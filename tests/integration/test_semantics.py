@@ -877,6 +877,33 @@ def test_empty_inputs_and_reshuffle(backend, tmp_path):
 
 
 # --------------------------------------------------------------------------
+# The scenarios Spark Connect runs (test_spark_connect.py)
+# --------------------------------------------------------------------------
+
+# What Connect changes is how rows move (Connect's DataFrame API for shuffles,
+# unions and filters, side inputs shipped as artifacts, closures sent with each
+# query), not Beam's semantics in the worker: these cross every such path once,
+# as one pipeline (one Connect server serves the whole module).
+SCENARIOS = {
+    'sessions': grouped_and_combined(Sessions(5)),
+    'custom_window_coder': grouped_and_combined(LabeledWindows(10)),
+    'custom_key_coder': custom_key_coder,
+    'repeatedly_after_count': triggered(
+        FixedWindows(10), trigger.Repeatedly(trigger.AfterCount(2)), DISCARDING),
+    'gbk_as_side_input': gbk_as_side_input,
+    'windowed_side_inputs': fixed_reads_sliding_group,
+    'flatten_of_coders': flatten_of_coders,
+    'reshuffle_groups': reshuffled_groups,
+    'empty_count': empty_count,
+}
+
+
+def test_connect_scenarios_on_this_backend(backend, tmp_path):
+    lines = assert_same(branches(**SCENARIOS), tmp_path, backend)
+    assert {line.split('|')[0] for line in lines} == set(SCENARIOS)
+
+
+# --------------------------------------------------------------------------
 # Reading a large file; a large fan-out
 # --------------------------------------------------------------------------
 
