@@ -53,6 +53,9 @@ pytestmark = pytest.mark.connect
 
 HELPER = Path(pipelines.__file__)
 NAMES = sorted(pipelines.PIPELINES)
+# Classic Spark runs the semantics scenarios in test_semantics.py already
+# (test_connect_scenarios_on_this_backend[spark]): only Connect runs them here.
+CLASSIC_NAMES = [n for n in NAMES if n != 'semantics']
 
 SERVER_START_TIMEOUT = 120
 CLIENT_TIMEOUT = 400
@@ -228,7 +231,7 @@ def fn_api_outputs(tmp_path_factory):
 
 
 # Requests connect_run first, so the Connect run overlaps these classic runs.
-@pytest.mark.parametrize('name', NAMES)
+@pytest.mark.parametrize('name', CLASSIC_NAMES)
 def test_classic_matches_fn_api_runner(connect_run, fn_api_outputs, request,
                                        tmp_path, name):
     from beam_spark_inproc import InProcessSparkRunner
