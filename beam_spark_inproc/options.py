@@ -59,6 +59,22 @@ class SparkRunnerOptions(PipelineOptions):
             'reads): a restriction still running after this many seconds is '
             'split with the SDK\'s try_split and its remainder spread over all '
             'partitions in a next round; 0 turns it off.')
+        parser.add_argument(
+            '--metrics_sink', action='append', default=None, metavar='URL',
+            help='Push the pipeline\'s metrics (committed and attempted) while '
+            'it runs and when it ends, to http://host:port/path (POST of JSON), '
+            'graphite://host:port[/prefix] (Graphite plaintext over TCP) or '
+            'pushgateway://host:port[/job] (Prometheus Pushgateway; needs the '
+            '[prometheus] extra). Repeatable. A failing sink never fails the '
+            'pipeline (see docs/metrics.md).')
+        parser.add_argument(
+            '--metrics_push_period', type=float, default=5.0, metavar='SECONDS',
+            help='Push metrics at most once per this many seconds while the '
+            'pipeline runs (after a Spark job or micro-batch); the final push '
+            'at the end is always made.')
+        parser.add_argument(
+            '--metrics_push_timeout', type=float, default=5.0, metavar='SECONDS',
+            help='Give up on a metrics sink after this many seconds per push.')
 
 
 def py_files(entries: list[str] | None) -> tuple[str, ...]:

@@ -2,24 +2,17 @@
 from __future__ import annotations
 
 import collections
+import threading
 
 from apache_beam.coders import IterableCoder
 from apache_beam.coders import StrUtf8Coder
 from apache_beam.metrics import monitoring_infos
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.portability.api import metrics_pb2
-from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult
+from apache_beam.runners.runner import PipelineState
 
-
-def monitoring_infos_by_stage(reports: list[dict]) -> dict[str, list]:
-    """Consolidates the bundles' monitoring infos per stage."""
-    by_stage: dict[str, list] = collections.defaultdict(list)
-    for report in reports:
-        by_stage[report['stage']].extend(
-            metrics_pb2.MonitoringInfo.FromString(data)
-            for data in report.get('monitoring_infos', ()))
-    return {stage: consolidate(infos) for stage, infos in by_stage.items()}
+from beam_spark_inproc.metrics.live import LiveMetrics
 
 
 def _merge_latest(a, b):
@@ -71,31 +64,64 @@ def consolidate(infos: list) -> list:
 
 
 class SparkPipelineResult(PipelineResult):
-    """Runs are synchronous: the result is final when ``run()`` returns (a
-    failed run raises from ``run()`` itself, so a result is always DONE).
+    """Runs are synchronous (the result is final when ``run()`` returns) unless
+    ``--no_wait_until_finish``: then the pipeline runs on a thread of its own
+    (``running``), ``wait_until_finish`` waits for it and ``cancel`` stops it.
 
-    Metrics come only from bundles whose Spark task attempt succeeded, so
-    committed values are exact; attempted values are reported equal to them.
+    Metrics are live (``metrics.LiveMetrics``): committed values come only from
+    bundles whose Spark task attempt succeeded, so they are exact; attempted
+    values add the attempts that did not commit, where workers could report
+    them (docs/metrics.md). While running they answer with what the Spark jobs
+    that ended so far committed.
     """
 
-    def __init__(self, state: str, reports: list[dict] | None = None):
+    def __init__(self, state: str, reports: list[dict] | None = None,
+                 error: BaseException | None = None, live=None):
         super().__init__(state)
-        self._by_stage = monitoring_infos_by_stage(reports or [])
+        self._error = error
+        self._live = live if live is not None else LiveMetrics(reports or [])
+        self._thread: threading.Thread | None = None
+        self._cancel = None
+        # Set by cancel(); the run stops at the end of its current Spark job.
+        self.cancel_requested = threading.Event()
+
+    def running(self, thread: threading.Thread, cancel) -> None:
+        """The run goes on in ``thread``; ``cancel()`` interrupts it."""
+        self._thread, self._cancel = thread, cancel
+
+    def finished(self, state: str, error: BaseException | None = None) -> None:
+        self._state, self._error = state, error
 
     def wait_until_finish(self, duration=None) -> str:
+        """``duration``: milliseconds to wait at most (Beam's unit)."""
+        if self._thread is not None:
+            self._thread.join(None if duration is None else duration / 1000)
+            if self._thread.is_alive():
+                return self._state
+        if self._error is not None and self._state == PipelineState.FAILED:
+            raise self._error
         return self._state
 
     def cancel(self) -> str:
+        """Stops the run at the end of its current Spark job, interrupting
+        that job where Spark allows (``SparkSession.interruptTag``: over Connect;
+        classic PySpark keeps operation tags per thread, so there the job runs
+        to its end); waits for the run to stop and returns its final state."""
+        self.cancel_requested.set()
+        while self._thread is not None and self._thread.is_alive():
+            if self._cancel is not None:
+                self._cancel()
+            self._thread.join(0.5)
         return self._state
 
     def metrics(self) -> MetricResults:
         """User metrics (counters, distributions, gauges, string sets, bounded tries)."""
-        return FnApiMetrics(self._by_stage, user_metrics_only=True)
+        return self._live.results(user_metrics_only=True)
 
     def monitoring_metrics(self) -> MetricResults:
         """All metrics, including the SDK's own (element counts, timings)."""
-        return FnApiMetrics(self._by_stage, user_metrics_only=False)
+        return self._live.results(user_metrics_only=False)
 
     def monitoring_infos(self):
-        for infos in self._by_stage.values():
+        for infos in self._live.committed_by_stage().values():
             yield from infos

@@ -1,13 +1,16 @@
 """InProcessSparkRunner: Beam pipeline -> check -> plan -> Spark DataFrames."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
 import uuid
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.pipeline_utils import merge_common_environments
 from apache_beam.runners.pipeline_utils import merge_superset_dep_environments
@@ -17,6 +20,7 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import environments
 
 from beam_spark_inproc import capabilities
+from beam_spark_inproc import metrics
 from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.options import parse_conf
@@ -28,6 +32,10 @@ from beam_spark_inproc.worker import report
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
+
+
+class PipelineCancelled(Exception):
+    """Stops a cancelled run between Spark jobs (``SparkPipelineResult.cancel``)."""
 
 
 class Explained(BaseException):
@@ -90,6 +98,8 @@ class InProcessSparkRunner(PipelineRunner):
                 f'splitting off), got {opts.spark_split_after_seconds}.')
         from beam_spark_inproc.execution.executor import execute
         job_id = uuid.uuid4().hex
+        metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
+        attempt_host = cancel = None
         if self._debug or opts.inproc_debug:
             from beam_spark_inproc.debug.engine import LocalEngine
             parallelism = opts.spark_parallelism or 2
@@ -102,22 +112,60 @@ class InProcessSparkRunner(PipelineRunner):
             engine = SparkEngine(
                 spark, parallelism, job_id, extra_py_files,
                 int(opts.spark_inline_side_input_mb * (1 << 20)))
-        start = time.monotonic()
-        try:
-            reports = execute(plan, engine, job_id,
-                              split_after=opts.spark_split_after_seconds,
-                              split_ways=parallelism,
-                              profile_dir=os.path.abspath(opts.spark_profile_dir)
-                              if opts.spark_profile_dir else '')
-        except Exception as e:
-            error = translate_error(e, plan)
-            if error is e:
-                raise
-            raise error from None
-        report.reissue(reports)
-        _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
-                     len(plan.stages), time.monotonic() - start)
-        return SparkPipelineResult(PipelineState.DONE, reports)
+            attempt_host = spark_session.callback_host(spark)
+            cancel = functools.partial(
+                spark.interruptTag, 'beam-pipeline-' + job_id[:8])
+        run_metrics = metrics.start(options, job_id, attempt_host)
+        result = SparkPipelineResult(PipelineState.RUNNING,
+                                     live=run_metrics.live)
+
+        def after_job(reports: list[dict]) -> None:
+            run_metrics.pusher.after_job(reports)
+            if result.cancel_requested.is_set():
+                raise PipelineCancelled(f'Pipeline {job_id[:8]} was cancelled.')
+
+        def run() -> None:
+            start = time.monotonic()
+            try:
+                reports = execute(plan, engine, job_id,
+                                  split_after=opts.spark_split_after_seconds,
+                                  split_ways=parallelism,
+                                  profile_dir=os.path.abspath(opts.spark_profile_dir)
+                                  if opts.spark_profile_dir else '',
+                                  after_job=after_job,
+                                  attempt_channel=run_metrics.channel)
+            except BaseException as e:
+                state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
+                         or isinstance(e, KeyboardInterrupt) else PipelineState.FAILED)
+                error = (translate_error(e, plan)
+                         if isinstance(e, Exception) and state == PipelineState.FAILED
+                         else e)
+                result.finished(state, error)
+                run_metrics.finish(state)
+                if error is e:
+                    raise
+                raise error from None
+            report.reissue(reports)
+            _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
+                         len(plan.stages), time.monotonic() - start)
+            result.finished(PipelineState.DONE)
+            run_metrics.finish(PipelineState.DONE)
+
+        if not options.view_as(StandardOptions).no_wait_until_finish:
+            run()
+            return result
+
+        def run_quietly() -> None:
+            try:
+                run()
+            except BaseException:  # kept in the result for wait_until_finish
+                pass
+
+        thread = threading.Thread(target=run_quietly, daemon=True,
+                                  name='beam-pipeline-' + job_id[:8])
+        result.running(thread, cancel)
+        thread.start()
+        return result
 
 
 def translate_error(error: Exception, plan) -> Exception:

@@ -57,15 +57,22 @@ _SHUFFLES = {
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
             split_after: float = 0.0, split_ways: int = 2,
-            profile_dir: str = '') -> list[dict]:
+            profile_dir: str = '', after_job=None,
+            attempt_channel: tuple = ()) -> list[dict]:
     """Runs the plan; returns the reports of all bundles (see ``worker.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
     DoFn restrictions still running after that many seconds (0: off).
     ``profile_dir``: workers profile each bundle into it (``worker.profiling``).
+    ``after_job``: called with each Spark job's reports when it ends (the
+    metrics pusher, ``metrics.pusher``). ``attempt_channel``: where tasks send
+    the metrics of attempts that do not commit (``worker.attempts``).
     """
-    return Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
-                    split_ways, profile_dir).run()
+    executor = Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
+                        split_ways, profile_dir)
+    executor.after_job = after_job
+    executor.attempt_channel = attempt_channel
+    return executor.run()
 
 
 def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
@@ -114,6 +121,8 @@ class Executor:
         self._reads, self._uses = wire(plan)
         self._ran: set[int] = set()  # stages whose results earlier jobs computed
         self.progress = Progress(plan, job_id)
+        self.after_job = None
+        self.attempt_channel: tuple = ()
 
     def run(self) -> list[dict]:
         try:
@@ -157,7 +166,10 @@ class Executor:
             yield reports
         self._ran.update(stages)
         self._reports.extend(reports)
-        self.progress.done(description, [report.decode(r) for r in reports])
+        decoded = [report.decode(r) for r in reports]
+        self.progress.done(description, decoded)
+        if self.after_job is not None:
+            self.after_job(decoded)
 
     def _read(self, index: int, buffer_id: bytes, new_tag: int) -> list:
         if buffer_id == translations.IMPULSE_BUFFER:
@@ -192,7 +204,8 @@ class Executor:
         if shuffle is not None:
             data = self.engine.shuffle(data, shuffle)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
-                         self.split_after, self.split_ways, self.profile_dir)
+                         self.split_after, self.split_ways, self.profile_dir,
+                         self.attempt_channel)
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)

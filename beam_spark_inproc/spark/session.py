@@ -113,3 +113,36 @@ def parallelism(session, requested: Optional[int]) -> int:
         if value:
             return int(value)
     return os.cpu_count() or 2
+
+
+def _reaching(host: str, port: int) -> str:
+    """This machine's address on the route to (host, port) (no packet is sent)."""
+    import socket
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def callback_host(session) -> str:
+    """An address of this process the session's Python workers can connect to.
+
+    The loopback address for local masters and for a Connect server on this
+    machine; else, over Connect, this machine's address on the route to the
+    server, and on classic Spark ``spark.driver.host``. (Executors behind NAT
+    or a firewall, as on serverless platforms, may still not reach it.)
+    """
+    from beam_spark_inproc.spark.engine import is_connect
+    loopback = ('localhost', '127.0.0.1', '::1', '[::1]')
+    if is_connect(session):
+        host = session.client.host.strip('[]')
+        if host in loopback or host.startswith('127.'):
+            return '127.0.0.1'
+        return _reaching(host, 15002)
+    conf = session.conf
+    master = conf.get('spark.master', None) or ''
+    if master.startswith('local'):
+        return '127.0.0.1'
+    return conf.get('spark.driver.host', None) or _reaching('8.8.8.8', 53)

@@ -26,6 +26,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
+from beam_spark_inproc.worker import attempts
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
 from beam_spark_inproc.worker import report
@@ -58,6 +59,9 @@ class StageTask:
     split_ways: int = 2
     # ``--spark_profile_dir``: profile each bundle into this worker-side folder.
     profile_dir: str = ''
+    # (host, port, token) of the driver's attempt channel (``worker.attempts``):
+    # where an attempt that does not commit sends its metrics; () for none.
+    attempt_channel: tuple = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -169,6 +173,9 @@ class _Bundles:
         self.done = object()
         self.cancelled = threading.Event()
         self.builder = BatchBuilder(self.put)
+        # This attempt's metrics, for the attempt channel if it does not commit:
+        # the finished bundles' infos, and whether one is under way.
+        self.attempt: dict = {'infos': [], 'in_bundle': False}
 
     def put(self, item) -> None:
         while True:
@@ -190,6 +197,7 @@ class _Bundles:
     def one_bundle(self, inputs: Iterator) -> list:
         """Runs one bundle; reports it; returns its residuals."""
         task, entry, builder = self.task, self.entry, self.builder
+        attempt = self.attempt
         if entry.routing_state is not None:
             entry.routing_state.new_bundle()
         splitter, fed = None, []
@@ -202,6 +210,7 @@ class _Bundles:
             inputs, builder.add, entry.outputs,
             entry.timer_queue.add if entry.timer_queue else None)
         instruction_id = 'bundle-%d' % next(_instruction_ids)
+        attempt['in_bundle'] = True
         with report.capture_warnings() as caught:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 if splitter:
@@ -223,9 +232,12 @@ class _Bundles:
                 self.drained()
                 entry.processor.finalize_bundle()
         # ``caught`` is complete only once the capture has ended.
-        payload = report.encode(
-            task.stage.name, warnings=caught,
-            monitoring_infos=entry.processor.monitoring_infos())
+        infos = entry.processor.monitoring_infos()
+        payload = report.encode(task.stage.name, warnings=caught,
+                                monitoring_infos=infos)
+        if task.attempt_channel:
+            attempt['infos'].extend(info.SerializeToString() for info in infos)
+        attempt['in_bundle'] = False
         if payload:
             builder.add(CONTROL_TAG, None, payload)
         return residuals
@@ -288,4 +300,22 @@ class _Bundles:
             if ok:
                 processors.release(self.entry)
             else:
+                # The bundle raised, or Spark stopped reading (a failure
+                # elsewhere in the task): Spark will not commit this attempt's
+                # control rows. (The executor reads every task it runs to
+                # its end, so a task that succeeds never lands here.)
+                if self.task.attempt_channel:
+                    _report_attempt(self.task, self.entry, self.attempt)
                 processors.discard(self.entry)
+
+
+def _report_attempt(task: StageTask, entry, attempt: dict) -> None:
+    """Sends the metrics of an attempt Spark will not commit (``worker.attempts``)."""
+    infos = list(attempt['infos'])
+    if attempt['in_bundle']:
+        try:  # the unfinished bundle's metrics so far
+            infos.extend(i.SerializeToString()
+                         for i in entry.processor.monitoring_infos())
+        except Exception:
+            pass
+    attempts.send(task.attempt_channel, task.stage.name, infos)

@@ -1,7 +1,8 @@
 """Run as a script by test_metrics_retry.py: a pipeline whose tasks fail once.
 
 Needs its own SparkSession (``local[2,2]``: two task attempts), so it runs in a
-subprocess; prints the metric results as JSON.
+subprocess; prints the metric results as JSON, with the last JSON document and
+Graphite lines the run pushed to receivers on 127.0.0.1 (``receivers.py``).
 """
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import sys
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.spark.session import get_or_create
+from receivers import GraphiteReceiver
+from receivers import HttpReceiver
 
 N = 1000
 
@@ -34,10 +38,16 @@ class FailFirstAttempt(beam.DoFn):
 
 def main() -> None:
     spark, _ = get_or_create('local[2,2]', None, {})
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        (p | beam.Create(range(N)) | beam.ParDo(FailFirstAttempt())
-         | beam.combiners.Count.Globally())
-    result = p.result
+    with HttpReceiver() as http, GraphiteReceiver() as graphite:
+        options = PipelineOptions([
+            f'--metrics_sink={http.url}/beam', f'--metrics_sink={graphite.url}',
+            '--job_name=retry'])
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                           options=options) as p:
+            (p | beam.Create(range(N)) | beam.ParDo(FailFirstAttempt())
+             | beam.combiners.Count.Globally())
+        result = p.result
+        pushed, lines = http.documents[-1], graphite.pushes[-1]
     counters = result.metrics().query(MetricsFilter().with_name('seen'))['counters']
     dists = result.metrics().query(MetricsFilter().with_name('value'))['distributions']
     json.dump({
@@ -46,6 +56,9 @@ def main() -> None:
         'attempted': counters[0].attempted,
         'dist_count': dists[0].committed.count,
         'dist_sum': dists[0].committed.sum,
+        'dist_attempted_count': dists[0].attempted.count,
+        'pushed': pushed,
+        'graphite': lines,
     }, sys.stdout)
     spark.stop()
 

@@ -249,6 +249,34 @@ def read_outputs(out_dir, name):
     return {label: sorted(lines) for label, lines in result.items()}
 
 
+class _CountThenFail(beam.DoFn):
+    def process(self, x):
+        from apache_beam.metrics import Metrics
+        Metrics.counter('attempts', 'seen').inc()
+        if x == 99:
+            raise RuntimeError('fails on purpose after counting')
+        yield x
+
+
+def attempt_metrics(session) -> dict:
+    """A pipeline whose task fails (no retries on ``local[2]``): its attempt's
+    counts reach ``attempted`` over the attempt channel, ``committed`` stays 0."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from beam_spark_inproc import InProcessSparkRunner
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=session),
+                      options=PipelineOptions(['--no_wait_until_finish']))
+    _ = p | beam.Create(range(100)) | beam.ParDo(_CountThenFail())
+    result = p.run()
+    try:
+        result.wait_until_finish()
+        error = None
+    except Exception as e:
+        error = f'{type(e).__name__}: {e}'[:500]
+    [counter] = result.metrics().query()['counters']
+    return {'state': str(result.state), 'error': error,
+            'attempted': counter.attempted, 'committed': counter.committed}
+
+
 def _wait_for_server(remote, seconds):
     import socket
     import urllib.parse
@@ -311,6 +339,11 @@ def main(argv=None):
                 entry['traceback'] = traceback.format_exc()[-6000:]
             entry['seconds'] = round(time.monotonic() - began, 2)
             save()
+        try:
+            status['attempt_metrics'] = attempt_metrics(session)
+        except Exception as e:
+            status['attempt_metrics'] = {'error': traceback.format_exc()[-4000:]}
+        save()
     finally:
         session.stop()
         status['stopped'] = True

@@ -1,4 +1,6 @@
-"""Committed metrics are exact when Spark retries a failed task."""
+"""Committed metrics are exact when Spark retries a failed task; attempted
+metrics include the failed attempt (sent by the worker over the attempt
+channel), and the final push carries both."""
 from __future__ import annotations
 
 import json
@@ -19,5 +21,17 @@ def test_committed_metrics_exact_after_task_retry():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out['state'] == 'DONE'
     assert out['committed'] == 1000
-    assert out['attempted'] >= out['committed']
+    # The failed attempt counted its partition's elements up to 999, then failed.
+    assert out['attempted'] > out['committed']
+    assert out['dist_attempted_count'] == out['attempted']
     assert out['dist_count'] == 1000 and out['dist_sum'] == sum(range(1000))
+    print('attempted', out['attempted'], 'committed', out['committed'])
+    print('pushed JSON:', json.dumps(out['pushed']))
+    print('graphite lines:', *out['graphite'], sep='\n')
+    pushed = {(m['name'], m['kind']): m for m in out['pushed']['metrics']}
+    assert out['pushed']['state'] == 'DONE'
+    assert pushed['seen', 'counter']['committed'] == out['committed']
+    assert pushed['seen', 'counter']['attempted'] == out['attempted']
+    lines = dict(line.split(' ')[:2] for line in out['graphite'])
+    assert int(lines['beam.retry.counter.ParDo_FailFirstAttempt_.retry.seen.attempted']) == \
+        out['attempted']

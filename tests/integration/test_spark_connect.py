@@ -253,6 +253,18 @@ def test_connect_matches_fn_api_runner(connect_run, fn_api_outputs, name):
     assert pipelines.read_outputs(str(connect_run.out), name) == expected
 
 
+def test_connect_attempted_metrics_include_failed_attempt(connect_run):
+    """Over Connect too, a failed task attempt's counts reach ``attempted``."""
+    status = connect_run.result()
+    entry = status.get('attempt_metrics')
+    assert entry and 'attempted' in entry, f'{entry}\n' + connect_run.logs()
+    assert entry['state'] == 'FAILED', entry
+    assert 'fails on purpose after counting' in entry['error'], entry
+    assert entry['committed'] == 0
+    assert entry['attempted'] > 0, entry
+    print('over Connect: attempted', entry['attempted'], 'committed', entry['committed'])
+
+
 def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
     status = connect_run.result()
     assert status.get('local_jvm') is False, status
