@@ -1,4 +1,5 @@
-"""Nothing exposed: no listening socket opened by the runner; private, removed
+"""Nothing exposed: no listening socket left by a run (the metrics attempt
+channel listens only while a run lasts, see docs/metrics.md); private, removed
 temporary files."""
 from __future__ import annotations
 
