@@ -59,6 +59,11 @@ class Grouping:
     pre_coder_id: str  # windowed KV<K, V> as written by the producer (safe coder)
     post_coder_id: str  # windowed KV<K, Iterable<V>> as read by the consumer
     windowing_strategy_id: str
+    # A window type the runner does not know (a user's WindowFn with its own
+    # window coder): the safe coders carry its windows as opaque bytes, and
+    # GroupAlsoByWindow decodes them with this coder (the wire coder's window
+    # component, the WindowFn's own coder) to merge and assign them.
+    window_coder_id: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 
 from apache_beam.portability import common_urns
+from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
@@ -90,12 +91,26 @@ def _grouping(context, buffer_id: bytes) -> p.Grouping:
     gbk = context.components.transforms[gbk_id]
     input_pcoll = translations.only_element(list(gbk.inputs.values()))
     output_pcoll = translations.only_element(list(gbk.outputs.values()))
+    pre_coder_id = _safe_coder(context, input_pcoll)
     return p.Grouping(
         gbk_label=gbk.unique_name,
-        pre_coder_id=_safe_coder(context, input_pcoll),
+        pre_coder_id=pre_coder_id,
         post_coder_id=_safe_coder(context, output_pcoll),
         windowing_strategy_id=context.components.pcollections[input_pcoll]
-        .windowing_strategy_id)
+        .windowing_strategy_id,
+        window_coder_id=_custom_window_coder(context, input_pcoll))
+
+
+def _custom_window_coder(context, pcoll_id: str) -> str | None:
+    """The real window coder of a PCollection whose windows the runner's safe
+    coder keeps opaque (see ``plan.Grouping.window_coder_id``), else None."""
+    coders = context.components.coders
+    safe = coders[_safe_coder(context, pcoll_id)]
+    if (safe.spec.urn != common_urns.coders.WINDOWED_VALUE.urn or
+            coders[safe.component_coder_ids[1]].spec.urn !=
+            python_urns.TIMESTAMP_PREFIXED_OPAQUE_WINDOW_CODER):
+        return None
+    return coders[_wire_coder(context, pcoll_id)].component_coder_ids[1]
 
 
 def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:

@@ -5,23 +5,70 @@ each key's rows next to each other; here adjacent rows with equal keys become on
 group. Windowing follows Beam's batch semantics through Beam's own trigger driver
 (merging windows, triggers, allowed lateness, timestamp combiners), as
 FnApiRunner's ``GroupingBuffer`` does; the default global windowing takes the same
-shortcut it does.
+shortcut it does. Two things FnApiRunner cannot do: processing-time triggers
+(``BatchClock``) and custom window types (decoded with the WindowFn's own window
+coder, ``plan.Grouping.window_coder_id``, where FnApiRunner keeps them opaque).
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coders import WindowedValueCoder
 from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils import windowed_value
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.planning.plan import Grouping
 
 # Encoded groups are handed to the bundle in pieces of about this size.
 GROUPS_BYTES = 1 << 20
+
+
+class BatchClock:
+    """Processing time for a trigger driver in batch: the input is complete
+    before any of it is grouped, so processing time has nothing to measure.
+
+    It reads as the start of time while elements arrive, so a processing-time
+    trigger (``AfterProcessingTime``, Nexmark query 12) sets its timer at
+    ``MIN_TIMESTAMP + delay``; ``process_entire_key`` then fires every pending
+    timer once the key's elements are in, as Beam's batch runners do when
+    processing time ends with the input. Its panes are EARLY (the input
+    watermark had not passed the window yet), and the same on every run.
+    """
+
+    def time(self) -> Timestamp:
+        return MIN_TIMESTAMP
+
+
+def entire_key(driver: trigger.GeneralTriggerDriver, key,
+               windowed_values: Iterable) -> Iterator:
+    """``TriggerDriver.process_entire_key`` with processing time: once the
+    key's elements are in, processing time ends (its pending timers fire),
+    then the watermark passes every window (event-time timers fire), again
+    until no timer is left. (Beam's own compares processing-time timers with
+    ``None`` and fails.)"""
+    state = trigger.InMemoryUnmergedState()
+    for wvalue in driver.process_elements(
+            state, windowed_values, MIN_TIMESTAMP, MIN_TIMESTAMP):
+        yield wvalue.with_value((key, wvalue.value))
+    while state.timers:
+        fired, _ = state.get_timers(
+            clear=True, watermark=MIN_TIMESTAMP, processing_time=MAX_TIMESTAMP)
+        if not fired:
+            fired = state.get_and_clear_timers(MAX_TIMESTAMP)
+        if not fired:
+            break  # timers beyond the end of time never fire
+        for timer_window, (name, time_domain, fire_time, _) in fired:
+            for wvalue in driver.process_timer(
+                    timer_window, name, time_domain, fire_time, state):
+                yield wvalue.with_value((key, wvalue.value))
 
 
 class GroupAlsoByWindow:
@@ -31,9 +78,19 @@ class GroupAlsoByWindow:
 
     def __init__(self, grouping: Grouping, context):
         pre_coder = context.coders[grouping.pre_coder_id]
+        post_coder = context.coders[grouping.post_coder_id]
+        if grouping.window_coder_id:
+            # A custom window type: decode its windows for real (the safe
+            # coders' opaque windows have the same bytes), so the WindowFn can
+            # merge them and the consumer gets them back (as the SDK reads them).
+            window_coder = context.coders[grouping.window_coder_id]
+            pre_coder = WindowedValueCoder(
+                pre_coder.wrapped_value_coder, window_coder)
+            post_coder = WindowedValueCoder(
+                post_coder.wrapped_value_coder, window_coder)
         self._pre_impl = pre_coder.get_impl()
         self._key_impl = pre_coder.key_coder().get_impl()
-        self._post_impl = context.coders[grouping.post_coder_id].get_impl()
+        self._post_impl = post_coder.get_impl()
         windowing = context.windowing_strategies[grouping.windowing_strategy_id]
         self._trivial = windowing.is_default()
         if self._trivial:  # streamed, see ``_streamed``
@@ -47,8 +104,12 @@ class GroupAlsoByWindow:
                     index=0,
                     nonspeculative_index=0))
         else:
-            self._windowed_groups = trigger.create_trigger_driver(
-                windowing, True).process_entire_key
+            driver = trigger.create_trigger_driver(
+                windowing, True, clock=BatchClock())
+            self._windowed_groups = (
+                functools.partial(entire_key, driver)
+                if isinstance(driver, trigger.GeneralTriggerDriver)
+                else driver.process_entire_key)
 
     def _streamed(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
         """Global window, default trigger: a key's values go from the rows to
