@@ -11,6 +11,8 @@ from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.value_provider import StaticValueProvider
+from apache_beam.options.value_provider import ValueProvider
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.pipeline_utils import merge_common_environments
 from apache_beam.runners.pipeline_utils import merge_superset_dep_environments
@@ -32,6 +34,8 @@ from beam_spark_inproc.worker import report
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
+# Beam's Reshuffle carries pane info from this update_compatibility_version on.
+RESHUFFLE_PANES_VERSION = '2.65.0'
 
 
 class PipelineCancelled(Exception):
@@ -84,7 +88,10 @@ class InProcessSparkRunner(PipelineRunner):
         capabilities.check(pipeline)
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
-        plan = plan_pipeline(pipeline, self._is_drain)
+        plan = plan_pipeline(
+            pipeline, self._is_drain,
+            reshuffle_keeps_panes=not options.is_compat_version_prior_to(
+                RESHUFFLE_PANES_VERSION))
         if os.environ.get(EXPLAIN_ENV):
             from beam_spark_inproc.planning.describe import describe
             raise Explained(describe(plan))
@@ -133,7 +140,8 @@ class InProcessSparkRunner(PipelineRunner):
                                   profile_dir=os.path.abspath(opts.spark_profile_dir)
                                   if opts.spark_profile_dir else '',
                                   after_job=after_job,
-                                  attempt_channel=run_metrics.channel)
+                                  attempt_channel=run_metrics.channel,
+                                  runtime_options=runtime_options(options))
             except BaseException as e:
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
                          or isinstance(e, KeyboardInterrupt) else PipelineState.FAILED)
@@ -166,6 +174,20 @@ class InProcessSparkRunner(PipelineRunner):
         result.running(thread, cancel)
         thread.start()
         return result
+
+
+def runtime_options(options: PipelineOptions) -> tuple:
+    """The options a RuntimeValueProvider reads in workers: those set, by
+    name, with a value provider's value where it has one (as Beam's SDK
+    harness gets them from the job's options)."""
+    pairs = []
+    for name, value in sorted(options.get_all_options(drop_default=True).items()):
+        if isinstance(value, StaticValueProvider):
+            value = value.value
+        elif isinstance(value, ValueProvider):
+            continue  # not given: the provider's default applies
+        pairs.append((name, value))
+    return tuple(pairs)
 
 
 def translate_error(error: Exception, plan) -> Exception:

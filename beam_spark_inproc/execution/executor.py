@@ -39,6 +39,7 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution.progress import Progress
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.worker import report
+from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 
@@ -58,7 +59,7 @@ _SHUFFLES = {
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
             split_after: float = 0.0, split_ways: int = 2,
             profile_dir: str = '', after_job=None,
-            attempt_channel: tuple = ()) -> list[dict]:
+            attempt_channel: tuple = (), runtime_options: tuple = ()) -> list[dict]:
     """Runs the plan; returns the reports of all bundles (see ``worker.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
@@ -67,9 +68,11 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
     ``after_job``: called with each Spark job's reports when it ends (the
     metrics pusher, ``metrics.pusher``). ``attempt_channel``: where tasks send
     the metrics of attempts that do not commit (``worker.attempts``).
+    ``runtime_options``: (name, value) pairs of the pipeline's options, which
+    workers set for RuntimeValueProvider (``StageTask.runtime_options``).
     """
     executor = Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
-                        split_ways, profile_dir)
+                        split_ways, profile_dir, runtime_options)
     executor.after_job = after_job
     executor.attempt_channel = attempt_channel
     return executor.run()
@@ -105,8 +108,9 @@ def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
 class Executor:
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
                  split_after: float = 0.0, split_ways: int = 2,
-                 profile_dir: str = ''):
+                 profile_dir: str = '', runtime_options: tuple = ()):
         self.plan = plan
+        self.runtime_options = runtime_options
         self.profile_dir = profile_dir
         self.engine = engine
         self.job_id = job_id
@@ -193,22 +197,34 @@ class Executor:
     def _build(self, index: int, stage: p.StagePlan) -> Any:
         data = self._input(index, stage)
         if stage.kind == p.RESHUFFLE_STAGE:
-            # Each output port gets the rows under its tag.
-            shuffled = self.engine.shuffle(data, e.SPREAD)
-            if len(stage.outputs) == 1:
-                return shuffled
-            return self.engine.union([
-                self.engine.select(shuffled, 0, tag, tag == 0)
-                for tag in range(len(stage.outputs))])
+            return self._reshuffle(stage, data)
         shuffle = _SHUFFLES[stage.input_mode]
         if shuffle is not None:
             data = self.engine.shuffle(data, shuffle)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways, self.profile_dir,
-                         self.attempt_channel)
+                         self.attempt_channel, self.runtime_options)
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)
+
+    def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
+        """Rows keep their bytes (tag 0); each output port gets them under its
+        tag, re-encoded where its coder differs from the input's (a Reshuffle
+        feeding a GroupByKey, whose input Beam gives a deterministic key coder)
+        or its pane info is dropped (``StagePlan.reset_panes``)."""
+        shuffled = self.engine.shuffle(data, e.SPREAD)
+        input_coder = self._context.coders[stage.inputs[0].coder_id]
+        parts = []
+        for tag, port in enumerate(stage.outputs):
+            part = (shuffled if len(stage.outputs) == 1 else
+                    self.engine.select(shuffled, 0, tag, tag == 0))
+            output_coder = self._context.coders[port.coder_id]
+            if output_coder != input_coder or stage.reset_panes:
+                part = self.engine.map_stage(part, Recode(
+                    input_coder, output_coder, stage.reset_panes))
+            parts.append(part)
+        return parts[0] if len(parts) == 1 else self.engine.union(parts)
 
     def _rounds(self, index: int, data: Any, task: StageTask) -> Any:
         """Runs a splittable stage in rounds: the first round's stragglers are

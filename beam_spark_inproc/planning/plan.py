@@ -114,6 +114,9 @@ class StagePlan:
     # DATA_INPUT transform feeding a splittable DoFn's Process transform: the
     # runner may split its restrictions (see worker.sdf), or '' if none.
     split_input: str = ''
+    # A Reshuffle of a pipeline whose update_compatibility_version predates
+    # 2.65: Beam's expansion then drops pane info, so the runner's does too.
+    reset_panes: bool = False
 
     def __post_init__(self):
         if self.input_mode not in INPUT_MODES:

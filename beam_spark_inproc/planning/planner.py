@@ -22,17 +22,24 @@ INPROC_URL = 'beam-spark-inproc'
 
 
 def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
-                  is_drain: bool = False) -> p.SparkPlan:
-    """Fuses the pipeline and describes each stage as plain data."""
+                  is_drain: bool = False,
+                  reshuffle_keeps_panes: bool = True) -> p.SparkPlan:
+    """Fuses the pipeline and describes each stage as plain data.
+
+    ``reshuffle_keeps_panes``: False for pipelines whose
+    ``update_compatibility_version`` predates 2.65 (see ``plan.StagePlan.reset_panes``).
+    """
     context, stages = fuse(pipeline_proto, is_drain)
-    return plan_stages(context, stages)
+    return plan_stages(context, stages, reshuffle_keeps_panes)
 
 
 def plan_stages(
         context: translations.TransformContext,
-        stages: list[translations.Stage]) -> p.SparkPlan:
+        stages: list[translations.Stage],
+        reshuffle_keeps_panes: bool = True) -> p.SparkPlan:
     layouts = _buffer_layouts(context, stages)
-    planned = tuple(_plan_stage(context, stage, layouts) for stage in stages)
+    planned = tuple(_plan_stage(context, stage, layouts, reshuffle_keeps_panes)
+                    for stage in stages)
     return p.SparkPlan(
         stages=planned, components=context.components.SerializeToString())
 
@@ -113,7 +120,8 @@ def _custom_window_coder(context, pcoll_id: str) -> str | None:
     return coders[_wire_coder(context, pcoll_id)].component_coder_ids[1]
 
 
-def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
+def _plan_stage(context, stage: translations.Stage, layouts,
+                reshuffle_keeps_panes: bool = True) -> p.StagePlan:
     inputs, outputs, side_inputs, labels, timers = [], [], [], [], []
     stateful = stage.is_stateful()
     transforms = {}
@@ -158,7 +166,8 @@ def _plan_stage(context, stage: translations.Stage, layouts) -> p.StagePlan:
     if _is_reshuffle(stage):
         return p.StagePlan(
             name=stage.name, kind=p.RESHUFFLE_STAGE, labels=tuple(labels),
-            inputs=tuple(inputs), outputs=tuple(outputs))
+            inputs=tuple(inputs), outputs=tuple(outputs),
+            reset_panes=not reshuffle_keeps_panes)
 
     runner_only = [
         t for t in stage.transforms

@@ -79,8 +79,11 @@ class _Parts:
 
     def impulse(self):
         if self._impulse is None:
+            # One partition: createDataFrame spreads its one row over
+            # defaultParallelism partitions, each a task (and, before empty
+            # partitions ran no bundle, a bundle) of the stage reading it.
             self._impulse = self._session().createDataFrame(
-                [(0, None, ENCODED_IMPULSE_VALUE)], self.schema)
+                [(0, None, ENCODED_IMPULSE_VALUE)], self.schema).coalesce(1)
         return self._impulse
 
     def empty(self):

@@ -1,7 +1,11 @@
 """The row format every stage boundary uses: ``(tag int32, key binary, data binary)``."""
 from __future__ import annotations
 
+import itertools
+from typing import Iterator, Optional
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 TAG, KEY, DATA = 'tag', 'key', 'data'
 SCHEMA = pa.schema([
@@ -72,3 +76,21 @@ class BatchBuilder:
                 schema=SCHEMA)
             self._tags, self._keys, self._data, self._bytes = [], [], [], 0
             self._emit(batch)
+
+
+def holding_elements(batches) -> tuple[Optional[Iterator], list]:
+    """``(batches, [])`` when the partition holds an element row (its batches
+    read so far are put back in front), else ``(None, control rows)``: a
+    partition without elements runs no bundle, so a DoFn's ``start_bundle`` /
+    ``finish_bundle`` never run for nothing (an empty shuffle partition, or all
+    of Impulse's partitions but one), while its control rows go on."""
+    held = []
+    for batch in batches:
+        held.append(batch)
+        if batch.num_rows and pc.any(
+                pc.not_equal(batch.column(TAG), CONTROL_TAG)).as_py():
+            return itertools.chain(held, batches), []
+    control = []
+    for batch in held:
+        control.extend(zip(*(batch.column(c).to_pylist() for c in (TAG, KEY, DATA))))
+    return None, control

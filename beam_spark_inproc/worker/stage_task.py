@@ -1,6 +1,7 @@
 """StageTask: the function each fused stage gives to ``DataFrame.mapInArrow``.
 
-Per partition it runs one Beam bundle:
+Per partition holding elements it runs one Beam bundle (an empty partition
+runs none: ``rows.holding_elements``):
 
 1. take a BundleProcessor for (job, stage) from this process's cache (building it
    costs 5-30 ms; Spark reuses Python workers, so later tasks find it ready);
@@ -22,6 +23,7 @@ import time
 from typing import Iterator
 
 import pyarrow as pa
+from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.planning import plan as p
@@ -40,6 +42,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
 from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.worker.rows import holding_elements
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -62,6 +65,9 @@ class StageTask:
     # (host, port, token) of the driver's attempt channel (``worker.attempts``):
     # where an attempt that does not commit sends its metrics; () for none.
     attempt_channel: tuple = ()
+    # The pipeline's options as (name, value) pairs, for RuntimeValueProvider
+    # (``runtime_options``).
+    runtime_options: tuple = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -158,6 +164,18 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
+    batches, control = holding_elements(batches)
+    if batches is None:  # no elements: no bundle, control rows go on
+        passed: list = []
+        builder = BatchBuilder(passed.append)
+        for row in control:
+            builder.add(*row)
+        builder.flush()
+        yield from passed
+        return
+    # As Beam's SDK harness does: value providers read inside DoFns (also in
+    # their setup, while the processor is built) see the pipeline's options.
+    RuntimeValueProvider.set_runtime_options(dict(task.runtime_options))
     yield from _Bundles(task, processors.acquire(task)).outputs(batches)
 
 
