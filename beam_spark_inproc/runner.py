@@ -106,7 +106,7 @@ class InProcessSparkRunner(PipelineRunner):
         from beam_spark_inproc.execution.executor import execute
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
-        attempt_host = cancel = None
+        attempt_host = cancel = diagnose = spark = None
         if self._debug or opts.inproc_debug:
             from beam_spark_inproc.debug.engine import LocalEngine
             parallelism = opts.spark_parallelism or 2
@@ -116,6 +116,11 @@ class InProcessSparkRunner(PipelineRunner):
             from beam_spark_inproc.spark.engine import SparkEngine
             spark = self.session(options)
             parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
+            from beam_spark_inproc.spark import workers
+            problem = workers.known_problem(spark)
+            if problem is not None:
+                raise problem
+            diagnose = workers.explain_missing_modules
             engine = SparkEngine(
                 spark, parallelism, job_id, extra_py_files,
                 int(opts.spark_inline_side_input_mb * (1 << 20)))
@@ -145,9 +150,11 @@ class InProcessSparkRunner(PipelineRunner):
             except BaseException as e:
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
                          or isinstance(e, KeyboardInterrupt) else PipelineState.FAILED)
-                error = (translate_error(e, plan)
-                         if isinstance(e, Exception) and state == PipelineState.FAILED
-                         else e)
+                error = e
+                if isinstance(e, Exception) and state == PipelineState.FAILED:
+                    # Workers that cannot import Beam: one clear error.
+                    error = ((diagnose and diagnose(e, spark))
+                             or translate_error(e, plan))
                 result.finished(state, error)
                 run_metrics.finish(state)
                 if error is e:
