@@ -8,7 +8,8 @@ model classes (``nexmark_model.Person`` / ``Auction`` / ``Bid``):
 
 * event ``n`` is a person, an auction or a bid in the proportions 1 : 3 : 46
   (``n % 50``: 0 a person, 1-3 auctions, the rest bids);
-* event time: ``base_time + n * inter_event_micros``, in order (a reader gives
+* event time: ``BASE_TIME + n * inter_event_micros`` (whole milliseconds, as
+  the model coders keep them), in order (a reader gives
   each element ``date_time`` as its timestamp, as Beam's launcher does);
 * ids: persons and auctions are numbered from 1000 in the order they are made;
   an auction's seller is a recent person (1 in ``HOT_SELLER_RATIO`` the hot
@@ -31,6 +32,7 @@ import random
 from typing import Iterator, Union
 
 from apache_beam.testing.benchmarks.nexmark.models import nexmark_model
+from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import Timestamp
 
 PERSON_PROPORTION = 1
@@ -74,7 +76,7 @@ def kind_of(n: int) -> str:
 
 
 def timestamp_of(n: int, inter_event_micros: int = INTER_EVENT_MICROS) -> Timestamp:
-    return BASE_TIME + n * inter_event_micros * 1e-6
+    return BASE_TIME + Duration(micros=n * inter_event_micros)
 
 
 def _price(rng: random.Random) -> int:
@@ -106,7 +108,9 @@ def events(n: int, seed: int = 0,
             initial = _price(rng)
             seller = _recent(rng, persons, ACTIVE_PEOPLE, HOT_SELLER_RATIO,
                              FIRST_PERSON_ID)
-            expires = now + rng.randrange(1, 2 * horizon) * 1e-6
+            # Whole milliseconds, as Nexmark's (and the model coders') times.
+            expires = now + Duration(
+                micros=rng.randrange(1, 2 * horizon // 1000) * 1000)
             yield nexmark_model.Auction(
                 aid, 'item-%d' % aid, 'description of item %d' % aid, initial,
                 initial + _price(rng), now, expires, seller,
