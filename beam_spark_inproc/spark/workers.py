@@ -75,7 +75,8 @@ def explain_missing_modules(error: BaseException, session) -> Optional[WorkerEnv
 
 
 def _probe(session) -> dict:
-    from pyspark.sql.functions import udf
+    from beam_spark_inproc.spark.engine import functions_for
+    udf = functions_for(session).udf
 
     def probe():
         import importlib.util
