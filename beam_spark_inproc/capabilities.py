@@ -16,6 +16,7 @@ from apache_beam.transforms import environments
 
 from beam_spark_inproc.errors import Problem
 from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.planning.native import NATIVE_URNS
 
 RUNNER_PRIMITIVES = frozenset([
     common_urns.primitives.IMPULSE.urn,
@@ -23,7 +24,7 @@ RUNNER_PRIMITIVES = frozenset([
     common_urns.primitives.FLATTEN.urn,
     common_urns.composites.RESHUFFLE.urn,
     common_urns.deprecated_primitives.READ.urn,
-])
+]) | NATIVE_URNS
 # Composites expanded by Beam's phases (combiner lifting, SDF expansion).
 EXPANDED_COMPOSITES = frozenset([
     common_urns.composites.COMBINE_PER_KEY.urn,

@@ -195,6 +195,11 @@ class Executor:
         return parts[0] if len(parts) == 1 else self.engine.union(parts)
 
     def _build(self, index: int, stage: p.StagePlan) -> Any:
+        if stage.kind == p.NATIVE_STAGE:
+            # Runner-native transforms (ReadFromSpark, ...): by URN, see
+            # ``beam_spark_inproc.transforms.runtime``.
+            from beam_spark_inproc.transforms import runtime
+            return runtime.build(self, index, stage)
         data = self._input(index, stage)
         if stage.kind == p.RESHUFFLE_STAGE:
             return self._reshuffle(stage, data)

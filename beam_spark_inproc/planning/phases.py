@@ -13,11 +13,15 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
+from beam_spark_inproc.planning.native import NATIVE_URNS
+
+# Runner-native transforms (``planning.native``) are runner URNs too: each one
+# is a stage of its own, never fused with SDK transforms.
 RUNNER_URNS = frozenset([
         common_urns.primitives.FLATTEN.urn,
         common_urns.primitives.GROUP_BY_KEY.urn,
         common_urns.composites.RESHUFFLE.urn,
-])
+]) | NATIVE_URNS
 
 PHASES = [
         translations.annotate_downstream_side_inputs,

@@ -32,6 +32,9 @@ SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
 
 SDK_STAGE = 'sdk'
 RESHUFFLE_STAGE = 'reshuffle'
+# A runner-native transform (``planning.native``): the executor hands it to the
+# handler registered for ``native_urn``.
+NATIVE_STAGE = 'native'
 
 # How a stage's input arrives, decided once by the planner; the executor (which
 # shuffle comes first) and the worker (how rows become Beam elements) dispatch
@@ -117,6 +120,11 @@ class StagePlan:
     # A Reshuffle of a pipeline whose update_compatibility_version predates
     # 2.65: Beam's expansion then drops pane info, so the runner's does too.
     reset_panes: bool = False
+    # NATIVE_STAGE: the transform's URN and payload (see ``planning.native``).
+    native_urn: str = ''
+    native_payload: bytes = b''
+    # NATIVE_STAGE: the transform's input tag each input port feeds.
+    native_inputs: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.input_mode not in INPUT_MODES:

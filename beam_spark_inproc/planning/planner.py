@@ -12,6 +12,7 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
 
@@ -169,6 +170,10 @@ def _plan_stage(context, stage: translations.Stage, layouts,
             inputs=tuple(inputs), outputs=tuple(outputs),
             reset_panes=not reshuffle_keeps_panes)
 
+    native = [t for t in stage.transforms if t.spec.urn in NATIVE_URNS]
+    if native:
+        return _native_stage(stage, native[0], inputs, outputs, labels)
+
     runner_only = [
         t for t in stage.transforms
         if t.spec.urn in context.runner_only_urns or (
@@ -204,6 +209,24 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                                 split_input),
         timers=tuple(timers),
         split_input=split_input)
+
+
+def _native_stage(stage, transform, inputs, outputs, labels) -> p.StagePlan:
+    """A runner-native transform's stage: its ports, URN, payload, and the
+    input tag each port feeds (the impulse Beam adds to sources is dropped)."""
+    tags = {pcoll: tag for tag, pcoll in transform.inputs.items()}
+    ports, port_tags = [], []
+    for port in inputs:
+        if port.buffer_id == translations.IMPULSE_BUFFER:
+            continue
+        _, pcoll = translations.split_buffer_id(port.buffer_id)
+        ports.append(port)
+        port_tags.append(tags.get(pcoll, ''))
+    return p.StagePlan(
+        name=stage.name, kind=p.NATIVE_STAGE, labels=tuple(labels),
+        inputs=tuple(ports), outputs=tuple(outputs),
+        native_urn=transform.spec.urn, native_payload=transform.spec.payload,
+        native_inputs=tuple(port_tags))
 
 
 def _split_input(descriptor) -> str:
