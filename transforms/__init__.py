@@ -1,5 +1,22 @@
 """User-facing Spark PTransforms, installed as ``beam_spark_inproc.transforms``.
 
-Nothing is exported yet: reading and writing Spark DataFrames/tables from a Beam
-pipeline is planned here, never as a top-level ``transforms`` package.
+``ReadFromSpark`` (a table, SQL query or DataFrame as a PCollection of Beam
+rows), ``WriteToSpark`` (rows to a table or files, by Spark's writers) and
+``SparkSql`` (Spark SQL over PCollections): runner-native transforms of
+``InProcessSparkRunner`` (see ``spark_io``, ``runtime`` and docs/spark-interop.md).
+
+Modules: ``types`` (schemas and value conversions), ``convert`` (the functions
+Spark's Python workers run), ``spark_io`` (the PTransforms), ``runtime`` (what
+the executor runs for them, by URN). Exports are lazy, so a worker unpickling a
+``convert`` function loads no driver code.
 """
+from __future__ import annotations
+
+__all__ = ['ReadFromSpark', 'WriteToSpark', 'SparkSql', 'SparkInteropError']
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from beam_spark_inproc.transforms import spark_io
+        return getattr(spark_io, name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

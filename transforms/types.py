@@ -172,8 +172,13 @@ def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
             values = field_type.logical_type.argument.row_value.values
             return pa.decimal128(values[0].atomic_value.int32,
                                  values[1].atomic_value.int32)
+        hint = (' (Beam could not infer the field\'s type: declare it, e.g. with '
+                '.with_output_types(...) on the transform making the rows, or a '
+                'NamedTuple registered with RowCoder)'
+                if urn == schemas.PYTHON_ANY_URN else '')
         raise SchemaError(
-            f'field {where!r}: Beam logical type {urn} has no Arrow/Spark type')
+            f'field {where!r}: Beam logical type {urn} has no Arrow/Spark type'
+            + hint)
     if kind == 'array_type':
         return pa.list_(_arrow_field(
             'element', field_type.array_type.element_type, where + '[]'))

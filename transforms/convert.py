@@ -1,0 +1,123 @@
+"""The functions Spark's Python workers run at a native stage's boundary.
+
+``ToBeamRows``: a DataFrame's Arrow batches -> rows of the runner's format
+(``worker.rows``: tag 0, no key, data = Beam-encoded windowed elements, many per
+row), so the next stage's bundle reads them as any other stage output.
+
+``ToArrow``: a stage's output rows -> Arrow batches with the target schema, for
+Spark's writers or a temporary view.
+
+Both decode or encode whole columns (``types.column_to_beam`` /
+``column_to_arrow``); the only per-element Python work left is building each
+row object and Beam's (compiled) RowCoder encoding it, which the consuming
+bundle would pay anyway.  Elements read from Spark are in the global window at
+the minimum timestamp, as Beam's bounded sources emit them: every element
+shares one encoded windowed-value prefix, written once.
+
+Imported by workers: only pyarrow, Beam's coders and ``worker.rows``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import pyarrow as pa
+from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.transforms.window import GlobalWindows
+
+from beam_spark_inproc.transforms import types
+from beam_spark_inproc.worker.rows import CHUNK_BYTES
+from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import BatchBuilder
+
+
+def _prefix(windowed_coder, sample) -> bytes | None:
+    """The encoded windowed-value bytes before the element, if constant."""
+    impl = windowed_coder.get_impl()
+    row_impl = windowed_coder.wrapped_value_coder.get_impl()
+    whole = impl.encode_nested(GlobalWindows.windowed_value(sample))
+    row = row_impl.encode_nested(sample)
+    return whole[:-len(row)] if whole.endswith(row) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ToBeamRows:
+    """mapInArrow function: Spark rows -> encoded Beam rows (``worker.rows``)."""
+    windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
+    row_type: object  # the Beam row type (RowTypeConstraint)
+    names: tuple[str, ...]  # the DataFrame's columns, in the row type's order
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out: list[pa.RecordBatch] = []
+        builder = BatchBuilder(out.append)
+        for tag, key, data in self.rows(batches):
+            builder.add(tag, key, data)
+            yield from out
+            out.clear()
+        builder.flush()
+        yield from out
+
+    def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
+        hints = dict(self.row_type._fields)
+        user_type = self.row_type.user_type
+        row_impl = self.windowed_coder.wrapped_value_coder.get_impl()
+        wv_impl = self.windowed_coder.get_impl()
+        prefix = None
+        stream = create_OutputStream()
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            columns = [types.column_to_beam(batch.column(n), hints[n])
+                       for n in self.names]
+            for values in zip(*columns):
+                row = user_type(*values)
+                if prefix is None:
+                    prefix = _prefix(self.windowed_coder, row) or b''
+                if prefix:
+                    stream.write(prefix)
+                    row_impl.encode_to_stream(row, stream, True)
+                else:
+                    wv_impl.encode_to_stream(
+                        GlobalWindows.windowed_value(row), stream, True)
+                if stream.size() >= CHUNK_BYTES:
+                    yield 0, None, stream.get()
+                    stream = create_OutputStream()
+        if stream.size():
+            yield 0, None, stream.get()
+
+
+@dataclasses.dataclass(frozen=True)
+class ToArrow:
+    """mapInArrow function: a stage output's rows -> Arrow batches of ``schema``.
+
+    Control rows (reports of upstream bundles) are dropped: the caller reads
+    them from the same input separately.
+    """
+    windowed_coder: object  # the wire coder of the PCollection
+    schema: pa.Schema
+    max_rows: int = 8192
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        impl = self.windowed_coder.get_impl()
+        pending: list = []
+        for batch in batches:
+            tags = batch.column(TAG).to_pylist()
+            for tag, chunk in zip(tags, batch.column(DATA).to_pylist()):
+                if tag == CONTROL_TAG or not chunk:
+                    continue
+                stream = create_InputStream(chunk)
+                while stream.size() > 0:
+                    pending.append(impl.decode_from_stream(stream, True).value)
+                if len(pending) >= self.max_rows:
+                    yield self.batch(pending)
+                    pending = []
+        if pending:
+            yield self.batch(pending)
+
+    def batch(self, elements: list) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [types.column_to_arrow([getattr(e, f.name) for e in elements], f)
+             for f in self.schema], schema=self.schema)

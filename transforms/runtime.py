@@ -1,0 +1,196 @@
+"""How the executor runs runner-native stages: one handler per URN.
+
+``build(executor, index, stage)`` is the executor's only hook: it looks the
+stage's URN up in ``HANDLERS`` (an unknown URN raises) and returns the stage's
+result in the runner's row format (``worker.rows``), like any stage's.
+
+* read: the source DataFrame ``mapInArrow(ToBeamRows)``: lazy, one task per
+  partition of Spark's reader;
+* write: the input's rows ``mapInArrow(ToArrow)`` written by Spark's writer, one
+  job, at once (the result holds only the control rows of upstream bundles);
+* SQL: each input ``mapInArrow(ToArrow)`` as a temporary view, the query's
+  DataFrame ``mapInArrow(ToBeamRows)``: lazy.
+
+Upstream stages' reports (control rows) ride with their data. A write or a
+view consumes only the elements, so when this stage is the one carrying an
+input's control rows the input is cached and its control rows are passed on
+separately (the input is then computed once).
+
+Spark only: the debug engine has no DataFrames, so these stages raise there.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable
+
+from apache_beam.runners.portability.fn_api_runner import translations
+
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.planning.native import READ_URN
+from beam_spark_inproc.planning.native import SQL_URN
+from beam_spark_inproc.planning.native import WRITE_URN
+from beam_spark_inproc.transforms import spark_io
+from beam_spark_inproc.transforms import types
+from beam_spark_inproc.transforms.convert import ToArrow
+from beam_spark_inproc.transforms.convert import ToBeamRows
+from beam_spark_inproc.worker import rows
+
+
+def build(executor, index: int, stage: p.StagePlan) -> Any:
+    try:
+        handler = HANDLERS[stage.native_urn]
+    except KeyError:
+        raise ValueError(
+            f'Stage {stage.name!r} ({", ".join(stage.labels)}): no handler for '
+            f'runner-native URN {stage.native_urn!r}; known: '
+            f'{", ".join(sorted(HANDLERS))}.') from None
+    session = getattr(executor.engine, '_session', None)
+    if session is None:
+        raise spark_io.SparkInteropError(
+            f'{", ".join(stage.labels)} ({stage.native_urn}) needs Spark: the '
+            'debug engine runs without it. Run without debug=True/--inproc_debug.')
+    return handler(_Context(executor, index, stage, session),
+                   json.loads(stage.native_payload))
+
+
+class _Context:
+    """What a handler needs: the session, DataFrame helpers, the executor."""
+
+    def __init__(self, executor, index: int, stage: p.StagePlan, session):
+        from beam_spark_inproc.spark.engine import functions_for
+        from pyspark.sql.pandas.types import from_arrow_schema
+        self.executor, self.index, self.stage, self.session = (
+            executor, index, stage, session)
+        self.f = functions_for(session)
+        self.row_schema = from_arrow_schema(rows.SCHEMA)
+        self.label = ', '.join(stage.labels)
+
+    def coder(self, coder_id: str):
+        return self.executor._context.coders[coder_id]
+
+    def outputs(self, data) -> Any:
+        """``data`` (tag 0) as every output port of the stage."""
+        n = len(self.stage.outputs)
+        if n <= 1:
+            return data
+        engine = self.executor.engine
+        return engine.union([engine.select(data, 0, tag, tag == 0)
+                             for tag in range(n)])
+
+    def input(self, tag: int) -> tuple[Any, Any]:
+        """(rows of input port ``tag``, its control rows for this stage to
+        carry or None)."""
+        ex, port = self.executor, self.stage.inputs[tag]
+        fresh = [i for i, _ in ex._reads[(self.index, port.buffer_id)]
+                 if i not in ex._carried]
+        parts = ex._read(self.index, port.buffer_id, 0)
+        data = parts[0] if len(parts) == 1 else ex.engine.union(parts)
+        if not fresh:
+            return data, None
+        data = ex.engine.cache(data)
+        return data, data.filter(self.f.col(rows.TAG) == rows.CONTROL_TAG)
+
+    def to_beam(self, dataframe, schema) -> Any:
+        """A DataFrame -> rows of Beam elements for the stage's output."""
+        port = self.stage.outputs[0]
+        row_type = types.row_type(schema)
+        names = tuple(f.name for f in schema)
+        return dataframe.mapInArrow(
+            ToBeamRows(self.coder(port.coder_id), row_type, names), self.row_schema)
+
+    def to_dataframe(self, data, port: p.InputPort, schema):
+        return data.mapInArrow(ToArrow(self.coder(port.coder_id), schema),
+                               types.arrow_to_spark(schema))
+
+    def check_schema(self, dataframe, expected, what: str) -> None:
+        found = types.spark_to_arrow(dataframe.schema)
+        if [(f.name, f.type) for f in found] != [(f.name, f.type) for f in expected]:
+            raise spark_io.SparkInteropError(
+                f'{self.label}: the schema of {what} changed since the pipeline '
+                f'was built: now {found}, then {expected}. Build the pipeline again.')
+
+
+def _read(ctx: _Context, spec: dict) -> Any:
+    schema = spark_io.decode_schema(spec['schema'])
+    dataframe = spark_io._DATAFRAMES.get(spec['token'])
+    try:
+        if spec['source'] == 'dataframe':
+            if dataframe is None:
+                raise spark_io.SparkInteropError(
+                    f'{ctx.label}: its DataFrame lives in the process that built '
+                    'the pipeline; run the pipeline there, or read a table/query.')
+            if dataframe.sparkSession is not ctx.session:
+                raise spark_io.SparkInteropError(
+                    f'{ctx.label}: the DataFrame belongs to another SparkSession '
+                    "than the runner's; give the runner that session "
+                    '(InProcessSparkRunner(spark=df.sparkSession)).')
+        elif dataframe is None or dataframe.sparkSession is not ctx.session:
+            dataframe = (ctx.session.table(spec['table']) if spec['source'] == 'table'
+                         else ctx.session.sql(spec['query']))
+        ctx.check_schema(dataframe, schema, 'the source')
+    except spark_io.SparkInteropError:
+        raise
+    except Exception as e:
+        raise spark_io._spark_error(ctx.label, e) from None
+    return ctx.outputs(ctx.to_beam(dataframe, schema))
+
+
+def _write(ctx: _Context, spec: dict) -> Any:
+    schema = spark_io.decode_schema(spec['schema'])
+    if spec['table']:  # the table may have appeared since the pipeline was built
+        schema = spark_io.target_schema(ctx.session, spec, schema, ctx.label)
+    data, control = ctx.input(0)
+    dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
+    writer = dataframe.write.mode(spec['mode']).options(**spec['options'])
+    if spec['format']:
+        writer = writer.format(spec['format'])
+    if spec['partition_by']:
+        writer = writer.partitionBy(*spec['partition_by'])
+    target = spec['table'] or spec['path']
+    ex = ctx.executor
+    with ex._job([ctx.index], f'write {target}'):
+        try:
+            if spec['table']:
+                writer.saveAsTable(spec['table'])
+            else:
+                writer.save(spec['path'])
+        except Exception as e:
+            from pyspark.errors import PythonException
+            if isinstance(e, PythonException):
+                raise  # a Beam transform upstream failed: the runner names it
+            raise spark_io._spark_error(f'{ctx.label}: writing {target}', e) from None
+    return control if control is not None else ex.engine.empty()
+
+
+def _sql(ctx: _Context, spec: dict) -> Any:
+    controls = []
+    views = spec['views']
+    for tag, port in enumerate(ctx.stage.inputs):
+        name = ctx.stage.native_inputs[tag]
+        if name not in views:
+            name = next(iter(views)) if len(views) == 1 else name
+        data, control = ctx.input(tag)
+        if control is not None:
+            controls.append(control)
+        ctx.to_dataframe(data, port, spark_io.decode_schema(views[name])) \
+            .createOrReplaceTempView(name)
+    schema = spark_io.decode_schema(spec['schema'])
+    try:
+        result = ctx.session.sql(spec['query'])
+        ctx.check_schema(result, schema, 'the query result')
+    except spark_io.SparkInteropError:
+        raise
+    except Exception as e:
+        raise spark_io._spark_error(ctx.label, e) from None
+    out = ctx.to_beam(result, schema)
+    if controls:
+        out = functools.reduce(lambda a, b: a.unionByName(b), [out] + controls)
+    return ctx.outputs(out)
+
+
+HANDLERS: dict[str, Callable[[_Context, dict], Any]] = {
+    READ_URN: _read,
+    WRITE_URN: _write,
+    SQL_URN: _sql,
+}

@@ -1,0 +1,339 @@
+"""ReadFromSpark, WriteToSpark and SparkSql: Spark work inside a Beam pipeline.
+
+Each is a Beam primitive with its own URN (``planning.native``): fusion leaves
+it a stage of its own and ``transforms.runtime`` runs it with DataFrames, so
+Spark's own readers, writers (and commit protocol) and SQL engine do the work
+and data crosses to and from Beam stages as Arrow batches.
+
+Schemas are settled while the pipeline is built, so bad input fails there,
+before any Spark job: an unknown table or bad SQL (analysed by the session), a
+PCollection without a Beam schema, a type with no counterpart (``types``), a
+write whose schema does not match the existing table, windowed SQL input.
+Building needs a SparkSession: the ``spark`` argument, else the active one.
+
+They run on ``InProcessSparkRunner`` only; on any other runner they fail when
+applied, saying so (they never silently do nothing).
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from typing import Optional
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam import pvalue
+from apache_beam.transforms.core import Windowing
+from apache_beam.transforms.window import GlobalWindows
+
+from beam_spark_inproc.planning.native import READ_URN
+from beam_spark_inproc.planning.native import SQL_URN
+from beam_spark_inproc.planning.native import WRITE_URN
+from beam_spark_inproc.transforms import types
+
+WRITE_MODES = ('append', 'overwrite', 'error', 'errorifexists', 'ignore')
+# DataFrames given to ReadFromSpark, by token, for the runner in this process.
+_DATAFRAMES: dict[str, object] = {}
+_tokens = itertools.count()
+
+
+class SparkInteropError(ValueError):
+    """Bad input to ReadFromSpark, WriteToSpark or SparkSql."""
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def active_session(spark=None):
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+    session = SparkSession.getActiveSession()
+    if session is None:
+        try:
+            from pyspark.sql.connect.session import SparkSession as Connect
+            session = Connect.getActiveSession()
+        except ImportError:
+            pass
+    return session
+
+
+def _require_runner(pipeline, what: str, urn: str) -> None:
+    from beam_spark_inproc.runner import InProcessSparkRunner
+    runner = pipeline.runner
+    if not isinstance(runner, InProcessSparkRunner):
+        raise SparkInteropError(
+            f'{what} ({urn}) runs on beam_spark_inproc.InProcessSparkRunner '
+            f'only: Spark does its work, and this pipeline\'s runner is '
+            f'{type(runner).__name__}. Run the pipeline with '
+            'InProcessSparkRunner(), or use a Beam IO (e.g. beam.io.ReadFromParquet, '
+            'beam.io.WriteToParquet) on other runners.')
+
+
+def _spark_error(what: str, error: Exception) -> SparkInteropError:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    return SparkInteropError(f'{what}: {text}')
+
+
+class ReadFromSpark(beam.PTransform):
+    """A table, a SQL query or a DataFrame as a PCollection of Beam rows.
+
+    ``ReadFromSpark('db.table')``, ``ReadFromSpark(query='SELECT ...')`` or
+    ``ReadFromSpark(dataframe=df)``. Spark's readers read it in parallel; each
+    partition reaches the first stage as Arrow batches. Elements are
+    ``beam.Row``-like NamedTuples (RowCoder), in the global window at the
+    minimum timestamp. Bounded.
+    """
+
+    def __init__(self, table: Optional[str] = None, *, query: Optional[str] = None,
+                 dataframe=None, spark=None):
+        super().__init__()
+        given = [n for n, v in (('table', table), ('query', query),
+                                ('dataframe', dataframe)) if v is not None]
+        if len(given) != 1:
+            raise SparkInteropError(
+                'ReadFromSpark needs exactly one of table=, query= or dataframe= '
+                f'(got {", ".join(given) or "none"}).')
+        self._source = given[0]
+        self._what = (f'ReadFromSpark(table={table!r})' if table is not None else
+                      f'ReadFromSpark(query={query!r})' if query is not None else
+                      'ReadFromSpark(dataframe=...)')
+        session = dataframe.sparkSession if dataframe is not None else \
+            active_session(spark)
+        if session is None:
+            raise SparkInteropError(
+                f'{self._what} needs a SparkSession to read the schema: pass '
+                'spark=session, or create one first.')
+        try:
+            if dataframe is None:
+                dataframe = (session.table(table) if table is not None
+                             else session.sql(query))
+            spark_schema = dataframe.schema  # analyses: unknown table, bad SQL
+        except Exception as e:
+            raise _spark_error(self._what, e) from None
+        try:
+            self._arrow = types.spark_to_arrow(spark_schema)
+            self._row_type = types.row_type(self._arrow)
+        except types.SchemaError as e:
+            raise SparkInteropError(f'{self._what}: {e}') from None
+        self._token = f'df-{next(_tokens)}'
+        _DATAFRAMES[self._token] = dataframe
+        self._spec = {'source': self._source, 'table': table, 'query': query,
+                      'token': self._token, 'schema': encode_schema(self._arrow)}
+
+    def expand(self, pbegin):
+        _require_runner(pbegin.pipeline, self._what, READ_URN)
+        return pvalue.PCollection(
+            pbegin.pipeline, element_type=self._row_type, is_bounded=True)
+
+    def infer_output_type(self, unused_input_type):
+        return self._row_type
+
+    def get_windowing(self, unused_inputs):
+        return Windowing(GlobalWindows())
+
+    def to_runner_api_parameter(self, unused_context):
+        return READ_URN, json.dumps(self._spec).encode()
+
+
+class WriteToSpark(beam.PTransform):
+    """A PCollection of Beam rows written by Spark: to a table, or as files.
+
+    ``WriteToSpark(table='db.t', mode='append')`` or
+    ``WriteToSpark(path='/out', format='parquet')``; ``format`` is any Spark
+    data source the session has (parquet, orc, json, csv; delta or iceberg when
+    installed). ``mode``: ``errorifexists`` (default), ``append``,
+    ``overwrite``, ``ignore``. One Spark job writes it with Spark's commit
+    protocol: retried tasks are written once, a failed job commits nothing.
+    """
+
+    def __init__(self, table: Optional[str] = None, *, path: Optional[str] = None,
+                 format: Optional[str] = None, mode: str = 'errorifexists',
+                 options: Optional[dict] = None, partition_by=(), spark=None):
+        super().__init__()
+        if (table is None) == (path is None):
+            raise SparkInteropError(
+                'WriteToSpark needs exactly one of table= or path=.')
+        if mode not in WRITE_MODES:
+            raise SparkInteropError(
+                f'WriteToSpark: mode {mode!r} is not one of {", ".join(WRITE_MODES)}.')
+        if path is not None and format is None:
+            format = 'parquet'
+        self._what = (f'WriteToSpark(table={table!r})' if table is not None
+                      else f'WriteToSpark(path={path!r})')
+        self._session = spark
+        self._spec = {'table': table, 'path': path, 'format': format, 'mode': mode,
+                      'options': {k: str(v) for k, v in (options or {}).items()},
+                      'partition_by': list(partition_by)}
+
+    def expand(self, pcoll):
+        _require_runner(pcoll.pipeline, self._what, WRITE_URN)
+        try:
+            arrow = types.arrow_schema(types.element_schema(
+                pcoll.element_type, f'The input of {self._what}'))
+        except types.SchemaError as e:
+            raise SparkInteropError(str(e)) from None
+        session = active_session(self._session)
+        if session is not None and self._spec['table']:
+            arrow = target_schema(session, self._spec, arrow, self._what)
+        self._spec['schema'] = encode_schema(arrow)
+        return pvalue.PDone(pcoll.pipeline)
+
+    def to_runner_api_parameter(self, unused_context):
+        return WRITE_URN, json.dumps(self._spec).encode()
+
+
+def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
+    """The Arrow schema to write: the table's, when appending to a table that
+    exists (checked against the PCollection's); else the PCollection's.
+    Raises for error-if-exists on an existing table."""
+    table, mode = spec['table'], spec['mode']
+    try:
+        exists = session.catalog.tableExists(table)
+    except Exception as e:
+        raise _spark_error(what, e) from None
+    if not exists:
+        return arrow
+    if mode in ('error', 'errorifexists'):
+        raise SparkInteropError(
+            f'{what}: table {table!r} already exists and mode is {mode!r}: '
+            "use mode='append' or 'overwrite', or another table.")
+    if mode != 'append':
+        return arrow
+    table_arrow = types.spark_to_arrow(session.table(table).schema)
+    ours = {f.name.lower(): f for f in arrow}
+    theirs = {f.name.lower(): f for f in table_arrow}
+    problems = []
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in theirs:
+            problems.append(f'field {ours[name].name!r} is not a column of the table')
+        elif name not in ours:
+            problems.append(f'column {theirs[name].name!r} of the table is not '
+                            'a field of the PCollection')
+        elif not _compatible(ours[name].type, theirs[name].type):
+            problems.append(
+                f'field {ours[name].name!r}: Beam gives {types.arrow_to_spark(pa.schema([ours[name]])).fields[0].dataType.simpleString()}, '
+                f'the table has {types.arrow_to_spark(pa.schema([theirs[name]])).fields[0].dataType.simpleString()}')
+    if problems:
+        raise SparkInteropError(
+            f'{what}: the PCollection\'s schema does not match table {table!r}: '
+            + '; '.join(problems) + '. Convert the elements (e.g. with beam.Select '
+            "or beam.Map), or write with mode='overwrite'.")
+    return table_arrow
+
+
+def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
+    """Same type, decimals of any precision (Beam's carry none), and nested
+    types compared field by field."""
+    if pa.types.is_decimal(ours) and pa.types.is_decimal(theirs):
+        return True
+    if pa.types.is_struct(ours) and pa.types.is_struct(theirs):
+        return ours.num_fields == theirs.num_fields and all(
+            ours.field(i).name == theirs.field(i).name and
+            _compatible(ours.field(i).type, theirs.field(i).type)
+            for i in range(ours.num_fields))
+    if pa.types.is_list(ours) and pa.types.is_list(theirs):
+        return _compatible(ours.value_type, theirs.value_type)
+    if pa.types.is_map(ours) and pa.types.is_map(theirs):
+        return (_compatible(ours.key_type, theirs.key_type) and
+                _compatible(ours.item_type, theirs.item_type))
+    return ours == theirs
+
+
+class SparkSql(beam.PTransform):
+    """Spark SQL over PCollections of Beam rows, giving a PCollection of rows.
+
+    Apply to one PCollection (the view ``PCOLLECTION``, as Beam's SqlTransform)
+    or to a dict ``{view name: PCollection}``::
+
+        {'orders': orders, 'users': users} | SparkSql(
+            'SELECT u.name, SUM(o.amount) AS total FROM orders o '
+            'JOIN users u ON o.user_id = u.id GROUP BY u.name')
+
+    Each input becomes a temporary view of the runner's session under its
+    name. Inputs must be in the global window: Spark SQL knows nothing of
+    Beam's windows (window first with Beam, or put the window in a column).
+    """
+
+    def __init__(self, query: str, spark=None):
+        super().__init__()
+        self._query = query
+        self._session = spark
+        self._what = f'SparkSql({query!r})'
+
+    def expand(self, pcolls):
+        if isinstance(pcolls, pvalue.PCollection):
+            pcolls = {'PCOLLECTION': pcolls}
+        if not isinstance(pcolls, dict) or not pcolls:
+            raise SparkInteropError(
+                f'{self._what} takes a PCollection or a dict of them by view name.')
+        pipeline = next(iter(pcolls.values())).pipeline
+        _require_runner(pipeline, self._what, SQL_URN)
+        seen = {}
+        views = {}
+        for name, pcoll in pcolls.items():
+            if id(pcoll) in seen:
+                raise SparkInteropError(
+                    f'{self._what}: views {seen[id(pcoll)]!r} and {name!r} are the '
+                    'same PCollection; give it once and refer to it twice in SQL.')
+            seen[id(pcoll)] = name
+            windowfn = pcoll.windowing.windowfn
+            if not isinstance(windowfn, GlobalWindows):
+                raise SparkInteropError(
+                    f'{self._what}: view {name!r} is windowed '
+                    f'({type(windowfn).__name__}); Spark SQL runs over the global '
+                    'window only. Re-window it into the global window '
+                    '(beam.WindowInto(GlobalWindows())), with the window in a '
+                    'column if the query needs it.')
+            try:
+                views[name] = types.arrow_schema(types.element_schema(
+                    pcoll.element_type, f'View {name!r} of {self._what}'))
+            except types.SchemaError as e:
+                raise SparkInteropError(str(e)) from None
+        session = active_session(self._session)
+        if session is None:
+            raise SparkInteropError(
+                f'{self._what} needs a SparkSession to analyse the query: pass '
+                'spark=session, or create one first.')
+        output = analyse(session, self._query, views, self._what)
+        self._row_type = types.row_type(output)
+        self._spec = {'query': self._query, 'schema': encode_schema(output),
+                      'views': {n: encode_schema(s) for n, s in views.items()}}
+        return pvalue.PCollection(pipeline, element_type=self._row_type,
+                                  is_bounded=True)
+
+    def get_windowing(self, unused_inputs):
+        return Windowing(GlobalWindows())
+
+    def to_runner_api_parameter(self, unused_context):
+        return SQL_URN, json.dumps(self._spec).encode()
+
+
+def analyse(session, query: str, views: dict, what: str) -> pa.Schema:
+    """The output schema of ``query`` over empty views with these schemas
+    (the views are dropped afterwards)."""
+    created = []
+    try:
+        for name, schema in views.items():
+            session.createDataFrame([], types.arrow_to_spark(schema)) \
+                .createOrReplaceTempView(name)
+            created.append(name)
+        result = session.sql(query).schema
+    except Exception as e:
+        raise _spark_error(what, e) from None
+    finally:
+        for name in created:
+            try:
+                session.catalog.dropTempView(name)
+            except Exception:
+                pass
+    try:
+        return types.spark_to_arrow(result)
+    except types.SchemaError as e:
+        raise SparkInteropError(f'{what}: output {e}') from None
