@@ -229,10 +229,13 @@ def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema
 
 
 def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
-    """Same type, decimals of any precision (Beam's carry none), and nested
+    """Same type, decimals of any precision (Beam's carry none), int16 into
+    tinyint, and nested
     types compared field by field."""
     if pa.types.is_decimal(ours) and pa.types.is_decimal(theirs):
         return True
+    if pa.types.is_int16(ours) and pa.types.is_int8(theirs):
+        return True  # tinyint reads as int16: writing it back checks the range
     if pa.types.is_struct(ours) and pa.types.is_struct(theirs):
         return ours.num_fields == theirs.num_fields and all(
             ours.field(i).name == theirs.field(i).name and

@@ -73,6 +73,10 @@ def _beam_fieldtype(arrow_type: pa.DataType, where: str) -> schema_pb2.FieldType
         return schema_pb2.FieldType(row_type=schema_pb2.RowType(
             schema=beam_schema([arrow_type.field(i)
                                 for i in range(arrow_type.num_fields)], where)))
+    if pa.types.is_int8(arrow_type):
+        # Beam Python's BYTE coder writes 0..255 only (Java's byte is signed):
+        # Spark's tinyint (-128..127) reads as int16.
+        arrow_type = pa.int16()
     if pa.types.is_large_string(arrow_type):
         arrow_type = pa.string()
     if pa.types.is_large_binary(arrow_type):

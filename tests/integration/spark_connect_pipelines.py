@@ -344,12 +344,19 @@ def main(argv=None):
         except Exception as e:
             status['attempt_metrics'] = {'error': traceback.format_exc()[-4000:]}
         save()
+        if not args.names:
+            # Spark interop cases (issue 16) on the same session; checked by the
+            # interop tests at the end of test_spark_connect.py.
+            import spark_interop_pipelines
+            status['interop'] = spark_interop_pipelines.run_all(session, args.out)
+            save()
     finally:
         session.stop()
         status['stopped'] = True
         status['total_seconds'] = round(time.monotonic() - start, 2)
         save()
-    return 0 if all(e['ok'] for e in status['pipelines'].values()) else 1
+    return 0 if all(e['ok'] for e in [*status['pipelines'].values(),
+                                      *status.get('interop', {}).values()]) else 1
 
 
 if __name__ == '__main__':

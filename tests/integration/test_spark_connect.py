@@ -282,3 +282,19 @@ def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
         if time.monotonic() > deadline:
             pytest.fail('processes of the Spark Connect server are still running')
         time.sleep(0.2)
+
+
+# --- Spark interop over Connect (issue 16) ---------------------------------------
+# The client runs spark_interop_pipelines' cases after its own pipelines, on the
+# same session (see ``main`` there); each case checks its own results.
+
+from . import spark_interop_pipelines as interop_cases  # noqa: E402
+
+
+@pytest.mark.parametrize('name', sorted(interop_cases.CASES))
+def test_interop_case_over_connect(connect_run, name):
+    status = connect_run.result()
+    entry = status.get('interop', {}).get(name)
+    assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
+    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
+                         f'{entry.get("traceback")}\n' + connect_run.logs())

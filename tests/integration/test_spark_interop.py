@@ -1,0 +1,134 @@
+"""ReadFromSpark, WriteToSpark and SparkSql on classic Spark (issue 16).
+
+The cases themselves (``spark_interop_pipelines``) also run over Spark Connect
+(``test_spark_connect.py``). Here too: the errors for bad input, raised while
+the pipeline is built, before any Spark job; other runners and the debug
+engine refusing these transforms.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.transforms import window
+from apache_beam.typehints.row_type import RowTypeConstraint
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.transforms import ReadFromSpark
+from beam_spark_inproc.transforms import SparkInteropError
+from beam_spark_inproc.transforms import SparkSql
+from beam_spark_inproc.transforms import WriteToSpark
+
+from . import spark_interop_pipelines as cases
+
+_KV = RowTypeConstraint.from_fields([('id', int), ('word', str)])
+
+
+@pytest.mark.parametrize('name', sorted(cases.CASES))
+def test_case_on_classic_spark(spark, tmp_path, name):
+    cases.CASES[name](spark, InProcessSparkRunner(spark=spark), str(tmp_path))
+
+
+@pytest.fixture
+def pipeline(spark):
+    return beam.Pipeline(runner=InProcessSparkRunner(spark=spark))
+
+
+def _rows(p, n=3):
+    return (p | beam.Create(range(n))
+            | beam.Map(lambda i: beam.Row(id=i, word='w')).with_output_types(_KV))
+
+
+def test_unknown_table(spark):
+    with pytest.raises(SparkInteropError, match=r"ReadFromSpark\(table='no_such_table_x'\).*"
+                       r"(TABLE_OR_VIEW_NOT_FOUND|not found)"):
+        ReadFromSpark('no_such_table_x', spark=spark)
+
+
+def test_bad_sql(spark):
+    with pytest.raises(SparkInteropError, match=r"ReadFromSpark\(query='SELEC 1'\).*PARSE"):
+        ReadFromSpark(query='SELEC 1', spark=spark)
+    with pytest.raises(SparkInteropError, match=r"SparkSql.*nope"):
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+            _rows(p) | SparkSql('SELECT nope FROM PCOLLECTION', spark=spark)
+
+
+def test_read_needs_exactly_one_source(spark):
+    with pytest.raises(SparkInteropError, match='exactly one of table=, query= or dataframe='):
+        ReadFromSpark('t', query='SELECT 1', spark=spark)
+
+
+def test_pcollection_without_schema(spark, pipeline):
+    ints = pipeline | beam.Create([1, 2, 3])
+    with pytest.raises(SparkInteropError,
+                       match=r'input of WriteToSpark\(table=.t.\) has element type int, '
+                             r'which has no Beam schema'):
+        ints | WriteToSpark(table='t', spark=spark)
+    with pytest.raises(SparkInteropError, match=r"View 'PCOLLECTION' of SparkSql"):
+        ints | SparkSql('SELECT 1', spark=spark)
+
+
+def test_untyped_row_field_is_named(spark, pipeline):
+    rows = pipeline | beam.Create([1]) | beam.Map(lambda i: beam.Row(id=i, x=i))
+    with pytest.raises(SparkInteropError, match=r"field 'id'.*could not infer"):
+        rows | WriteToSpark(table='t', spark=spark)
+
+
+def test_schema_mismatch_on_append(spark, pipeline):
+    table = cases._name('mismatch')
+    spark.createDataFrame([(1, 2.0)], 'id long, other double').write.saveAsTable(table)
+    try:
+        with pytest.raises(SparkInteropError) as info:
+            _rows(pipeline) | WriteToSpark(table=table, mode='append', spark=spark)
+        message = str(info.value)
+        assert "field 'word' is not a column of the table" in message
+        assert "column 'other' of the table is not a field" in message
+        with pytest.raises(SparkInteropError, match='already exists and mode is'):
+            _rows(pipeline) | 'Again' >> WriteToSpark(table=table, spark=spark)
+        assert [tuple(r) for r in spark.table(table).collect()] == [(1, 2.0)]
+    finally:
+        cases._drop(spark, table)
+
+
+def test_type_mismatch_on_append_names_both_types(spark, pipeline):
+    table = cases._name('typemismatch')
+    spark.createDataFrame([(1, 'a')], 'id int, word string').write.saveAsTable(table)
+    try:
+        with pytest.raises(SparkInteropError,
+                           match=r"field 'id': Beam gives bigint, the table has int"):
+            _rows(pipeline) | WriteToSpark(table=table, mode='append', spark=spark)
+    finally:
+        cases._drop(spark, table)
+
+
+def test_unsupported_spark_type_names_field(spark):
+    with pytest.raises(SparkInteropError,
+                       match=r"field 'span': Spark type interval day to second"):
+        ReadFromSpark(query="SELECT 1 AS id, INTERVAL '1' DAY AS span", spark=spark)
+
+
+def test_windowed_sql_input_is_rejected(spark, pipeline):
+    windowed = _rows(pipeline) | beam.WindowInto(window.FixedWindows(10))
+    with pytest.raises(SparkInteropError, match=r"view 'PCOLLECTION' is windowed "
+                       r'\(FixedWindows\); Spark SQL runs over the global window'):
+        windowed | SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
+
+
+@pytest.mark.parametrize('runner', ['DirectRunner', 'FnApiRunner'])
+def test_other_runners_fail_at_construction(spark, runner):
+    from apache_beam.runners.direct.direct_runner import DirectRunner
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    instance = {'DirectRunner': DirectRunner, 'FnApiRunner': FnApiRunner}[runner]()
+    p = beam.Pipeline(runner=instance)
+    with pytest.raises(SparkInteropError, match=rf'runs on beam_spark_inproc.'
+                       rf'InProcessSparkRunner only.*runner is {runner}'):
+        p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
+    with pytest.raises(SparkInteropError, match=rf'runner is {runner}'):
+        _rows(p) | WriteToSpark(path='/tmp/x', spark=spark)
+    with pytest.raises(SparkInteropError, match=rf'runner is {runner}'):
+        _rows(p) | 'Sql' >> SparkSql('SELECT 1', spark=spark)
+
+
+def test_debug_engine_refuses_clearly(spark):
+    with pytest.raises(SparkInteropError, match='needs Spark: the debug engine'):
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
+            p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
