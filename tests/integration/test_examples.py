@@ -158,3 +158,18 @@ def test_sdf_expand_check_catches_duplicates_and_gaps():
     assert counts == {'a': 3, 'b': 0} and problems == []
     _, problems = example.check(inputs, ['a\t0', 'a\t0', 'a\t2', 'b\t0'])
     assert len(problems) == 3  # a/1 missing, b/0 unexpected, a/0 twice
+
+
+def test_spark_tables(tmp_path):
+    example = load_example('spark_tables')
+    num_clicks, seed = 300, 4
+    counts = collections.Counter()
+    for _, page, ts in example.generate_clicks(num_clicks, seed):
+        minute = ts.replace(second=0, microsecond=0)
+        counts[(f'{minute:%H:%M}', page)] += 1
+    expected = [f'{minute} {page} {n}' for (minute, page), n in sorted(counts.items())]
+
+    lines = run_example('spark_tables', '--num_clicks', str(num_clicks),
+                        '--seed', str(seed), cwd=tmp_path)
+    assert lines[-len(expected) - 1:-1] == expected
+    assert lines[-1] == f'{num_clicks} clicks -> {len(expected)} rows in clicks_per_minute'

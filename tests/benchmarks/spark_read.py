@@ -1,0 +1,132 @@
+"""Benchmark (issue 16): read N rows of Parquet into a pipeline and count per key.
+
+Run by hand, never by pytest::
+
+    python tests/benchmarks/spark_read.py                    # 10M rows, 3 repeats
+    python tests/benchmarks/spark_read.py --rows 1000000 --repeats 1
+
+Spark writes the input once (``--files`` Parquet files, columns ``id long,
+key string, value double``, ``--keys`` distinct keys) into a temporary folder.
+Each engine then runs ``read -> Map(row -> (key, 1)) -> CombinePerKey(sum)``
+and checks the counts against Spark's own ``groupBy().count()``:
+
+- ``read_from_spark``: ``ReadFromSpark(dataframe=spark.read.parquet(dir))`` on
+  ``InProcessSparkRunner`` (Spark's Parquet reader, Arrow batches into the stage);
+- ``read_from_parquet_inproc``: Beam's ``beam.io.ReadFromParquet`` on
+  ``InProcessSparkRunner``;
+- ``read_from_parquet_fnapi``: Beam's ``beam.io.ReadFromParquet`` on Beam's
+  ``FnApiRunner`` (in-memory, one process).
+
+One warm-up run of each engine on the first file only, then ``--repeats`` runs
+with the engines interleaved; medians are printed, and the ratio of
+ReadFromParquet on this runner to ReadFromSpark (target: at least 3x).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+
+def _count_per_key(rows, key_of):
+    return (rows | 'Key' >> beam.Map(lambda r: (key_of(r), 1))
+            | 'Count' >> beam.CombinePerKey(sum))
+
+
+def run_read_from_spark(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import ReadFromSpark
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = _count_per_key(
+            p | ReadFromSpark(dataframe=spark.read.parquet(path)), lambda r: r.key)
+        assert_that(counts, equal_to(expected))
+
+
+def run_read_from_parquet(runner, path, expected):
+    with beam.Pipeline(runner=runner) as p:
+        counts = _count_per_key(
+            p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'),
+                                        columns=['key']), lambda r: r['key'])
+        assert_that(counts, equal_to(expected))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--rows', type=int, default=10_000_000)
+    parser.add_argument('--keys', type=int, default=1000)
+    parser.add_argument('--files', type=int, default=8)
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--engines', nargs='*', default=[
+        'read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi'])
+    args = parser.parse_args(argv)
+
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.spark import session as spark_session
+    import pyspark
+
+    spark, _ = spark_session.get_or_create('local[2]', None, {})
+    workdir = tempfile.mkdtemp(prefix='spark_read_bench_')
+    data = os.path.join(workdir, 'data')
+    (spark.range(args.rows)
+     .selectExpr('id', f"concat('k', cast(id % {args.keys} as string)) AS key",
+                 'cast(id as double) / 7 AS value')
+     .repartition(args.files).write.parquet(data))
+    expected = sorted((r.key, r['count']) for r in
+                      spark.read.parquet(data).groupBy('key').count().collect())
+    first = sorted(f for f in os.listdir(data) if f.endswith('.parquet'))[0]
+    warm = os.path.join(workdir, 'warm')
+    os.makedirs(warm)
+    shutil.copy(os.path.join(data, first), warm)
+    warm_expected = sorted((r.key, r['count']) for r in
+                           spark.read.parquet(warm).groupBy('key').count().collect())
+
+    engines = {
+        'read_from_spark': lambda path, exp: run_read_from_spark(spark, path, exp),
+        'read_from_parquet_inproc': lambda path, exp: run_read_from_parquet(
+            InProcessSparkRunner(spark=spark), path, exp),
+        'read_from_parquet_fnapi': lambda path, exp: run_read_from_parquet(
+            FnApiRunner(), path, exp),
+    }
+    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
+          f'{platform.node()}, {os.cpu_count()} cores, Python '
+          f'{platform.python_version()}, PySpark {pyspark.__version__}, '
+          f'Beam {beam.__version__}; load average {os.getloadavg()} '
+          '(machine shared with other engineers)')
+    print(f'# {args.rows:,} rows, {args.keys} keys, {args.files} Parquet files; '
+          f'command: {" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
+    for name in args.engines:
+        engines[name](warm, warm_expected)
+    times: dict[str, list[float]] = {name: [] for name in args.engines}
+    for repeat in range(args.repeats):
+        for name in args.engines:
+            start = time.monotonic()
+            engines[name](data, expected)
+            times[name].append(time.monotonic() - start)
+            print(f'  run {repeat + 1} {name}: {times[name][-1]:.2f} s '
+                  f'(load {os.getloadavg()[0]:.1f})', flush=True)
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    print('engine                     median s   runs')
+    for name, median in medians.items():
+        print(f'{name:26} {median:8.2f}   {", ".join(f"{t:.2f}" for t in times[name])}')
+    if 'read_from_spark' in medians and 'read_from_parquet_inproc' in medians:
+        print('ReadFromParquet (this runner) / ReadFromSpark: '
+              f'{medians["read_from_parquet_inproc"] / medians["read_from_spark"]:.2f}x')
+    if 'read_from_spark' in medians and 'read_from_parquet_fnapi' in medians:
+        print('ReadFromParquet (FnApiRunner) / ReadFromSpark: '
+              f'{medians["read_from_parquet_fnapi"] / medians["read_from_spark"]:.2f}x')
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
