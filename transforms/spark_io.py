@@ -118,8 +118,7 @@ class ReadFromSpark(beam.PTransform):
         except Exception as e:
             raise _spark_error(self._what, e) from None
         try:
-            self._arrow = types.spark_to_arrow(spark_schema)
-            self._row_type = types.row_type(self._arrow)
+            self._arrow, self._row_type = types.spark_row_type(spark_schema)
         except types.SchemaError as e:
             raise SparkInteropError(f'{self._what}: {e}') from None
         self._token = f'df-{next(_tokens)}'
@@ -304,8 +303,7 @@ class SparkSql(beam.PTransform):
             raise SparkInteropError(
                 f'{self._what} needs a SparkSession to analyse the query: pass '
                 'spark=session, or create one first.')
-        output = analyse(session, self._query, views, self._what)
-        self._row_type = types.row_type(output)
+        output, self._row_type = analyse(session, self._query, views, self._what)
         self._spec = {'query': self._query, 'schema': encode_schema(output),
                       'views': {n: encode_schema(s) for n, s in views.items()}}
         return pvalue.PCollection(pipeline, element_type=self._row_type,
@@ -318,9 +316,9 @@ class SparkSql(beam.PTransform):
         return SQL_URN, json.dumps(self._spec).encode()
 
 
-def analyse(session, query: str, views: dict, what: str) -> pa.Schema:
-    """The output schema of ``query`` over empty views with these schemas
-    (the views are dropped afterwards)."""
+def analyse(session, query: str, views: dict, what: str):
+    """(Arrow schema, Beam row type) of ``query``'s output over empty views
+    with these schemas (the views are dropped afterwards)."""
     created = []
     try:
         for name, schema in views.items():
@@ -337,6 +335,6 @@ def analyse(session, query: str, views: dict, what: str) -> pa.Schema:
             except Exception:
                 pass
     try:
-        return types.spark_to_arrow(result)
+        return types.spark_row_type(result)
     except types.SchemaError as e:
         raise SparkInteropError(f'{what}: output {e}') from None

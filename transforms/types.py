@@ -151,13 +151,29 @@ def arrow_to_spark(arrow_schema: pa.Schema):
 
 # --- Beam -> Arrow -----------------------------------------------------------
 
+def spark_row_type(spark_schema) -> tuple[pa.Schema, RowTypeConstraint]:
+    """(Arrow schema, Beam row type) of a Spark schema; a field that cannot
+    cross is named with its Spark type."""
+    arrow = spark_to_arrow(spark_schema)
+    for spark_field, arrow_field in zip(spark_schema.fields, arrow):
+        try:
+            _beam_field_type(arrow_field, arrow_field.name)
+        except SchemaError as e:
+            raise SchemaError(
+                f'field {spark_field.name!r}: Spark type '
+                f'{spark_field.dataType.simpleString()} (Arrow {arrow_field.type}) '
+                'has no Beam schema type') from None
+    return arrow, row_type(arrow)
+
+
 def element_schema(element_type, what: str) -> schema_pb2.Schema:
     """The Beam schema of a PCollection's element type, or a SchemaError."""
     try:
         return schemas.schema_from_element_type(element_type)
     except Exception:
+        name = getattr(element_type, '__name__', None) or str(element_type)
         raise SchemaError(
-            f'{what} has element type {element_type}, which has no Beam schema: '
+            f'{what} has element type {name}, which has no Beam schema: '
             'give it one (beam.Row elements, a NamedTuple registered with '
             'beam.coders.RowCoder, or .with_output_types(...)).') from None
 
