@@ -142,7 +142,9 @@ def _write(ctx: _Context, spec: dict) -> Any:
         schema = spark_io.target_schema(ctx.session, spec, schema, ctx.label)
     data, control = ctx.input(0)
     dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
-    writer = dataframe.write.mode(spec['mode']).options(**spec['options'])
+    # Spark Connect knows 'error' but not its alias 'errorifexists'.
+    mode = 'error' if spec['mode'] == 'errorifexists' else spec['mode']
+    writer = dataframe.write.mode(mode).options(**spec['options'])
     if spec['format']:
         writer = writer.format(spec['format'])
     if spec['partition_by']:

@@ -10,7 +10,7 @@ key string, value double``, ``--keys`` distinct keys) into a temporary folder.
 Each engine then runs ``read -> Map(row -> (key, 1)) -> CombinePerKey(sum)``
 and checks the counts against Spark's own ``groupBy().count()``:
 
-- ``read_from_spark``: ``ReadFromSpark(dataframe=spark.read.parquet(dir))`` on
+- ``read_from_spark``: ``ReadFromSpark(dataframe=spark.read.parquet(dir).select('key'))`` on
   ``InProcessSparkRunner`` (Spark's Parquet reader, Arrow batches into the stage);
 - ``read_from_parquet_inproc``: Beam's ``beam.io.ReadFromParquet`` on
   ``InProcessSparkRunner``;
@@ -47,7 +47,8 @@ def run_read_from_spark(spark, path, expected):
     from beam_spark_inproc.transforms import ReadFromSpark
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         counts = _count_per_key(
-            p | ReadFromSpark(dataframe=spark.read.parquet(path)), lambda r: r.key)
+            p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key')),
+            lambda r: r.key)
         assert_that(counts, equal_to(expected))
 
 
