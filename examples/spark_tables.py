@@ -81,11 +81,9 @@ def run(argv: list[str] | None = None):
                           'user string, page string, ts timestamp') \
         .write.mode('overwrite').saveAsTable('clicks')
     with beam.Pipeline(runner=runner, options=options) as p:
-        (p
-         | 'ReadClicks' >> ReadFromSpark('clicks', spark=spark)
-         | 'ClicksPerMinute' >> clicks_per_minute
-         | 'WriteCounts' >> WriteToSpark(table='clicks_per_minute',
-                                         mode='overwrite', spark=spark))
+        clicks = p | 'ReadClicks' >> ReadFromSpark('clicks', spark=spark)
+        clicks_per_minute(clicks) | 'WriteCounts' >> WriteToSpark(
+            table='clicks_per_minute', mode='overwrite', spark=spark)
     rows = spark.table('clicks_per_minute').selectExpr(
         "date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks') \
         .orderBy('minute', 'page').collect()
