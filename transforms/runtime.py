@@ -162,7 +162,7 @@ def _write(ctx: _Context, spec: dict) -> Any:
             if isinstance(e, PythonException):
                 raise  # a Beam transform upstream failed: the runner names it
             raise spark_io._spark_error(f'{ctx.label}: writing {target}', e) from None
-    return control if control is not None else ex.engine.empty()
+    return control if control is not None else ex.engine.union([])
 
 
 def _sql(ctx: _Context, spec: dict) -> Any:
