@@ -72,7 +72,8 @@ def _describe(env_id: str, env: beam_runner_api_pb2.Environment | None) -> str:
     return f'{env_id} [{detail}]'
 
 
-def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
+def problems(proto: beam_runner_api_pb2.Pipeline,
+             streaming: bool = False) -> list[Problem]:
     """Every transform of the pipeline this runner cannot execute.
 
     Walks the transform tree as Beam's fusion does (``leaf_transform_stages``):
@@ -106,6 +107,8 @@ def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
             return
         if not set(t.outputs.values()) - set(t.inputs.values()):
             return
+        if t.spec.urn in STREAMING_ONLY and streaming:
+            return
         if t.spec.urn in STREAMING_ONLY:
             found.append(Problem(
                 label, t.spec.urn, env_id, STREAMING_ONLY[t.spec.urn],
@@ -122,7 +125,7 @@ def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
     return found
 
 
-def check(proto: beam_runner_api_pb2.Pipeline) -> None:
-    found = problems(proto)
+def check(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
+    found = problems(proto, streaming)
     if found:
         raise UnsupportedPipelineError(found)

@@ -54,6 +54,12 @@ class SparkRunnerOptions(PipelineOptions):
             'Spark: breakpoint() in a DoFn stops here, exceptions keep their '
             'type. For debugging on small data.')
         parser.add_argument(
+            '--checkpoint_location', default=None, metavar='DIR',
+            help='Streaming: the folder where state between micro-batches and '
+            'a commit record per micro-batch are kept (Parquet, bucketed by '
+            'key hash); default a private temporary folder removed at the end. '
+            'A folder holding another pipeline\'s state is refused.')
+        parser.add_argument(
             '--spark_split_after_seconds', type=float, default=5.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '
             'reads): a restriction still running after this many seconds is '

@@ -85,13 +85,19 @@ class InProcessSparkRunner(PipelineRunner):
             self, pipeline: beam_runner_api_pb2.Pipeline,
             options: PipelineOptions) -> SparkPipelineResult:
         validate_pipeline_graph(pipeline)
-        capabilities.check(pipeline)
+        from beam_spark_inproc.execution.streaming import support
+        streaming = support.is_streaming(
+            pipeline, options.view_as(StandardOptions).streaming)
+        capabilities.check(pipeline, streaming)
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
         plan = plan_pipeline(
             pipeline, self._is_drain,
             reshuffle_keeps_panes=not options.is_compat_version_prior_to(
-                RESHUFFLE_PANES_VERSION))
+                RESHUFFLE_PANES_VERSION),
+            streaming=streaming)
+        if streaming:
+            support.check(plan, pipeline)
         if os.environ.get(EXPLAIN_ENV):
             from beam_spark_inproc.planning.describe import describe
             raise Explained(describe(plan))
@@ -107,7 +113,8 @@ class InProcessSparkRunner(PipelineRunner):
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
         attempt_host = cancel = diagnose = spark = None
-        if self._debug or opts.inproc_debug:
+        debug = self._debug or opts.inproc_debug
+        if debug:
             from beam_spark_inproc.debug.engine import LocalEngine
             parallelism = opts.spark_parallelism or 2
             engine = LocalEngine(parallelism)
@@ -127,6 +134,8 @@ class InProcessSparkRunner(PipelineRunner):
             attempt_host = spark_session.callback_host(spark)
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
+        if streaming:
+            return self._run_stream(plan, engine, job_id, options, debug)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
                                      live=run_metrics.live)
@@ -181,6 +190,18 @@ class InProcessSparkRunner(PipelineRunner):
         result.running(thread, cancel)
         thread.start()
         return result
+
+    def _run_stream(self, plan, engine, job_id: str, options, debug: bool):
+        """A stream: the micro-batch loop on a driver thread (returns at once)."""
+        from beam_spark_inproc.execution.streaming.run import run_stream
+        if debug:
+            from beam_spark_inproc.debug.streaming import LocalStreamOps as Ops
+        else:
+            from beam_spark_inproc.spark.streaming import SparkStreamOps as Ops
+        return run_stream(plan, engine, Ops(engine), job_id,
+                          options.view_as(SparkRunnerOptions).checkpoint_location,
+                          lambda e: translate_error(e, plan),
+                          metrics.start(options, job_id))
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

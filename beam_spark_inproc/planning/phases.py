@@ -46,18 +46,46 @@ PHASES = [
 STATE_ITERABLE_BYTES = 1 << 20
 
 
+# Streaming: TestStream is a runner source (its own stage). Beam's
+# ``lift_combiners`` lifts only under triggers where a partial combine before the
+# GroupByKey is invisible, so the phases are the same as in batch.
+STREAMING_RUNNER_URNS = RUNNER_URNS | {common_urns.primitives.TEST_STREAM.urn}
+
+
+def _unlift_timestamped_combines(proto: beam_runner_api_pb2.Pipeline) -> None:
+    """Streaming: a CombinePerKey whose windowing does not output at the end of
+    the window runs as its expansion, unlifted (a lifted partial combine stamps
+    its partial results with the window's end, so OUTPUT_AT_EARLIEST/LATEST panes
+    got the wrong timestamp). Beam's ``lift_combiners`` checks the trigger
+    only."""
+    components = proto.components
+    eow = beam_runner_api_pb2.OutputTime.END_OF_WINDOW
+    for transform in components.transforms.values():
+        if (transform.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn
+                and transform.subtransforms):
+            pcoll = components.pcollections[next(iter(transform.inputs.values()))]
+            strategy = components.windowing_strategies[pcoll.windowing_strategy_id]
+            if strategy.output_time != eow:
+                transform.spec.Clear()
+
+
 def fuse(
-        pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False
+        pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False,
+        streaming: bool = False,
 ) -> tuple[translations.TransformContext, list[translations.Stage]]:
     """Runs the fusion phases on a copy of the proto; returns context and stages.
 
     ``is_drain``: splittable DoFns truncate their restrictions first (Beam's
     drain; with bounded restrictions the default truncation keeps them whole).
+    ``streaming``: TestStream stays a runner transform (``STREAMING_RUNNER_URNS``).
     """
+    pipeline_proto = copy.deepcopy(pipeline_proto)
+    if streaming:
+        _unlift_timestamped_combines(pipeline_proto)
     context, stages = translations.create_and_optimize_stages(
-            copy.deepcopy(pipeline_proto),
+            pipeline_proto,
             phases=PHASES,
-            known_runner_urns=RUNNER_URNS,
+            known_runner_urns=STREAMING_RUNNER_URNS if streaming else RUNNER_URNS,
             use_state_iterables=True,
             is_drain=is_drain)
     # Beam writes a threshold of 1 byte (every iterable through state, to test

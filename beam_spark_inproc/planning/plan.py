@@ -35,6 +35,9 @@ RESHUFFLE_STAGE = 'reshuffle'
 # A runner-native transform (``planning.native``): the executor hands it to the
 # handler registered for ``native_urn``.
 NATIVE_STAGE = 'native'
+# A TestStream (streaming only): the driver feeds its outputs from the payload's
+# events (``execution.streaming.test_stream``); ``descriptor`` holds the payload.
+TEST_STREAM_STAGE = 'test_stream'
 
 # How a stage's input arrives, decided once by the planner; the executor (which
 # shuffle comes first) and the worker (how rows become Beam elements) dispatch
@@ -125,6 +128,8 @@ class StagePlan:
     native_payload: bytes = b''
     # NATIVE_STAGE: the transform's input tag each input port feeds.
     native_inputs: tuple[str, ...] = ()
+    # TEST_STREAM_STAGE: the TestStream's output tag written by each output port.
+    output_tags: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.input_mode not in INPUT_MODES:

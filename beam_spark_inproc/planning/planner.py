@@ -24,13 +24,15 @@ INPROC_URL = 'beam-spark-inproc'
 
 def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
                   is_drain: bool = False,
-                  reshuffle_keeps_panes: bool = True) -> p.SparkPlan:
+                  reshuffle_keeps_panes: bool = True,
+                  streaming: bool = False) -> p.SparkPlan:
     """Fuses the pipeline and describes each stage as plain data.
 
     ``reshuffle_keeps_panes``: False for pipelines whose
     ``update_compatibility_version`` predates 2.65 (see ``plan.StagePlan.reset_panes``).
+    ``streaming``: TestStream stays a runner transform (``phases.fuse``).
     """
-    context, stages = fuse(pipeline_proto, is_drain)
+    context, stages = fuse(pipeline_proto, is_drain, streaming)
     return plan_stages(context, stages, reshuffle_keeps_panes)
 
 
@@ -151,7 +153,7 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                 coder_id=coder_id,
                 layout=layout,
                 key_coder_id=_safe_coder(context, pcoll)
-                if layout == p.KEYED else None))
+                if layout in (p.KEYED, p.PACKED) else None))
             t.spec.payload = _port(coder_id)
             if layout == p.PACKED:
                 t.spec.urn = p.PACKED_SINK_URN
@@ -163,6 +165,11 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                 side_inputs.extend(_side_inputs(context, t))
                 timers.extend(_timer_families(t))
         transforms[t.unique_name] = t
+
+    test_streams = [t for t in stage.transforms
+                    if t.spec.urn == common_urns.primitives.TEST_STREAM.urn]
+    if test_streams:
+        return _test_stream_stage(stage, test_streams[0], labels, outputs)
 
     if _is_reshuffle(stage):
         return p.StagePlan(
@@ -227,6 +234,20 @@ def _native_stage(stage, transform, inputs, outputs, labels) -> p.StagePlan:
         inputs=tuple(ports), outputs=tuple(outputs),
         native_urn=transform.spec.urn, native_payload=transform.spec.payload,
         native_inputs=tuple(port_tags))
+
+
+def _test_stream_stage(stage, test_stream, labels, outputs) -> p.StagePlan:
+    """The TestStream's stage: no SDK work, only its output ports (one per
+    output tag it feeds; ``descriptor`` holds the TestStreamPayload)."""
+    tag_of = {pcoll: tag for tag, pcoll in test_stream.outputs.items()}
+    writes = {t.unique_name: translations.only_element(list(t.inputs.values()))
+              for t in stage.transforms
+              if t.spec.urn == bundle_processor.DATA_OUTPUT_URN}
+    return p.StagePlan(
+        name=stage.name, kind=p.TEST_STREAM_STAGE,
+        labels=(test_stream.unique_name,), inputs=(), outputs=tuple(outputs),
+        descriptor=test_stream.spec.payload,
+        output_tags=tuple(tag_of[writes[port.transform_id]] for port in outputs))
 
 
 def _split_input(descriptor) -> str:

@@ -30,6 +30,7 @@ from beam_spark_inproc.worker.keyed import RoutingStateHandler
 from beam_spark_inproc.worker.keyed import TimerQueue
 from beam_spark_inproc.worker.keyed import collect_contexts
 from beam_spark_inproc.worker.shipped import ShippedFile
+from beam_spark_inproc.worker.streaming import StreamingGroupAlsoByWindow
 
 # Beam's state cache weighs every cached value with objsize, which cost 75% of
 # a stateful stage's time; state here is in-process already, and side inputs
@@ -80,8 +81,10 @@ def _build(task) -> Entry:
     timer_queue = TimerQueue(stage, {
         key: info.timer_coder_impl
         for key, info in processor.timers_info.items()}) if stage.timers else None
+    gabw = (GroupAlsoByWindow if getattr(task, 'streaming', None) is None
+            else StreamingGroupAlsoByWindow)
     groupings = {
-        port.transform_id: GroupAlsoByWindow(port.grouping, context)
+        port.transform_id: gabw(port.grouping, context)
         for port in stage.inputs if port.grouping is not None}
     outputs = {}
     for tag, port in enumerate(stage.outputs):

@@ -21,6 +21,10 @@ CONTROL_TAG = -1
 # Rows with this tag are restrictions split off a running bundle by the runner,
 # for the stage's next round (key: the DATA_INPUT transform id they re-enter by).
 RESIDUAL_TAG = -2
+# Streaming (``worker.streaming``): a key's state between micro-batches (key:
+# the key's bytes) and a summary of the state a task wrote, per state bucket.
+STATE_TAG = -3
+SUMMARY_TAG = -4
 
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from typing import Iterator
+from typing import Optional
 
 import pyarrow as pa
 from apache_beam.options.value_provider import RuntimeValueProvider
@@ -43,6 +44,9 @@ from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import TAG
 from beam_spark_inproc.worker.rows import column_slices
 from beam_spark_inproc.worker.rows import holding_elements
+from beam_spark_inproc.worker.streaming import StreamingStep
+from beam_spark_inproc.worker.streaming import streaming_grouped_input_elements
+from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_elements
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -68,6 +72,8 @@ class StageTask:
     # The pipeline's options as (name, value) pairs, for RuntimeValueProvider
     # (``runtime_options``).
     runtime_options: tuple = ()
+    # A streaming micro-batch's watermarks and clock (``worker.streaming``).
+    streaming: Optional[StreamingStep] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -143,6 +149,13 @@ _INPUTS = {
     p.GROUPED: _grouped_input_elements,
     p.KEYED: keyed_input_elements,
     p.SPLITTABLE: _element_input_elements,
+}
+# A streaming micro-batch (``task.streaming``): state and timers kept between
+# micro-batches come in with the rows (``worker.streaming``).
+_STREAMING_INPUTS = {
+    **_INPUTS,
+    p.GROUPED: streaming_grouped_input_elements,
+    p.KEYED: streaming_keyed_input_elements,
 }
 
 
@@ -267,7 +280,8 @@ class _Bundles:
         profile = (profiling.BundleProfile(task.profile_dir, task.stage.name)
                    if task.profile_dir else None)
         try:
-            read = _INPUTS[task.stage.input_mode]
+            read = (_INPUTS if task.streaming is None
+                    else _STREAMING_INPUTS)[task.stage.input_mode]
             residuals = self.one_bundle(
                 read(task, entry, batches, self.builder.add))
             while residuals:

@@ -1,0 +1,52 @@
+"""Starts a stream: checkpoint store, engine primitives, loop thread, result."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
+from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
+from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker import report
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
+               checkpoint_location: str | None,
+               translate: Callable[[BaseException], BaseException],
+               run_metrics,
+               after_micro_batch: Callable[[int], None] | None = None
+               ) -> StreamingPipelineResult:
+    """Returns at once; the micro-batches run in a driver thread.
+
+    ``ops``: the engine's streaming primitives (``debug.streaming``,
+    ``spark.streaming``), chosen by the runner with the engine;
+    ``run_metrics``: the run's ``metrics.RunMetrics``."""
+    try:
+        store = CheckpointStore(plan, checkpoint_location)
+    except BaseException:
+        run_metrics.close()
+        engine.release()
+        raise
+    result = StreamingPipelineResult(run_metrics)
+    executor = StreamingExecutor(
+        plan, engine, ops, job_id, store, result.cancelled,
+        result.add_reports, after_micro_batch)
+    result.executor = executor
+
+    def body() -> None:
+        try:
+            executor.run()
+        finally:
+            try:
+                engine.release()
+            finally:
+                store.close()
+        report.reissue(result.reports)
+        _LOGGER.info('Stream %s: %d micro-batches', job_id[:8],
+                     executor.micro_batch)
+
+    result.start(body, translate)
+    return result

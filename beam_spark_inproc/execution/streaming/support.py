@@ -1,0 +1,71 @@
+"""What streaming mode cannot run yet: rejected before any Spark job, every
+offending transform named (as the batch capability check does)."""
+from __future__ import annotations
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+
+from beam_spark_inproc.errors import Problem
+from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.planning import plan as p
+
+_LATER = 'Streaming mode does not run this yet (issue #13).'
+
+
+def is_streaming(proto: beam_runner_api_pb2.Pipeline, streaming_flag: bool) -> bool:
+    """``--streaming``, or a TestStream in the pipeline.
+
+    Other unbounded PCollections (an unbounded splittable DoFn, PeriodicImpulse)
+    keep running as batch, as before streaming mode existed (they work when
+    they terminate), until the loop runs splittable DoFns (issue #13).
+    """
+    return streaming_flag or any(
+        t.spec.urn == common_urns.primitives.TEST_STREAM.urn
+        for t in proto.components.transforms.values())
+
+
+def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
+    found = []
+    transforms = {t.unique_name: t for t in proto.components.transforms.values()}
+
+    def urn(label: str) -> str:
+        t = transforms.get(label)
+        return t.spec.urn if t is not None else ''
+
+    test_streams = [s for s in plan.stages if s.kind == p.TEST_STREAM_STAGE]
+    for stage in test_streams if len(test_streams) > 1 else ():
+        found.append(Problem(
+            stage.labels[0], common_urns.primitives.TEST_STREAM.urn, '',
+            'a pipeline with several TestStreams. ' + _LATER,
+            'Use one TestStream with tagged outputs.'))
+    for stage in test_streams:
+        payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
+        if payload.endpoint.url:
+            found.append(Problem(
+                stage.labels[0], common_urns.primitives.TEST_STREAM.urn, '',
+                f'a TestStream reading its events from a service '
+                f'({payload.endpoint.url}). ' + _LATER,
+                'Give the TestStream its events in the pipeline.'))
+    for stage in plan.stages:
+        if stage.kind == getattr(p, 'NATIVE_STAGE', None):
+            found.append(Problem(
+                stage.native_urn and ', '.join(stage.labels), stage.native_urn, '',
+                'a runner-native (Spark) transform. ' + _LATER,
+                'Run it as a batch pipeline (bounded input, no --streaming).'))
+        for side_input in stage.side_inputs:
+            found.append(Problem(
+                side_input.transform_id, urn(side_input.transform_id), '',
+                f'side input {side_input.tag!r}. ' + _LATER,
+                'Run it as a batch pipeline (bounded input, no --streaming).'))
+        if stage.split_input:
+            found.append(Problem(
+                ', '.join(stage.labels), '', '',
+                'a splittable DoFn (e.g. a file or unbounded read). ' + _LATER,
+                'Use a TestStream or beam.Create as the source.'))
+    return found
+
+
+def check(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> None:
+    found = problems(plan, proto)
+    if found:
+        raise UnsupportedPipelineError(found)

@@ -1,0 +1,105 @@
+"""TestStream as a source: the driver replays the payload's events, one per
+micro-batch, as Beam's BundleBasedDirectRunner does (``direct.test_stream_impl``).
+
+* an element event becomes rows of the TestStream stage's output port for its
+  tag, encoded as that port's consumers read them (``plan`` layouts);
+* a watermark event moves the watermark of its tag's output;
+* a processing-time event advances the virtual clock (Beam's ``TestClock``,
+  which starts at 0).
+
+After the last event every output's watermark goes to +inf.
+"""
+from __future__ import annotations
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.testing import test_stream
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker.channel import key_extractor
+
+
+class TestStreamSource:
+    """The events of one TestStream stage, replayed in order."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, stage: p.StagePlan, context):
+        payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
+        coder = context.coders[payload.coder_id]
+        self.stage = stage
+        self.events = [test_stream.Event.from_runner_api(e, coder)
+                       for e in payload.events]
+        self.position = 0
+        self.clock = 0.0  # seconds, as TestClock.time()
+        self.watermarks = {tag: MIN_TIMESTAMP for tag in stage.output_tags}
+        self._encoders = [_encoder(port, context) for port in stage.outputs]
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position > len(self.events)
+
+    def watermark(self, port: int) -> Timestamp:
+        return self.watermarks[self.stage.output_tags[port]]
+
+    def step(self) -> list[tuple[int, bytes | None, bytes]]:
+        """Applies the next event; returns the rows it adds (tag = port)."""
+        if self.position == len(self.events):
+            self.position += 1
+            for tag in self.watermarks:
+                self.watermarks[tag] = MAX_TIMESTAMP
+            return []
+        event = self.events[self.position]
+        self.position += 1
+        tag = getattr(event, 'tag', None)
+        tag = 'None' if tag is None else tag
+        if isinstance(event, test_stream.ElementEvent):
+            if tag not in self.stage.output_tags:
+                return []
+            port = self.stage.output_tags.index(tag)
+            values = []
+            for tv in event.timestamped_values:
+                if isinstance(tv.value, test_stream.WindowedValueHolder):
+                    values.append(tv.value.windowed_value)
+                else:
+                    values.append(GlobalWindows.windowed_value(
+                        tv.value, timestamp=tv.timestamp))
+            return self._encoders[port](port, values)
+        if isinstance(event, test_stream.WatermarkEvent):
+            if tag in self.watermarks:
+                self.watermarks[tag] = max(self.watermarks[tag],
+                                           event.new_watermark)
+            return []
+        if isinstance(event, test_stream.ProcessingTimeEvent):
+            self.clock += float(event.advance_by)
+            return []
+        raise ValueError(f'TestStream {self.stage.labels[0]!r}: unknown event '
+                         f'{event!r}')
+
+
+def _encoder(port: p.OutputPort, context):
+    impl = context.coders[port.coder_id].get_impl()
+    key_of = None
+    if port.layout in (p.PACKED, p.KEYED):
+        safe = context.coders[port.key_coder_id]
+        key_of = key_extractor(safe, safe.key_coder())
+
+    def encode(tag: int, values: list) -> list:
+        if port.layout == p.CHUNKS:
+            out = create_OutputStream()
+            for wv in values:
+                impl.encode_to_stream(wv, out, True)
+            return [(tag, None, out.get())] if values else []
+        rows = []
+        for wv in values:
+            out = create_OutputStream()
+            impl.encode_to_stream(wv, out, True)
+            data = out.get()
+            rows.append((tag, key_of(data) if key_of else None, data))
+        return rows
+
+    return encode

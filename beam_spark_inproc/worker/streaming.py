@@ -1,0 +1,259 @@
+"""GroupAlsoByWindow across micro-batches (streaming), inside the consuming stage.
+
+A streaming stage that reads a GroupByKey gets, per key, its rows sorted by key
+(the engine's ``KEYED`` shuffle): first the key's state row (``STATE_TAG``: what the stage
+kept for the key after the last micro-batch that touched it, if any), then its
+new elements. For each key, as Beam's BundleBasedDirectRunner does
+(``_StreamingGroupAlsoByWindowEvaluator``), with Beam's own ``TriggerDriver``
+over Beam's ``InMemoryUnmergedState``:
+
+1. the new elements go to ``process_elements`` with the stage's watermarks as
+   they were before this micro-batch (elements in flight hold the input
+   watermark back): lateness is judged against the stage's own input watermark;
+2. the input watermark then moves to where the upstream stages left it
+   (``StreamingStep.next_input_watermark``) and the clock to the micro-batch's
+   processing time: due timers fire (``process_timer``), in timestamp order,
+   with the timers they set, until none is due;
+3. windows past their end plus allowed lateness are dropped with their timers;
+4. what is left is written back as the key's state row, and the key's
+   watermark hold and earliest timers go into the summary of its state bucket
+   (``SUMMARY_TAG``, one row per bucket and task), from which the driver knows
+   the stage's hold and which buckets have due timers, without reading state.
+
+Panes are encoded as ``KV<key, Iterable<value>>`` and fed to the stage's
+bundle as the GroupByKey's output, as in batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import pickle
+import zlib
+from typing import Callable, Iterator, Optional
+
+import cloudpickle
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.transforms import trigger
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.window import BoundedWindow
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_spark_inproc.worker.grouping import GROUPS_BYTES
+from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import STATE_TAG
+from beam_spark_inproc.worker.rows import SUMMARY_TAG
+from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import column_slices
+
+# Keys are spread over this many state buckets (crc32 of the key bytes; Spark
+# SQL's ``crc32`` gives the same number, so a bucket can be chosen in a query).
+STATE_BUCKETS = 64
+# A key firing timers that set due timers again this many times is a bug.
+_MAX_TIMER_ROUNDS = 100_000
+
+
+def bucket_of(key: bytes) -> int:
+    return zlib.crc32(key) % STATE_BUCKETS
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingStep:
+    """What one micro-batch tells a streaming stage's tasks."""
+    input_watermark: Timestamp  # before this micro-batch
+    next_input_watermark: Timestamp  # after it: timers fire up to here
+    output_watermark: Timestamp  # before this micro-batch
+    processing_time: float  # seconds: the wall clock or TestStream's clock
+
+
+@dataclasses.dataclass
+class Summary:
+    """A state bucket's keys, from one task: their earliest watermark hold,
+    event-time timer and processing-time timer (seconds)."""
+    keys: int = 0
+    hold: Timestamp = MAX_TIMESTAMP
+    event_timer: Timestamp = MAX_TIMESTAMP
+    processing_timer: float = float('inf')
+
+    def add(self, other: 'Summary') -> None:
+        self.keys += other.keys
+        self.hold = min(self.hold, other.hold)
+        self.event_timer = min(self.event_timer, other.event_timer)
+        self.processing_timer = min(self.processing_timer, other.processing_timer)
+
+    def encode(self) -> bytes:
+        return pickle.dumps((self.keys, self.hold.micros, self.event_timer.micros,
+                             self.processing_timer))
+
+    @classmethod
+    def decode(cls, data: bytes) -> 'Summary':
+        keys, hold, event_timer, processing_timer = pickle.loads(data)
+        return cls(keys, Timestamp(micros=hold), Timestamp(micros=event_timer),
+                   processing_timer)
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def dump_state(state: trigger.InMemoryUnmergedState) -> bytes:
+    return cloudpickle.dumps((
+        {w: dict(t) for w, t in state.timers.items() if t},
+        {w: dict(s) for w, s in state.state.items()},
+        dict(state.global_state)))
+
+
+def load_state(data: bytes) -> trigger.InMemoryUnmergedState:
+    timers, values, global_state = cloudpickle.loads(data)
+    state = trigger.InMemoryUnmergedState()
+    state.timers.update(timers)
+    for window, tags in values.items():
+        state.state[window].update(tags)
+    state.global_state.update(global_state)
+    return state
+
+
+def _is_empty(state: trigger.InMemoryUnmergedState) -> bool:
+    return not any(state.timers.values()) and not any(
+        value for tags in state.state.values() for value in tags.values())
+
+
+class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
+    """A GroupByKey's panes for one micro-batch, with state kept between them."""
+
+    def __init__(self, grouping, context):
+        super().__init__(grouping, context)
+        self._windowing = context.windowing_strategies[
+            grouping.windowing_strategy_id]
+        self._clock = _Clock()
+        self._driver = trigger.create_trigger_driver(
+            self._windowing, False, clock=self._clock)
+
+    def key_panes(self, key_bytes: bytes, state_data: Optional[bytes],
+                  datas: list[bytes], step: StreamingStep, out,
+                  summaries: dict[int, Summary]) -> Optional[bytes]:
+        """Encodes the key's panes into ``out``; returns its new state (or None)."""
+        self._clock.now = step.processing_time
+        key = self._key_impl.decode(key_bytes)
+        state = (load_state(state_data) if state_data is not None
+                 else trigger.InMemoryUnmergedState())
+        encode = self._post_impl.encode_to_stream
+        if datas:
+            for wv in self._driver.process_elements(
+                    state, self._values(datas), step.output_watermark,
+                    step.input_watermark):
+                encode(wv.with_value((key, wv.value)), out, True)
+        watermark = step.next_input_watermark
+        for _ in range(_MAX_TIMER_ROUNDS):
+            due, _ = state.get_timers(
+                clear=True, watermark=watermark,
+                processing_time=step.processing_time)
+            if not due:
+                break
+            due.sort(key=lambda t: (t[1][2], t[1][1] != TimeDomain.WATERMARK))
+            for window, (name, domain, timestamp, _tag) in due:
+                for wv in self._driver.process_timer(
+                        window, name, domain, timestamp, state, watermark):
+                    encode(wv.with_value((key, wv.value)), out, True)
+        else:
+            raise RuntimeError(
+                f'GroupByKey {self._label!r}: timers of key {key!r} keep firing '
+                f'at watermark {watermark}')
+        self._expire(state, watermark)
+        if _is_empty(state):
+            return None
+        summary = summaries.setdefault(bucket_of(key_bytes), Summary())
+        summary.add(_summary_of(state))
+        return dump_state(state)
+
+    def _expire(self, state, watermark: Timestamp) -> None:
+        """Drops windows past their end plus allowed lateness (all at +inf)."""
+        lateness = self._windowing.allowed_lateness
+        for window in list(state.state):
+            if watermark >= MAX_TIMESTAMP or (
+                    isinstance(window, BoundedWindow) and
+                    window.end < MAX_TIMESTAMP and
+                    watermark > window.end + lateness):
+                state.state.pop(window, None)
+                state.timers.pop(window, None)
+        if watermark >= MAX_TIMESTAMP:
+            state.timers.clear()
+            state.global_state.clear()
+
+    @property
+    def _label(self) -> str:
+        return getattr(self, 'label', '')
+
+
+def _summary_of(state) -> Summary:
+    event_timer, processing_timer = MAX_TIMESTAMP, float('inf')
+    for timers in state.timers.values():
+        for (_, domain, _), timestamp in timers.items():
+            if domain == TimeDomain.WATERMARK:
+                event_timer = min(event_timer, Timestamp.of(timestamp))
+            else:
+                processing_timer = min(processing_timer, float(timestamp))
+    return Summary(1, state.get_earliest_hold(), event_timer, processing_timer)
+
+
+def streaming_grouped_input_elements(task, entry, batches,
+                                     forward: Callable) -> Iterator:
+    """Elements for a streaming stage reading a GroupByKey (see module doc).
+
+    Rows arrive sorted by (key, tag); rows without a key (control rows, other
+    inputs) come first.
+    """
+    ports = task.stage.inputs
+    step: StreamingStep = task.streaming
+    summaries: dict[int, Summary] = {}
+
+    def rows():
+        for columns in column_slices(batches, KEY, TAG, DATA):
+            yield from zip(*columns)
+
+    out = create_OutputStream()
+    for key, key_rows in itertools.groupby(rows(), key=lambda r: r[0]):
+        if key is None:
+            for _, tag, data in key_rows:
+                if tag == CONTROL_TAG:
+                    forward(CONTROL_TAG, None, data)
+                else:
+                    yield beam_fn_api_pb2.Elements.Data(
+                        transform_id=ports[tag].transform_id, data=data)
+            continue
+        state_data, by_port = None, {}
+        for _, tag, data in key_rows:
+            if tag == STATE_TAG:
+                state_data = data
+            else:
+                by_port.setdefault(tag, []).append(data)
+        grouped = [i for i, port in enumerate(ports) if port.grouping is not None]
+        tag = grouped[0]
+        for other, datas in by_port.items():
+            if other != tag:  # keyed rows of an input that is not grouped
+                for data in datas:
+                    yield beam_fn_api_pb2.Elements.Data(
+                        transform_id=ports[other].transform_id, data=data)
+        gabw = entry.groupings[ports[tag].transform_id]
+        new_state = gabw.key_panes(key, state_data, by_port.get(tag, []), step,
+                                   out, summaries)
+        if new_state is not None:
+            forward(STATE_TAG, key, new_state)
+        if out.size() >= GROUPS_BYTES:
+            yield beam_fn_api_pb2.Elements.Data(
+                transform_id=ports[tag].transform_id, data=out.get())
+            out = create_OutputStream()
+    if out.size():
+        grouped = [p for p in ports if p.grouping is not None]
+        yield beam_fn_api_pb2.Elements.Data(
+            transform_id=grouped[0].transform_id, data=out.get())
+    for bucket, summary in summaries.items():
+        forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

@@ -1,0 +1,128 @@
+"""Stateful DoFns across micro-batches (streaming), one key at a time.
+
+Rows arrive sorted by (key, tag), as in batch (``worker.keyed``); a key's
+``STATE_TAG`` row, first, holds what the stage kept for it after the last
+micro-batch that touched it: its user state (the entries of the key's
+``StateServicer``) and its pending timers. For each key:
+
+1. state and pending timers are restored;
+2. its new elements go to the BundleProcessor;
+3. due timers fire, earliest first, with those they set: event-time timers up
+   to the stage's input watermark after this micro-batch
+   (``StreamingStep.next_input_watermark``), processing-time timers up to the
+   micro-batch's processing time;
+4. user state is committed and written back with the timers still pending, and
+   the key's summary (the earliest output timestamp of its pending timers: the
+   hold; its earliest event- and processing-time timers) joins its bucket's.
+
+Unlike batch, the input is never complete before +inf: timers not yet due wait
+for a later micro-batch.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterator
+
+import cloudpickle
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_spark_inproc.worker.keyed import release_user_state
+from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import STATE_TAG
+from beam_spark_inproc.worker.rows import SUMMARY_TAG
+from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.worker.streaming import Summary
+from beam_spark_inproc.worker.streaming import bucket_of
+
+
+def _due(queue, watermark: Timestamp, now: float):
+    """Pops the earliest due timer as Elements.Timers, or None."""
+    due = [slot for slot, timer in queue._pending.items()
+           if (timer.fire_timestamp <= watermark if queue._event_time[slot[:2]]
+               else float(timer.fire_timestamp) <= now)]
+    if not due:
+        return None
+    slot = min(due, key=lambda s: (not queue._event_time[s[:2]],
+                                   queue._pending[s].fire_timestamp))
+    keep = {s: t for s, t in queue._pending.items() if s != slot}
+    queue._pending = {slot: queue._pending[slot]}
+    timers = queue.pop()
+    queue._pending = keep
+    return timers
+
+
+def _summary(queue) -> Summary:
+    summary = Summary(keys=1)
+    for slot, timer in queue._pending.items():
+        hold = timer.hold_timestamp
+        if hold is not None:
+            summary.hold = min(summary.hold, Timestamp.of(hold))
+        if queue._event_time[slot[:2]]:
+            summary.event_timer = min(summary.event_timer,
+                                      Timestamp.of(timer.fire_timestamp))
+        else:
+            summary.processing_timer = min(summary.processing_timer,
+                                           float(timer.fire_timestamp))
+    return summary
+
+
+def streaming_keyed_input_elements(task, entry, batches,
+                                   forward: Callable) -> Iterator:
+    """Elements and due timers for a streaming stateful stage (see module doc)."""
+    ports = task.stage.inputs
+    step = task.streaming
+    routing = entry.routing_state
+    queue = entry.timer_queue
+    summaries: dict[int, Summary] = {}
+
+    def rows():
+        for columns in column_slices(batches, KEY, TAG, DATA):
+            yield from zip(*columns)
+
+    for key, key_rows in itertools.groupby(rows(), key=lambda r: r[0]):
+        if key is None:
+            for _, tag, data in key_rows:
+                if tag == CONTROL_TAG:
+                    forward(CONTROL_TAG, None, data)
+            continue
+        servicer = StateServicer()
+        routing._user = servicer
+        if queue is not None:
+            queue.clear()
+        for tag, port_rows in itertools.groupby(key_rows, key=lambda r: r[1]):
+            if tag == STATE_TAG:
+                for _, _, data in port_rows:
+                    state, ordered, pending = cloudpickle.loads(data)
+                    servicer._state.update(state)
+                    servicer._ordered_list_keys.update(ordered)
+                    if queue is not None:
+                        queue._pending.update(pending)
+                continue
+            yield beam_fn_api_pb2.Elements.Data(
+                transform_id=ports[tag].transform_id,
+                data=b''.join(data for _, _, data in port_rows))
+        while queue is not None and (
+                timers := _due(queue, step.next_input_watermark,
+                               step.processing_time)) is not None:
+            yield timers
+        for context in entry.user_state_contexts:
+            context.commit()
+        release_user_state(entry.user_state_contexts)
+        pending = dict(queue._pending) if queue is not None else {}
+        state = {k: v for k, v in servicer._state.items() if v}
+        if step.next_input_watermark >= MAX_TIMESTAMP:
+            continue  # the end of time: nothing is kept
+        if not state and not pending:
+            continue
+        forward(STATE_TAG, key, cloudpickle.dumps(
+            (state, dict(servicer._ordered_list_keys), pending)))
+        summaries.setdefault(bucket_of(key), Summary()).add(
+            _summary(queue) if queue is not None else Summary(keys=1))
+    for bucket, summary in summaries.items():
+        forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

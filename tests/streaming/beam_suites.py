@@ -1,0 +1,40 @@
+"""Runs Beam's own TestStream-based test classes on InProcessSparkRunner.
+
+Beam's tests build ``TestPipeline(options=...)``, which picks the DirectRunner;
+``on_runner`` gives each test case a TestPipeline that runs on this runner
+instead (debug engine or Spark), the rest of Beam's test unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import unittest
+from unittest import mock
+
+from apache_beam.testing.test_pipeline import TestPipeline
+
+_original_init = TestPipeline.__init__
+
+
+@contextlib.contextmanager
+def on_runner(make_runner):
+    def init(self, runner=None, *args, **kwargs):
+        _original_init(self, runner or make_runner(), *args, **kwargs)
+    with mock.patch.object(TestPipeline, '__init__', init):
+        yield
+
+
+def suite_on(base: type, make_runner, name: str, skips: dict[str, str]) -> type:
+    """``base`` (a unittest.TestCase of Beam's) whose pipelines run on
+    ``make_runner()``; tests in ``skips`` are skipped with their reason."""
+
+    def setUp(self):
+        stack = contextlib.ExitStack()
+        stack.enter_context(on_runner(make_runner))
+        self.addCleanup(stack.close)
+        base.setUp(self)
+
+    cls = type(name, (base,), {'setUp': setUp, '__module__': base.__module__})
+    for test, reason in skips.items():
+        assert hasattr(cls, test), test
+        setattr(cls, test, unittest.skip(reason)(getattr(base, test)))
+    return cls

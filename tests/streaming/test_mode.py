@@ -1,0 +1,166 @@
+"""Streaming mode on the debug engine: the result's life cycle, rejection
+before anything runs, and the checkpoint location's layout."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import window
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
+from beam_spark_inproc.execution.streaming.store import CheckpointOwnedError
+from tests.streaming import oracle
+
+SLOW: list = []
+
+
+def _pipeline(*flags: str, streaming: bool = True) -> beam.Pipeline:
+    options = PipelineOptions(list(flags))
+    options.view_as(StandardOptions).streaming = streaming
+    return beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
+
+
+def _slow(x):
+    time.sleep(0.05)
+    SLOW.append(x)
+    beam.metrics.Metrics.counter('stream', 'slow').inc()
+    return x
+
+
+def _counter(result) -> int:
+    counters = result.metrics().query(
+        beam.metrics.MetricsFilter().with_name('slow'))['counters']
+    return sum(c.committed for c in counters)
+
+
+def test_run_returns_at_once_wait_times_out_and_cancel_stops():
+    SLOW.clear()
+    stream = TestStream()
+    for i in range(400):
+        stream = stream.add_elements([i])
+    p = _pipeline()
+    _ = p | stream | beam.Map(_slow)
+    start = time.monotonic()
+    result = p.run()
+    assert time.monotonic() - start < 5
+    assert isinstance(result, StreamingPipelineResult)
+    assert result.wait_until_finish(duration=300) == 'RUNNING'
+    assert result.state == 'RUNNING'
+    time.sleep(0.2)
+    assert _counter(result) > 0  # metrics of committed micro-batches, while running
+    assert result.cancel() == 'CANCELLED'
+    assert result.wait_until_finish() == 'CANCELLED'
+    seen = len(SLOW)
+    assert 0 < seen < 400
+    time.sleep(0.3)
+    assert len(SLOW) == seen  # nothing runs after cancel
+    assert _counter(result) == seen
+
+
+class Boom(beam.DoFn):
+    def process(self, element):
+        if element == 3:
+            raise ValueError(f'bad element {element}')
+        yield element
+
+
+def test_user_failure_ends_the_stream_failed():
+    p = _pipeline()
+    _ = (p | TestStream().add_elements([1, 2]).add_elements([3])
+         | 'Explode' >> beam.ParDo(Boom()))
+    result = p.run()
+    with pytest.raises(ValueError, match='bad element 3') as info:
+        result.wait_until_finish()
+    assert "Explode" in str(info.value)  # Beam's [while running ...] note
+    assert result.state == 'FAILED'
+
+
+def _grouped(p):
+    return (p | beam.Create([('a', 1), ('b', 2), ('a', 13)])
+            | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1]))
+            | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey())
+
+
+def test_streaming_flag_runs_a_bounded_pipeline_as_a_stream():
+    expected = oracle.direct(_grouped)
+    assert expected
+    assert oracle.run(_grouped, InProcessSparkRunner(debug=True)) == expected
+
+
+def test_what_the_mode_cannot_run_is_rejected_naming_the_transforms():
+    p = _pipeline()
+    stream = p | TestStream().add_elements([('a', 1)])
+    side = p | 'Side' >> beam.Create([1])
+    _ = p | 'Second' >> TestStream().add_elements([2])
+    _ = stream | 'WithSide' >> beam.Map(
+        lambda x, s: x, beam.pvalue.AsList(side))
+    with pytest.raises(UnsupportedPipelineError) as info:
+        p.run()
+    message = str(info.value)
+    assert "'Second'" in message and 'several TestStreams' in message
+    assert "'WithSide'" in message and 'side input' in message
+    assert 'nothing was submitted to Spark' in message
+
+
+def _many_keys(p):
+    stream = (TestStream()
+              .add_elements([(f'k{i}', i) for i in range(300)])
+              .advance_watermark_to(5)
+              .add_elements([('k7', 7)])
+              .advance_watermark_to_infinity())
+    return (p | stream
+            | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] % 10))
+            | beam.WindowInto(window.FixedWindows(10))
+            | beam.GroupByKey())
+
+
+def test_state_is_written_for_touched_buckets_only(tmp_path):
+    location = str(tmp_path / 'checkpoint')
+    expected = oracle.direct(_many_keys)
+    assert oracle.run(_many_keys, InProcessSparkRunner(debug=True),
+                      f'--checkpoint_location={location}') == expected
+    commits = sorted(glob.glob(os.path.join(location, 'commits', '*.json')),
+                     key=lambda n: int(os.path.basename(n)[:-5]))
+    assert len(commits) >= 4  # one per micro-batch
+    records = [json.load(open(name)) for name in commits]
+    grouping = [i for i, s in enumerate(records[0]['stages'])
+                if s['buckets']][0]
+    first = records[0]['stages'][grouping]['buckets']
+    assert sum(b['keys'] for b in first.values()) == 300
+    # The micro-batch adding ('k7', 7) reads and rewrites k7's bucket only.
+    touched = [r for r in records if r['micro_batch'] > 0 and glob.glob(
+        os.path.join(location, 'state', f'stage-{grouping}',
+                     f"mb-{r['micro_batch']}", '*.parquet'))]
+    table = pq.read_table(glob.glob(os.path.join(
+        location, 'state', f'stage-{grouping}',
+        f"mb-{touched[0]['micro_batch']}", '*.parquet'))[0])
+    buckets = set(table.column('bucket').to_pylist())
+    assert len(buckets) == 1
+    assert any(b'k7' in key for key in table.column('key').to_pylist())
+    assert table.num_rows < 300 // 16  # 300 keys over 64 buckets
+    final = records[-1]['stages'][grouping]
+    assert final['output_watermark'] == MAX_TIMESTAMP.micros  # DONE at +inf
+    assert final['buckets'] == {}  # expired windows' state is dropped
+
+
+def test_a_checkpoint_location_of_another_pipeline_is_refused(tmp_path):
+    location = str(tmp_path / 'checkpoint')
+    oracle.run(_grouped, InProcessSparkRunner(debug=True),
+               f'--checkpoint_location={location}')
+    before = sorted(os.listdir(os.path.join(location, 'commits')))
+    p = _pipeline(f'--checkpoint_location={location}')
+    _ = p | beam.Create([1, 2]) | beam.Map(str)
+    with pytest.raises(CheckpointOwnedError, match='another pipeline'):
+        p.run()
+    assert sorted(os.listdir(os.path.join(location, 'commits'))) == before

@@ -1,0 +1,42 @@
+"""The streaming loop on Spark (the same micro-batches as on the debug engine,
+each one Spark jobs): a few pipelines against BundleBasedDirectRunner, and a
+user failure's error quality."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.test_stream import TestStream
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.errors import PipelineExecutionError
+from tests.streaming import oracle
+from tests.streaming import test_triggers
+from tests.streaming.test_mode import Boom
+
+
+@pytest.mark.parametrize('build', [
+    test_triggers.early_late_accumulating, test_triggers.two_groupings,
+    test_triggers.stateful_timers], ids=lambda b: b.__name__)
+def test_same_panes_as_direct_runner_on_spark(spark, build):
+    expected = oracle.direct(build)
+    assert expected
+    assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
+
+
+def test_user_failure_names_the_transform_and_spark_stays_usable(spark):
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
+    _ = (p | TestStream().add_elements([1, 2]).add_elements([3])
+         | 'Explode' >> beam.ParDo(Boom()))
+    result = p.run()
+    with pytest.raises(PipelineExecutionError) as info:
+        result.wait_until_finish()
+    message = str(info.value)
+    assert "Beam transform 'Explode' failed" in message
+    assert 'ValueError: bad element 3' in message
+    assert 'in process' in info.value.worker_traceback  # the user's frame
+    assert result.state == 'FAILED'
+    assert spark.range(3).count() == 3
