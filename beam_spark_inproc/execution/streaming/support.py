@@ -49,7 +49,7 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
     for stage in plan.stages:
         if stage.kind == getattr(p, 'NATIVE_STAGE', None):
             found.append(Problem(
-                stage.native_urn and ', '.join(stage.labels), stage.native_urn, '',
+                ', '.join(stage.labels), stage.native_urn, '',
                 'a runner-native (Spark) transform. ' + _LATER,
                 'Run it as a batch pipeline (bounded input, no --streaming).'))
         for side_input in stage.side_inputs:
