@@ -19,6 +19,10 @@ package and must not load the runner, planner and options with it
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import pathlib
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,3 +52,35 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _SourceTreeTransforms(importlib.abc.MetaPathFinder):
+    """Finds ``beam_spark_inproc.transforms`` in a source checkout.
+
+    Installed, the top-level ``transforms/`` folder *is* this package's
+    ``transforms`` subpackage (setup.cfg ``package_dir``). Run from a checkout
+    (``python -m pytest`` puts the checkout first on ``sys.path``), this package
+    has no such folder: the subpackage is then the ``transforms/`` beside it.
+    """
+
+    def __init__(self, folder: pathlib.Path):
+        self._folder = folder
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != __name__ + '.transforms':
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, self._folder / '__init__.py',
+            submodule_search_locations=[str(self._folder)])
+
+
+def _find_source_tree_transforms() -> None:
+    here = pathlib.Path(__file__).parent
+    beside = here.parent / 'transforms'
+    if (here / 'transforms').is_dir() or not (beside / '__init__.py').is_file():
+        return
+    if not any(isinstance(f, _SourceTreeTransforms) for f in sys.meta_path):
+        sys.meta_path.append(_SourceTreeTransforms(beside))
+
+
+_find_source_tree_transforms()

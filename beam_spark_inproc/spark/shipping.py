@@ -91,7 +91,7 @@ def driver_only_modules() -> dict[str, pathlib.Path]:
     Subpackages mapped to other folders (``package_dir``) keep their dotted
     names: they are walked after their parents and override them.
     """
-    try:  # installed from its own folder (package_dir); absent in a source tree
+    try:  # installed from its own folder (package_dir), or beside a source tree
         importlib.import_module(_RUNNER_PACKAGE + '.transforms')
     except ModuleNotFoundError as e:
         if e.name != _RUNNER_PACKAGE + '.transforms':
