@@ -1,0 +1,80 @@
+"""Runner selection and skip tables for Beam's own test modules.
+
+Each wrapper module names its ``ENGINE``; for every test of it this conftest
+points both ways a Beam test picks its runner at this runner, and puts them back
+afterwards (the rest of the test run keeps Beam's defaults):
+
+* ``TestPipeline()`` reads ``--test-pipeline-options`` (Beam's own test setup;
+  here ``TestPipeline.pytest_test_pipeline_options``);
+* a plain ``beam.Pipeline()`` takes ``StandardOptions.DEFAULT_RUNNER``.
+
+Tests that name a runner themselves (``TestPipeline(runner='DirectRunner')``)
+run on that runner, as they do in Beam. Skips come from ``skips``.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from tests.conformance.beam import skips
+
+RUNNERS = {
+    'debug': ('--runner=beam_spark_inproc.InProcessSparkRunner --inproc_debug',
+              'beam_spark_inproc.testing.runners.InProcessDebugRunner'),
+    'spark': ('--runner=beam_spark_inproc.InProcessSparkRunner',
+              'beam_spark_inproc.InProcessSparkRunner'),
+}
+
+
+# Beam's integration tests (GCP, expansion services, containers): Beam's unit
+# test runs skip them, they run in its post-commit suites against services.
+INTEGRATION_MARKERS = {
+    'it_postcommit', 'examples_postcommit', 'it_validatescontainer',
+    'uses_gcp_java_expansion_service', 'uses_java_expansion_service',
+    'uses_python_expansion_service', 'uses_io_java_expansion_service',
+    'xlang_sql_expansion_service', 'xlang_wrapper_generation',
+    'uses_testcontainer', 'uses_mock_api', 'uses_feast'}
+
+
+def pytest_configure(config):
+    """Registers the markers Beam's test modules use (pytest runs --strict-markers)."""
+    import apache_beam
+    root = pathlib.Path(apache_beam.__file__).parent
+    names = set()
+    for area in ('examples', 'transforms', 'dataframe'):
+        for path in (root / area).rglob('*_test.py'):
+            names.update(re.findall(r'pytest\.mark\.(\w+)', path.read_text()))
+    for name in sorted(names):
+        config.addinivalue_line('markers', f'{name}: marker of Beam\'s own tests')
+
+
+@pytest.fixture(autouse=True)
+def _beam_runner(request, monkeypatch):
+    engine = getattr(request.module, 'ENGINE', None)
+    if engine is None:
+        yield
+        return
+    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.testing.test_pipeline import TestPipeline
+    if engine == 'spark':
+        request.getfixturevalue('spark')  # the run's shared session
+    test_options, default_runner = RUNNERS[engine]
+    monkeypatch.setattr(TestPipeline, 'pytest_test_pipeline_options', test_options)
+    monkeypatch.setattr(StandardOptions, 'DEFAULT_RUNNER', default_runner)
+    yield
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        engine = getattr(item.module, 'ENGINE', None)
+        if engine is None:
+            continue
+        reason = skips.reason(item.nodeid.split('::', 1)[-1], engine)
+        marked = INTEGRATION_MARKERS.intersection(m.name for m in item.iter_markers())
+        if marked and not reason:
+            reason = (f'Beam integration test ({", ".join(sorted(marked))}): needs '
+                      'GCP or an expansion service; Beam skips it in unit runs')
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))

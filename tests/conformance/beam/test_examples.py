@@ -1,0 +1,10 @@
+"""Beam's examples tests on the debug engine (``conftest``: runner selection)."""
+from tests.conformance.beam import tier
+
+ENGINE = 'debug'
+MODULES = tier.load(
+    globals(),
+    'apache_beam.examples.complete', 'apache_beam.examples.cookbook',
+    'apache_beam.examples.wordcount_test',
+    'apache_beam.examples.wordcount_minimal_test',
+    'apache_beam.examples.wordcount_debugging_test')
