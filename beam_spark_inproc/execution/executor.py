@@ -38,6 +38,7 @@ from beam_spark_inproc.execution.engine import Engine
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution.progress import Progress
 from beam_spark_inproc.execution.side_inputs import state_entries
+from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
@@ -208,7 +209,8 @@ class Executor:
             data = self.engine.shuffle(data, shuffle)
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways, self.profile_dir,
-                         self.attempt_channel, self.runtime_options)
+                         self.attempt_channel, self.runtime_options,
+                         log_level=logs.driver_level())
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)

@@ -26,7 +26,11 @@ LOCAL_DEFAULTS = {
     # compiler (C2) spent 1.6-2 CPU-s of every pipeline compiling them while
     # the JVM's own work is moving rows. The quick compiler alone: P3g at 2M
     # 8.9 -> 6.9 s, P2 7.1 -> 5.1 s, P6 1.5 -> 1.2 s (docs/performance.md).
-    'spark.driver.extraJavaOptions': '-XX:TieredStopAtLevel=1',
+    # Quiet start-up: Spark's log4j defaults without its start-up notes
+    # (log4j2.properties next to this module).
+    'spark.driver.extraJavaOptions': '-XX:TieredStopAtLevel=1 '
+    '-Dlog4j2.configurationFile=' + os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), 'log4j2.properties'),
 }
 
 
@@ -84,6 +88,10 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     for key, value in settings.items():
         builder = builder.config(key, value)
     os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
+    if (master or 'local').startswith('local'):
+        # A local session talks to itself: bind to loopback rather than have
+        # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
+        os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
     return builder.getOrCreate(), True
 
 

@@ -6,3 +6,8 @@ to Beam's own ``BundleProcessor`` (cached per job and stage in each Python
 process), grouping sorted keyed rows on the way for a GroupByKey, and streams the
 bundle's outputs back as bounded Arrow batches while the bundle still runs.
 """
+from beam_spark_inproc.worker import logs as _logs
+
+# In a Spark Python worker, unpickling a stage's task imports Beam through this
+# package first: without Beam's import-time warning (``logs``).
+_logs.import_beam_quietly()

@@ -30,6 +30,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import attempts
+from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
 from beam_spark_inproc.worker import report
@@ -74,6 +75,8 @@ class StageTask:
     runtime_options: tuple = ()
     # A streaming micro-batch's watermarks and clock (``worker.streaming``).
     streaming: Optional[StreamingStep] = None
+    # (driver pid, level): workers log at the driver's level (``logs``).
+    log_level: tuple = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -189,6 +192,7 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     # As Beam's SDK harness does: value providers read inside DoFns (also in
     # their setup, while the processor is built) see the pipeline's options.
     RuntimeValueProvider.set_runtime_options(dict(task.runtime_options))
+    logs.apply(task.log_level)
     yield from _Bundles(task, processors.acquire(task)).outputs(batches)
 
 
