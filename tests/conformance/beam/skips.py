@@ -8,14 +8,57 @@ from __future__ import annotations
 
 STREAMING = 'TestStream / streaming pipeline: streaming is issue #13'
 
+_ONE_BUNDLE = ('asserts one bundle: counts the elements start_bundle/finish_bundle '
+               'emit, one per bundle; a runner with more than one bundle (any '
+               'partitioned runner) emits one per bundle')
+_ORDER = ('asserts an order Beam does not guarantee ({what}); FnApiRunner keeps '
+          'input order in one bundle, a partitioned runner does not')
+_PARTIAL_COMBINE = (
+    'the callable CombineFn (max over multiples of d) fails on a bundle holding '
+    'no multiple of d: holds only when one bundle sees every input')
+
 # (b) Cannot hold on any multi-process runner.
-MULTI_PROCESS: dict[str, str] = {}
+MULTI_PROCESS: dict[str, str] = {
+    'ptransform_test__PTransformTest::test_do_fn_with_finish': _ONE_BUNDLE,
+    'ptransform_test__PTransformTest::test_do_fn_with_start': _ONE_BUNDLE,
+    'ptransform_test__PTransformTest::test_combine_with_side_input_as_arg':
+        _PARTIAL_COMBINE,
+    'ptransform_test__PTransformTest::test_combine_per_key_with_side_input_as_arg':
+        _PARTIAL_COMBINE,
+    'combiners_test__CombineTest::test_combining_with_accumulation_mode_and_fanout':
+        _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+    'combiners_test__CombineTest::test_combining_with_session_windows_and_fanout':
+        _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+    'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout':
+        _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+    'ptransform_test__PTransformTest::test_group_by_key_allow_unsafe_triggers':
+        _ORDER.format(what='of the values GroupByKey outputs'),
+}
 
 # Runner gaps being fixed in issue #18 (the `batch` work): error and reason.
-RUNNER_GAPS: dict[str, str] = {}
+_RESHUFFLE_CODER = (
+    'runner gap, issue #18 item 2: a Reshuffle/stage boundary whose output coder '
+    'differs from its input coder forwards the bytes ("Error decoding input '
+    'stream with coder ...")')
+RUNNER_GAPS: dict[str, str] = {
+    'ptransform_test__PTransformTest::test_group_by_key_importable_special_types_0':
+        _RESHUFFLE_CODER,
+    **{f'io_test__IOTest::{name}': _RESHUFFLE_CODER for name in (
+        'test_empty_csv_read', 'test_read_fwf', 'test_read_write_csv',
+        'test_read_write_parquet',
+        *(f'test_read_write_{i}_{fmt}' for i, fmt in enumerate(
+            ['csv', 'csv', 'json', 'json', 'json', 'json', 'json', 'json'])))},
+}
 
 # Streaming tests (TestStream, unbounded sources): issue #13.
-STREAMING_TESTS: set[str] = set()
+STREAMING_TESTS: set[str] = {
+    'combiners_test__TimestampCombinerTest::test_combiner_earliest',
+    'combiners_test__TimestampCombinerTest::test_combiner_latest',
+    'snippets_test__SnippetsTest::test_model_composite_triggers',
+    'snippets_test__SnippetsTest::test_model_early_late_triggers',
+    'snippets_test__SnippetsTest::test_model_other_composite_triggers',
+    'snippets_test__SnippetsTest::test_model_setting_trigger',
+}
 
 # Only on Spark (the debug engine runs these).
 SPARK_ONLY: dict[str, str] = {}
