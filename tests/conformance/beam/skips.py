@@ -31,6 +31,12 @@ MULTI_PROCESS: dict[str, str] = {
         _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
     'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout':
         _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+    'ptransform_test__PTransformTest::'
+    'test_combine_runtime_type_check_violation_using_decorators': (
+        'expects the return-type check to fire first; with more than one bundle '
+        'the CombineFn (returning str) is first merged over its own str outputs '
+        'and fails in reduce(operator.mul) ("can\'t multiply sequence by '
+        'non-int"): holds only with one bundle'),
     'ptransform_test__PTransformTest::test_group_by_key_allow_unsafe_triggers':
         _ORDER.format(what='of the values GroupByKey outputs'),
 }
@@ -45,6 +51,7 @@ RUNNER_GAPS: dict[str, str] = {
         _RESHUFFLE_CODER,
     **{f'io_test__IOTest::{name}': _RESHUFFLE_CODER for name in (
         'test_empty_csv_read', 'test_read_fwf', 'test_read_write_csv',
+        'test_wide_csv_with_dtypes',
         'test_read_write_parquet',
         *(f'test_read_write_{i}_{fmt}' for i, fmt in enumerate(
             ['csv', 'csv', 'json', 'json', 'json', 'json', 'json', 'json'])))},
@@ -60,8 +67,17 @@ STREAMING_TESTS: set[str] = {
     'snippets_test__SnippetsTest::test_model_setting_trigger',
 }
 
-# Only on Spark (the debug engine runs these).
-SPARK_ONLY: dict[str, str] = {}
+_REREAD = (
+    'runner gap on Spark only (issue #18, not root-caused): ReadFromText of '
+    '"<file>*" then WriteToText("<file>.result") gives every line 3 times '
+    '([\'aa\', \'aa\', \'aa\', ...] != [\'aa\', \'bb\', \'cc\']); the output '
+    'files match the input glob, so a read stage Spark evaluates again after '
+    'the write is the likely cause; passes on the debug engine')
+# Known runner gaps seen on Spark only (the debug engine runs these).
+SPARK_ONLY: dict[str, str] = {
+    'snippets_test__SnippetsTest::test_pipeline_options_local': _REREAD,
+    'snippets_test__SnippetsTest::test_pipeline_options_remote': _REREAD,
+}
 
 
 def reason(test_id: str, engine: str) -> str:

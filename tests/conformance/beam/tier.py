@@ -2,7 +2,7 @@
 wrapper module of this tier.
 
 ``load(globals(), 'apache_beam.transforms.combiners_test', ...)`` puts each
-module's ``unittest.TestCase`` classes and ``test_*`` functions into the
+module's ``unittest.TestCase`` classes (what Beam's pytest setup collects) into the
 wrapper's namespace as ``<module>__<name>``, so pytest collects them there
 (node ids ``tests/conformance/beam/test_transforms.py::combiners_test__CombineTest::test_...``)
 and the wrapper's ``ENGINE`` picks the runner (``conftest``). A package name
@@ -55,6 +55,4 @@ def load(namespace: dict, *names: str) -> list[str]:
                 continue
             if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
                 namespace[f'{prefix}__{name}'] = obj
-            elif callable(obj) and name.startswith('test_'):
-                namespace[f'test_{prefix}__{name[5:]}'] = obj
     return modules
