@@ -77,6 +77,10 @@ _REREAD = (
 SPARK_ONLY: dict[str, str] = {
     'snippets_test__SnippetsTest::test_pipeline_options_local': _REREAD,
     'snippets_test__SnippetsTest::test_pipeline_options_remote': _REREAD,
+    'sideinputs_test__SideInputsTest::test_accessing_valueprovider_info_after_run': (
+        'runner gap on Spark only, issue #18 item 3: RuntimeValueProvider.get() '
+        'in a worker ("not called from a runtime context"); the debug engine '
+        'runs in the driver, where the runtime options are set'),
 }
 
 
