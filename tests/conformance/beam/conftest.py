@@ -72,6 +72,8 @@ def pytest_collection_modifyitems(config, items):
         if engine is None:
             continue
         reason = skips.reason(item.nodeid.split('::', 1)[-1], engine)
+        if not reason and skips.uses_test_stream(getattr(item, 'function', None)):
+            reason = skips.STREAMING
         marked = INTEGRATION_MARKERS.intersection(m.name for m in item.iter_markers())
         if marked and not reason:
             reason = (f'Beam integration test ({", ".join(sorted(marked))}): needs '

@@ -6,6 +6,8 @@ them with the counts.
 """
 from __future__ import annotations
 
+import inspect
+
 STREAMING = 'TestStream / streaming pipeline: streaming is issue #13'
 
 _ONE_BUNDLE = ('asserts one bundle: counts the elements start_bundle/finish_bundle '
@@ -57,7 +59,8 @@ RUNNER_GAPS: dict[str, str] = {
             ['csv', 'csv', 'json', 'json', 'json', 'json', 'json', 'json'])))},
 }
 
-# Streaming tests (TestStream, unbounded sources): issue #13.
+# Streaming tests: every test whose source builds a TestStream
+# (``uses_test_stream``), and these, which call a snippet that does.
 STREAMING_TESTS: set[str] = {
     'combiners_test__TimestampCombinerTest::test_combiner_earliest',
     'combiners_test__TimestampCombinerTest::test_combiner_latest',
@@ -82,6 +85,14 @@ SPARK_ONLY: dict[str, str] = {
         'in a worker ("not called from a runtime context"); the debug engine '
         'runs in the driver, where the runtime options are set'),
 }
+
+
+def uses_test_stream(function) -> bool:
+    """The test's own source builds a TestStream (streaming, issue #13)."""
+    try:
+        return 'TestStream' in inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
 
 
 def reason(test_id: str, engine: str) -> str:
