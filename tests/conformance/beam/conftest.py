@@ -31,7 +31,7 @@ RUNNERS = {
 # Beam's integration tests (GCP, expansion services, containers): Beam's unit
 # test runs skip them, they run in its post-commit suites against services.
 INTEGRATION_MARKERS = {
-    'it_postcommit', 'examples_postcommit', 'it_validatescontainer',
+    'it_postcommit', 'it_validatescontainer',
     'uses_gcp_java_expansion_service', 'uses_java_expansion_service',
     'uses_python_expansion_service', 'uses_io_java_expansion_service',
     'xlang_sql_expansion_service', 'xlang_wrapper_generation',
@@ -50,6 +50,11 @@ def pytest_configure(config):
         config.addinivalue_line('markers', f'{name}: marker of Beam\'s own tests')
 
 
+@pytest.fixture(scope='session')
+def _temp_location(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp('beam-temp'))
+
+
 @pytest.fixture(autouse=True)
 def _beam_runner(request, monkeypatch):
     engine = getattr(request.module, 'ENGINE', None)
@@ -61,6 +66,9 @@ def _beam_runner(request, monkeypatch):
     if engine == 'spark':
         request.getfixturevalue('spark')  # the run's shared session
     test_options, default_runner = RUNNERS[engine]
+    # Beam's example tests written as integration tests read temp_location from
+    # the test options; a local folder lets them run here.
+    test_options += ' --temp_location=' + request.getfixturevalue('_temp_location')
     monkeypatch.setattr(TestPipeline, 'pytest_test_pipeline_options', test_options)
     monkeypatch.setattr(StandardOptions, 'DEFAULT_RUNNER', default_runner)
     yield

@@ -19,6 +19,14 @@ _PARTIAL_COMBINE = (
     'the callable CombineFn (max over multiples of d) fails on a bundle holding '
     'no multiple of d: holds only when one bundle sees every input')
 
+# Integration tests Beam skips in unit runs (no --test-pipeline-options) that
+# need a service; those marked as such are skipped by marker (``conftest``).
+INTEGRATION: dict[str, str] = {
+    'filters_test__FiltersTest::test_filters_output_bigquery_matcher': (
+        'integration test: queries BigQuery (GCP extra not installed, '
+        '"Bigquery dependencies are not installed")'),
+}
+
 # (b) Cannot hold on any multi-process runner.
 MULTI_PROCESS: dict[str, str] = {
     'ptransform_test__PTransformTest::test_do_fn_with_finish': _ONE_BUNDLE,
@@ -96,7 +104,8 @@ def uses_test_stream(function) -> bool:
 
 
 def reason(test_id: str, engine: str) -> str:
-    tables = [(STREAMING_TESTS, STREAMING), (MULTI_PROCESS, None),
+    tables = [(STREAMING_TESTS, STREAMING), (INTEGRATION, None),
+              (MULTI_PROCESS, None),
               (RUNNER_GAPS, None)]
     if engine == 'spark':
         tables.append((SPARK_ONLY, None))
