@@ -41,6 +41,10 @@ MULTI_PROCESS: dict[str, str] = {
         _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
     'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout':
         _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+    'snippets_test__TypeHintsTest::test_deterministic_key': (
+        'the test defines class Player at run time into its module\'s globals '
+        '(`global Player`); a worker process imports the module without it '
+        '("Can\'t get attribute \'Player\'"): driver globals'),
     'ptransform_test__PTransformTest::'
     'test_combine_runtime_type_check_violation_using_decorators': (
         'expects the return-type check to fire first; with more than one bundle '
@@ -60,9 +64,12 @@ RUNNER_GAPS: dict[str, str] = {
     'ptransform_test__PTransformTest::test_group_by_key_importable_special_types_0':
         _RESHUFFLE_CODER,
     **{f'io_test__IOTest::{name}': _RESHUFFLE_CODER for name in (
-        'test_empty_csv_read', 'test_read_fwf', 'test_read_write_csv',
-        'test_wide_csv_with_dtypes',
-        'test_read_write_parquet',
+        'test_empty_csv_read', 'test_read_fwf', 'test_wide_csv_with_dtypes')},
+    **{f'io_test__IOTest::{name}': (
+        'runner gap, issue #18 (not root-caused): beam.dataframe.io write then '
+        'read fails with "AttributeError: \'dict\' object has no attribute '
+        '\'metadata\'" (passes on Beam\'s default runner)') for name in (
+        'test_read_write_csv', 'test_read_write_parquet',
         *(f'test_read_write_{i}_{fmt}' for i, fmt in enumerate(
             ['csv', 'csv', 'json', 'json', 'json', 'json', 'json', 'json'])))},
 }
@@ -84,8 +91,20 @@ _REREAD = (
     '([\'aa\', \'aa\', \'aa\', ...] != [\'aa\', \'bb\', \'cc\']); the output '
     'files match the input glob, so a read stage Spark evaluates again after '
     'the write is the likely cause; passes on the debug engine')
+_DOUBLED = (
+    'runner gap on Spark only, issue #18 (item 1 likely: bundles for empty '
+    'partitions / a stage from Impulse run once per partition): the output is '
+    'doubled, e.g. [\'abc: 4\', \'def: 2\'] != [\'abc: 2\', \'def: 1\']; passes on '
+    'the debug engine')
 # Known runner gaps seen on Spark only (the debug engine runs these).
 SPARK_ONLY: dict[str, str] = {
+    **{f'snippets_test__SnippetsTest::{name}': _DOUBLED for name in (
+        'test_construct_pipeline', 'test_examples_ptransforms_templated',
+        'test_examples_wordcount_0', 'test_examples_wordcount_1',
+        'test_examples_wordcount_2', 'test_examples_wordcount_3',
+        'test_examples_wordcount_debugging', 'test_model_pipelines',
+        'test_model_textio', 'test_model_textio_compressed',
+        'test_pipeline_options_command_line')},
     'snippets_test__SnippetsTest::test_pipeline_options_local': _REREAD,
     'snippets_test__SnippetsTest::test_pipeline_options_remote': _REREAD,
     'sideinputs_test__SideInputsTest::test_accessing_valueprovider_info_after_run': (
