@@ -61,6 +61,18 @@ _RESHUFFLE_CODER = (
     'differs from its input coder forwards the bytes ("Error decoding input '
     'stream with coder ...")')
 RUNNER_GAPS: dict[str, str] = {
+    **{f'util_test__ReshuffleTest::{name}': (
+        'runner gap, issue #18 item 2: Reshuffle does not keep the pane info / '
+        'window metadata Beam\'s expansion gives it') for name in (
+        'test_reshuffle_custom_window_preserves_metadata_0',
+        'test_reshuffle_custom_window_preserves_metadata_1',
+        'test_reshuffle_default_window_preserves_metadata_1',
+        'test_reshuffle_window_fn_preserved')},
+    **{f'util_test__BatchElementsTest::{name}': (
+        'fails here, not yet investigated (issue #18; BEAM_CONFORMANCE=full '
+        'only): batch sizes differ, likely the bundle layout') for name in (
+        'test_constant_batch', 'test_constant_batch_no_metrics',
+        'test_length_fn_without_stateful_is_ignored')},
     'ptransform_test__PTransformTest::test_group_by_key_importable_special_types_0':
         _RESHUFFLE_CODER,
     **{f'io_test__IOTest::{name}': _RESHUFFLE_CODER for name in (
@@ -77,6 +89,8 @@ RUNNER_GAPS: dict[str, str] = {
 # Streaming tests: every test whose source builds a TestStream
 # (``uses_test_stream``), and these, which call a snippet that does.
 STREAMING_TESTS: set[str] = {
+    'trigger_test__TestStreamTranscriptTest',  # transcripts drive a TestStream
+    'trigger_test__WeakTestStreamTranscriptTest',
     'combiners_test__TimestampCombinerTest::test_combiner_earliest',
     'combiners_test__TimestampCombinerTest::test_combiner_latest',
     'snippets_test__SnippetsTest::test_model_composite_triggers',
