@@ -43,7 +43,7 @@ from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
-from beam_spark_inproc.execution.executor import Executor
+from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import SUMMARY_TAG
@@ -70,7 +70,7 @@ class StreamingExecutor:
         self.after_micro_batch = after_micro_batch
         context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(plan.components))
-        self._reads = Executor(plan, engine, job_id)._reads
+        self._reads, _ = wire(plan)
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
