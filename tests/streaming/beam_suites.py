@@ -23,6 +23,18 @@ def on_runner(make_runner):
         yield
 
 
+def debug_runner():
+    from beam_spark_inproc import InProcessSparkRunner
+    return InProcessSparkRunner(debug=True)
+
+
+def spark_runner():
+    """On the test run's shared SparkSession."""
+    from beam_spark_inproc import InProcessSparkRunner
+    from tests.conftest import shared_session
+    return InProcessSparkRunner(spark=shared_session())
+
+
 def suite_on(base: type, make_runner, name: str, skips: dict[str, str]) -> type:
     """``base`` (a unittest.TestCase of Beam's) whose pipelines run on
     ``make_runner()``; tests in ``skips`` are skipped with their reason."""

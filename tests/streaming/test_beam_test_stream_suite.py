@@ -9,7 +9,8 @@ import os
 
 from apache_beam.testing import test_stream_test
 
-from beam_spark_inproc import InProcessSparkRunner
+from tests.streaming.beam_suites import debug_runner
+from tests.streaming.beam_suites import spark_runner
 from tests.streaming.beam_suites import suite_on
 
 _SIDE_INPUTS = ('streaming side inputs are not run yet (issue #13): the '
@@ -30,17 +31,13 @@ SKIPS: dict[str, str] = {
 }
 
 DebugTestStreamTest = suite_on(
-    test_stream_test.TestStreamTest, lambda: InProcessSparkRunner(debug=True),
+    test_stream_test.TestStreamTest, debug_runner,
     'DebugTestStreamTest', SKIPS)
 DebugTestStreamTest.__module__ = __name__
 
 if os.environ.get('BEAM_SPARK_INPROC_FULL_CONFORMANCE'):
     # The same suite on Spark: slow (every micro-batch is Spark jobs), so only
     # when asked for.
-    def _spark():
-        from tests.conftest import shared_session
-        return InProcessSparkRunner(spark=shared_session())
-
     SparkTestStreamTest = suite_on(
-        test_stream_test.TestStreamTest, _spark, 'SparkTestStreamTest', SKIPS)
+        test_stream_test.TestStreamTest, spark_runner, 'SparkTestStreamTest', SKIPS)
     SparkTestStreamTest.__module__ = __name__

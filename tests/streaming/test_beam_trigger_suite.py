@@ -10,16 +10,14 @@ import os
 
 from apache_beam.transforms import trigger_test
 
-from beam_spark_inproc import InProcessSparkRunner
+from tests.streaming.beam_suites import debug_runner
+from tests.streaming.beam_suites import spark_runner
 from tests.streaming.beam_suites import suite_on
 
 
-def _debug():
-    return InProcessSparkRunner(debug=True)
-
 
 DebugTriggerPipelineTest = suite_on(
-    trigger_test.TriggerPipelineTest, _debug, 'DebugTriggerPipelineTest', {})
+    trigger_test.TriggerPipelineTest, debug_runner, 'DebugTriggerPipelineTest', {})
 DebugTriggerPipelineTest.__module__ = __name__
 TRANSCRIPT_SKIPS = {
     # The second transcript of that name (OUTPUT_AT_EARLIEST_TRANSFORMED).
@@ -30,28 +28,24 @@ TRANSCRIPT_SKIPS = {
         'portable runner; Beam marks it broken on its DirectRunner too',
 }
 DebugTestStreamTranscriptTest = suite_on(
-    trigger_test.TestStreamTranscriptTest, _debug,
+    trigger_test.TestStreamTranscriptTest, debug_runner,
     'DebugTestStreamTranscriptTest', TRANSCRIPT_SKIPS)
 DebugTestStreamTranscriptTest.__module__ = __name__
 if os.environ.get('BEAM_SPARK_INPROC_FULL_CONFORMANCE'):
     # The same transcripts, checked order-agnostically: ~90 s more, so only
     # when asked for (the strict variant above already checks every pane).
     DebugWeakTestStreamTranscriptTest = suite_on(
-        trigger_test.WeakTestStreamTranscriptTest, _debug,
+        trigger_test.WeakTestStreamTranscriptTest, debug_runner,
         'DebugWeakTestStreamTranscriptTest', TRANSCRIPT_SKIPS)
     DebugWeakTestStreamTranscriptTest.__module__ = __name__
 
 if os.environ.get('BEAM_SPARK_INPROC_FULL_CONFORMANCE'):
     # The same suites on Spark: slow (every micro-batch is Spark jobs), so
     # only when asked for.
-    def _spark():
-        from tests.conftest import shared_session
-        return InProcessSparkRunner(spark=shared_session())
-
     SparkTriggerPipelineTest = suite_on(
-        trigger_test.TriggerPipelineTest, _spark, 'SparkTriggerPipelineTest', {})
+        trigger_test.TriggerPipelineTest, spark_runner, 'SparkTriggerPipelineTest', {})
     SparkTriggerPipelineTest.__module__ = __name__
     SparkTestStreamTranscriptTest = suite_on(
-        trigger_test.TestStreamTranscriptTest, _spark,
+        trigger_test.TestStreamTranscriptTest, spark_runner,
         'SparkTestStreamTranscriptTest', TRANSCRIPT_SKIPS)
     SparkTestStreamTranscriptTest.__module__ = __name__

@@ -21,6 +21,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pyspark.sql import types as st
 
 from beam_spark_inproc.transforms import types
+from tests.integration.spark_interop_pipelines import _plain
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2024, 2, 29, 12, 30, 15, 123456, tzinfo=UTC)
@@ -79,16 +80,6 @@ MATRIX = {
         [[{'t': T0}]], [[(Timestamp(micros=T0_MICROS),)]],
         lambda t: t.HasField('array_type'), 'array<struct<t:timestamp>>'),
 }
-
-
-def _plain(value):
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 @pytest.mark.parametrize('name', list(MATRIX))
