@@ -7,6 +7,7 @@ instead (debug engine or Spark), the rest of Beam's test unchanged.
 from __future__ import annotations
 
 import contextlib
+from typing import Iterable
 import unittest
 from unittest import mock
 
@@ -35,9 +36,13 @@ def spark_runner():
     return InProcessSparkRunner(spark=shared_session())
 
 
-def suite_on(base: type, make_runner, name: str, skips: dict[str, str]) -> type:
+def suite_on(base: type, make_runner, name: str, skips: dict[str, str],
+             only: Iterable[str] | None = None) -> type:
     """``base`` (a unittest.TestCase of Beam's) whose pipelines run on
-    ``make_runner()``; tests in ``skips`` are skipped with their reason."""
+    ``make_runner()``; tests in ``skips`` are skipped with their reason.
+
+    ``only``: run just these tests of ``base`` (its TestStream tests; the
+    others run in the batch conformance tier, ``tests/conformance/beam``)."""
 
     def setUp(self):
         stack = contextlib.ExitStack()
@@ -46,6 +51,11 @@ def suite_on(base: type, make_runner, name: str, skips: dict[str, str]) -> type:
         base.setUp(self)
 
     cls = type(name, (base,), {'setUp': setUp, '__module__': base.__module__})
+    if only is not None:
+        only = set(only)
+        for test in unittest.TestLoader().getTestCaseNames(base):
+            if test not in only:
+                setattr(cls, test, None)  # not collected: not callable
     for test, reason in skips.items():
         assert hasattr(cls, test), test
         setattr(cls, test, unittest.skip(reason)(getattr(base, test)))

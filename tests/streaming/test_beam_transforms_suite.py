@@ -1,0 +1,76 @@
+"""The TestStream-driven tests of Beam's transform suites on this runner
+(debug engine): ``userstate_test`` (stateful DoFns), ``util_test``
+(GroupIntoBatches, BatchElements, Reshuffle), ``deduplicate_test``,
+``combiners_test``, ``sideinputs_test`` and the streaming snippets.
+
+Only the tests that build a TestStream run here; the rest of each class runs in
+the batch conformance tier (``tests/conformance/beam``), which skips these with
+a pointer to this module. Beam runs them on its BundleBasedDirectRunner (the
+oracle); here the same tests, unchanged, run on the micro-batch loop.
+"""
+from __future__ import annotations
+
+import os
+
+from apache_beam.examples.snippets import snippets_test
+from apache_beam.transforms import combiners_test
+from apache_beam.transforms import deduplicate_test
+from apache_beam.transforms import sideinputs_test
+from apache_beam.transforms import userstate_test
+from apache_beam.transforms import util_test
+
+from tests.streaming.beam_suites import debug_runner
+from tests.streaming.beam_suites import spark_runner
+from tests.streaming.beam_suites import suite_on
+
+# (Beam's class, the tests of it that run here, skips with their reasons)
+SUITES: dict[str, tuple[type, tuple[str, ...], dict[str, str]]] = {
+    'StatefulDoFn': (userstate_test.StatefulDoFnOnDirectRunnerTest, (
+        'test_simple_stateful_dofn', 'test_clearing_bag_state',
+        'test_two_timers_one_function',
+        'test_simple_read_modify_write_stateful_dofn',
+        'test_clearing_read_modify_write_state', 'test_simple_set_stateful_dofn',
+        'test_clearing_set_state',
+        'test_stateful_set_state_compaction_race_portably',
+        'test_generate_sequence_with_realtime_timer',
+        'test_simple_stateful_dofn_combining', 'test_timer_output_timestamp',
+        'test_timer_output_timestamp_and_window', 'test_timer_default_tag',
+        'test_dynamic_timer_simple_dofn', 'test_dynamic_timer_clear_timer',
+        'test_dynamic_timer_multiple', 'test_dynamic_timer_and_simple_timer',
+        'test_index_assignment', 'test_hash_join'), {}),
+    'BatchElements': (util_test.BatchElementsTest, (
+        'test_stateful_buffering_timer_in_fixed_window_streaming',
+        'test_stateful_buffering_timer_in_global_window_streaming'), {}),
+    'GroupIntoBatches': (util_test.GroupIntoBatchesTest, (
+        'test_buffering_timer_in_fixed_window_streaming',
+        'test_buffering_timer_in_global_window_streaming'), {}),
+    'Reshuffle': (util_test.ReshuffleTest, (
+        'test_reshuffle_custom_window_preserves_metadata_0',
+        'test_reshuffle_custom_window_preserves_metadata_1'), {}),
+    'Deduplicate': (deduplicate_test.DeduplicateTest, (
+        'test_deduplication_in_different_windows',
+        'test_deduplication_with_event_time',
+        'test_deduplication_with_processing_time'), {}),
+    'Combine': (combiners_test.CombineTest, (
+        'test_combining_with_accumulation_mode_and_fanout',), {}),
+    'TimestampCombiner': (combiners_test.TimestampCombinerTest, (
+        'test_combiner_earliest', 'test_combiner_latest'), {}),
+    'SideInputs': (sideinputs_test.SideInputsTest, (
+        'test_multi_triggered_gbk_side_input',), {}),
+    'Snippets': (snippets_test.SnippetsTest, (
+        'test_model_composite_triggers', 'test_model_early_late_triggers',
+        'test_model_other_composite_triggers', 'test_model_setting_trigger'),
+        {}),
+}
+
+for _name, (_base, _only, _skips) in SUITES.items():
+    _cls = suite_on(_base, debug_runner, f'Debug{_name}Test', _skips, _only)
+    _cls.__module__ = __name__
+    globals()[_cls.__name__] = _cls
+    if os.environ.get('BEAM_SPARK_INPROC_FULL_CONFORMANCE'):
+        # The same tests on Spark: slow (every micro-batch is Spark jobs), so
+        # only when asked for.
+        _cls = suite_on(_base, spark_runner, f'Spark{_name}Test', _skips, _only)
+        _cls.__module__ = __name__
+        globals()[_cls.__name__] = _cls
+del _cls, _base, _only, _skips, _name
