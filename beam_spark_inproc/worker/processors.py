@@ -40,7 +40,7 @@ _STATE_CACHE_BYTES = 0
 
 @dataclasses.dataclass
 class Entry:
-    key: tuple[str, str]
+    key: tuple  # (job id, stage name[, side-input version])
     processor: bundle_processor.BundleProcessor
     factory: ChannelFactory
     state_handler: Any
@@ -93,21 +93,29 @@ def _build(task) -> Entry:
             coder = context.coders[port.key_coder_id]
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
-    return Entry((task.job_id, stage.name), processor, factory, state_handler,
+    return Entry(_key(task), processor, factory, state_handler,
                  groupings, outputs, grouped_values, routing, timer_queue,
                  tuple(contexts))
 
 
+def _key(task) -> tuple:
+    version = getattr(task, 'side_input_version', 0)
+    return (task.job_id, task.stage.name) + ((version,) if version else ())
+
+
 def acquire(task) -> Entry:
     global _job
-    key = (task.job_id, task.stage.name)
+    key = _key(task)
     with _lock:
         if _job != task.job_id:
             stale = [e for entries in _idle.values() for e in entries]
             _idle.clear()
             _job = task.job_id
         else:
-            stale = []
+            # Processors of the stage holding older side-input versions
+            # (streaming) are not used again.
+            stale = [e for k in [k for k in _idle if k[:2] == key[:2]
+                                 and k != key] for e in _idle.pop(k)]
         entries = _idle.get(key)
         entry = entries.pop() if entries else None
     for old in stale:

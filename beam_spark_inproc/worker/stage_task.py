@@ -75,6 +75,9 @@ class StageTask:
     runtime_options: tuple = ()
     # A streaming micro-batch's watermarks and clock (``worker.streaming``).
     streaming: Optional[StreamingStep] = None
+    # Streaming: the version of ``side_input_state`` (it grows between
+    # micro-batches); a cached BundleProcessor serves one version only.
+    side_input_version: int = 0
     # (driver pid, level): workers log at the driver's level (``logs``).
     log_level: tuple = ()
 

@@ -13,13 +13,7 @@ from tests.streaming.beam_suites import debug_runner
 from tests.streaming.beam_suites import spark_runner
 from tests.streaming.beam_suites import suite_on
 
-_SIDE_INPUTS = ('streaming side inputs are not run yet (issue #13): the '
-                'pipeline is rejected before it runs')
 SKIPS: dict[str, str] = {
-    'test_basic_execution_batch_sideinputs': _SIDE_INPUTS,
-    'test_basic_execution_batch_sideinputs_fixed_windows': _SIDE_INPUTS,
-    'test_basic_execution_sideinputs': _SIDE_INPUTS,
-    'test_basic_execution_sideinputs_fixed_windows': _SIDE_INPUTS,
     'test_basic_execution_with_service':
         'a TestStream reading its events from a TestStream service is not '
         'run yet (issue #13): rejected before it runs',

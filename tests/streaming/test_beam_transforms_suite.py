@@ -1,5 +1,5 @@
 """The TestStream-driven tests of Beam's transform suites on this runner
-(debug engine): ``userstate_test`` (stateful DoFns), ``util_test``
+(debug engine): ``userstate_test``, ``ptransform_test`` (stateful DoFns), ``util_test``
 (GroupIntoBatches, BatchElements, Reshuffle), ``deduplicate_test``,
 ``combiners_test``, ``sideinputs_test`` and the streaming snippets.
 
@@ -15,6 +15,7 @@ import os
 from apache_beam.examples.snippets import snippets_test
 from apache_beam.transforms import combiners_test
 from apache_beam.transforms import deduplicate_test
+from apache_beam.transforms import ptransform_test
 from apache_beam.transforms import sideinputs_test
 from apache_beam.transforms import userstate_test
 from apache_beam.transforms import util_test
@@ -57,6 +58,8 @@ SUITES: dict[str, tuple[type, tuple[str, ...], dict[str, str]]] = {
         'test_combiner_earliest', 'test_combiner_latest'), {}),
     'SideInputs': (sideinputs_test.SideInputsTest, (
         'test_multi_triggered_gbk_side_input',), {}),
+    'PTransform': (ptransform_test.PTransformTest, (
+        'test_group_by_key_unbounded_global_default_trigger',), {}),
     'Snippets': (snippets_test.SnippetsTest, (
         'test_model_composite_triggers', 'test_model_early_late_triggers',
         'test_model_other_composite_triggers', 'test_model_setting_trigger'),

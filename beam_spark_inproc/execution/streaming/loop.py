@@ -39,6 +39,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.planning import plan as p
@@ -68,9 +69,12 @@ class StreamingExecutor:
         self.cancelled = cancelled
         self.on_reports = on_reports
         self.after_micro_batch = after_micro_batch
-        context = pipeline_context.PipelineContext(
-            beam_runner_api_pb2.Components.FromString(plan.components))
+        components = beam_runner_api_pb2.Components.FromString(plan.components)
+        context = pipeline_context.PipelineContext(components)
         self._reads, _ = wire(plan)
+        # Stages reading side inputs: their main input waits until ready.
+        self.gates = {i: SideInputGate(stage, components, context)
+                      for i, stage in enumerate(plan.stages) if stage.side_inputs}
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
@@ -101,6 +105,9 @@ class StreamingExecutor:
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 continue  # the impulse is fed in the first micro-batch
             for writer, tag in self._reads[(index, port.buffer_id)]:
+                wm = min(wm, self._writer_wm(writer, tag))
+        for side_input in stage.side_inputs:
+            for writer, tag in self._reads[(index, side_input.buffer_id)]:
                 wm = min(wm, self._writer_wm(writer, tag))
         return wm
 
@@ -146,6 +153,8 @@ class StreamingExecutor:
             parts, buckets = self._inputs(index, stage, produced, touched)
             next_wm = self._next_input_wm(index, stage)
             result = None
+            if index in self.gates:
+                parts = self._gate(index, stage, parts, produced, touched)
             if stage.grouped or stage.stateful:
                 result = self._keyed(index, stage, parts, buckets, next_wm,
                                        touched, reports)
@@ -160,7 +169,8 @@ class StreamingExecutor:
                             self.engine.select(shuffled, 0, tag, tag == 0)
                             for tag in range(len(stage.outputs))])
                 else:
-                    result = self.engine.map_stage(data, self._task(stage))
+                    result = self.engine.map_stage(data, self._task(
+                        stage, gate=self.gates.get(index)))
                 result = self.ops.persist(result)
                 rows, outputs = self.ops.collect(result)
                 reports.extend(d for t, _, d in rows if t == CONTROL_TAG)
@@ -171,6 +181,8 @@ class StreamingExecutor:
                 moved = True
             holds = min((s.hold for s in self.summaries[index].values()),
                         default=MAX_TIMESTAMP)
+            if index in self.gates:
+                holds = min(holds, self.gates[index].hold)
             new_out = min(next_wm, holds)
             if (next_wm, new_out) != (self.input_wm[index], self.output_wm[index]):
                 moved = True
@@ -185,8 +197,34 @@ class StreamingExecutor:
         self.micro_batch += 1
         return moved
 
-    def _task(self, stage: p.StagePlan, step: StreamingStep | None = None):
-        return StageTask(self.job_id, stage, (), streaming=step)
+    def _task(self, stage: p.StagePlan, step: StreamingStep | None = None,
+              gate: SideInputGate | None = None):
+        if gate is None:
+            return StageTask(self.job_id, stage, (), streaming=step)
+        return StageTask(
+            self.job_id, stage,
+            tuple(self.engine.side_input(s) for s in gate.state()),
+            streaming=step, side_input_version=gate.version)
+
+    def _gate(self, index: int, stage: p.StagePlan, parts: list,
+              produced: dict, touched: dict) -> list:
+        """The main-input rows of a stage with side inputs that are ready now
+        (``side_inputs``): the new ones join those pushed back before."""
+        gate = self.gates[index]
+        for i, side_input in enumerate(stage.side_inputs):
+            for writer, tag in self._reads[(index, side_input.buffer_id)]:
+                if (writer, tag) in touched:
+                    gate.add_side(i, self.engine.collect(self.engine.select(
+                        produced[writer], tag, 0, False))[0])
+        for part in parts:
+            for port in range(len(stage.inputs)):
+                gate.add_main(port, self.engine.collect(
+                    self.engine.select(part, port, port, False))[0])
+        watermarks = [min((self._writer_wm(w, t) for w, t in
+                           self._reads[(index, si.buffer_id)]),
+                          default=MAX_TIMESTAMP) for si in stage.side_inputs]
+        rows = gate.release(watermarks)
+        return [self.ops.rows(rows)] if rows else []
 
     def _inputs(self, index: int, stage: p.StagePlan, produced: dict,
                 touched: dict) -> tuple[list, set[int]]:

@@ -52,11 +52,13 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
                 ', '.join(stage.labels), stage.native_urn, '',
                 'a runner-native (Spark) transform. ' + _LATER,
                 'Run it as a batch pipeline (bounded input, no --streaming).'))
-        for side_input in stage.side_inputs:
+        for side_input in stage.side_inputs if stage.input_mode != p.PLAIN else ():
             found.append(Problem(
                 side_input.transform_id, urn(side_input.transform_id), '',
-                f'side input {side_input.tag!r}. ' + _LATER,
-                'Run it as a batch pipeline (bounded input, no --streaming).'))
+                f'side input {side_input.tag!r} of a stateful DoFn or of a '
+                'GroupByKey\'s consumer. ' + _LATER,
+                'Read the side input in a stateless ParDo before or after it, '
+                'or run it as a batch pipeline.'))
         if stage.split_input:
             found.append(Problem(
                 ', '.join(stage.labels), '', '',

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import inspect
 
-STREAMING = 'TestStream / streaming pipeline: streaming is issue #13'
+STREAMING = ('TestStream / streaming pipeline: runs in the streaming tier '
+             'instead, not twice (tests/streaming/test_beam_*_suite.py: debug '
+             'engine in CI, Spark with BEAM_SPARK_INPROC_FULL_CONFORMANCE=1; '
+             'issue #13)')
 
 _ONE_BUNDLE = ('asserts one bundle: counts the elements start_bundle/finish_bundle '
                'emit, one per bundle; a runner with more than one bundle (any '

@@ -1,0 +1,125 @@
+"""Side inputs in a stream: main-input elements wait until their side inputs are ready.
+
+A stage that reads side inputs gets a ``SideInputGate`` (Beam's pushback, as
+``PushbackSideInputDoFnRunner`` in Java and the BundleBasedDirectRunner's
+blocked tasks in Python):
+
+* every micro-batch, what the side inputs' producers wrote is collected to the
+  driver and added to what they wrote before: a side input's value for a window
+  is every element it has received in that window (the DirectRunner's
+  ``_SideInputView``);
+* the main-input elements of the micro-batch join those pushed back earlier; an
+  element in window W is **ready** when, for every side input, the side input's
+  window for W (the ParDo's ``window_mapping_fn``) is ready: the side input's
+  watermark reached that window's end (``block_until = window.end``, as the
+  DirectRunner), or, for the global window (whose end only the end of the
+  stream reaches), a pane a trigger fired is in it;
+* ready elements go to the stage, with the side inputs served as Beam state
+  (``execution.side_inputs.state_entries``, as batch); the others wait, and the
+  earliest of their timestamps holds the stage's output watermark.
+
+Windows that end wait for the watermark even when an early pane fired: Beam's
+``sideinputs_test.test_multi_triggered_gbk_side_input`` expects the element to
+see the early and the on-time pane. The pushed-back elements and side-input
+values are kept in the driver, not yet in the checkpoint (restart is issue #14).
+Side inputs of stateful or grouped stages in a stream are rejected (``support``).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.internal import pickler
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.transforms import sideinputs
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import PaneInfoTiming
+
+from beam_spark_inproc.execution.side_inputs import state_entries
+from beam_spark_inproc.planning import plan as p
+
+
+def decode_all(impl, chunks: Iterable[bytes]) -> Iterator:
+    for chunk in chunks:
+        stream = create_InputStream(chunk)
+        while stream.size() > 0:
+            yield impl.decode_from_stream(stream, True)
+
+
+class _Side:
+    """One side input's elements so far, and its windows with a fired pane."""
+
+    def __init__(self, side_input: p.SideInput, components, context):
+        self.side_input = side_input
+        self.coder = context.coders[side_input.coder_id]
+        self._impl = self.coder.get_impl()
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(
+            components.transforms[side_input.transform_id].spec.payload)
+        spec = payload.side_inputs[side_input.tag].window_mapping_fn
+        self.window_mapping = (pickler.loads(spec.payload) if spec.payload
+                               else sideinputs._global_window_mapping_fn)
+        self.chunks: list[bytes] = []
+        self.fired: set = set()
+
+    def add(self, chunks: list[bytes]) -> None:
+        self.chunks.extend(chunks)
+        for wv in decode_all(self._impl, chunks):
+            if wv.pane_info.timing != PaneInfoTiming.UNKNOWN:
+                self.fired.update(wv.windows)
+
+    def ready(self, window, watermark: Timestamp) -> bool:
+        side_window = self.window_mapping(window)
+        if watermark >= MAX_TIMESTAMP or watermark >= side_window.end:
+            return True
+        return isinstance(side_window, GlobalWindow) and side_window in self.fired
+
+
+class SideInputGate:
+    """Pushback of one stage's main input until its side inputs are ready."""
+
+    def __init__(self, stage: p.StagePlan, components, context):
+        self.stage = stage
+        self.sides = [_Side(si, components, context) for si in stage.side_inputs]
+        self._main = [context.coders[port.coder_id].get_impl()
+                      for port in stage.inputs]
+        self.pending: list[tuple[int, Any]] = []  # (input port, windowed value)
+        self.version = 0  # bumped when a side input's value changes
+
+    @property
+    def hold(self) -> Timestamp:
+        """The earliest timestamp of a pushed-back element."""
+        return min((wv.timestamp for _, wv in self.pending), default=MAX_TIMESTAMP)
+
+    def add_side(self, side: int, chunks: list[bytes]) -> None:
+        if chunks:
+            self.sides[side].add(chunks)
+            self.version += 1
+
+    def add_main(self, port: int, chunks: list[bytes]) -> None:
+        self.pending.extend((port, wv) for wv in decode_all(self._main[port], chunks))
+
+    def release(self, watermarks: list[Timestamp]) -> list[tuple[int, None, bytes]]:
+        """Rows (port, None, encoded elements) of the elements now ready."""
+        waiting, ready = [], {}
+        for port, wv in self.pending:
+            if all(side.ready(window, wm) for window in wv.windows
+                   for side, wm in zip(self.sides, watermarks)):
+                ready.setdefault(port, []).append(wv)
+            else:
+                waiting.append((port, wv))
+        self.pending = waiting
+        rows = []
+        for port, values in sorted(ready.items()):
+            out = create_OutputStream()
+            for wv in values:
+                self._main[port].encode_to_stream(wv, out, True)
+            rows.append((port, None, out.get()))
+        return rows
+
+    def state(self) -> list[tuple]:
+        """Each side input's state entries (as batch serves them)."""
+        return [tuple(state_entries(side.side_input, side.coder, side.chunks))
+                for side in self.sides]

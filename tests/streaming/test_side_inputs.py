@@ -1,0 +1,123 @@
+"""Side inputs in a stream (debug engine): main-input elements wait until the
+side input is ready for their window, compared with Beam's
+BundleBasedDirectRunner on the same TestStream, or with Beam's model by hand
+where the two differ on purpose (a fired pane in the global window)."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import trigger
+from apache_beam.transforms import window
+
+from beam_spark_inproc import InProcessSparkRunner
+from tests.streaming import oracle
+
+
+def _tagged(p):
+    """Main elements arrive before the side input of their window is complete."""
+    stream = p | TestStream(output_tags={'main', 'side'}) \
+        .advance_watermark_to(0, tag='side') \
+        .add_elements([window.TimestampedValue('a', 3)], tag='main') \
+        .add_elements([window.TimestampedValue(('x', 1), 1)], tag='side') \
+        .add_elements([window.TimestampedValue('b', 12)], tag='main') \
+        .add_elements([window.TimestampedValue(('y', 2), 4),
+                       window.TimestampedValue(('x', 5), 6)], tag='side') \
+        .advance_watermark_to(10, tag='side') \
+        .add_elements([window.TimestampedValue(('z', 9), 15)], tag='side') \
+        .advance_watermark_to(30, tag='main') \
+        .advance_watermark_to_infinity(tag='side') \
+        .advance_watermark_to_infinity(tag='main')
+    main = stream['main'] | 'MainWindow' >> beam.WindowInto(
+        window.FixedWindows(10))
+    side = stream['side'] | 'SideWindow' >> beam.WindowInto(
+        window.FixedWindows(10))
+    return main, side
+
+
+def _views(p):
+    main, side = _tagged(p)
+    values = side | 'Values' >> beam.Map(lambda kv: kv[1])
+    return main | beam.Map(
+        lambda x, as_dict, as_list, as_iter, multimap: (
+            x, sorted(as_dict.items()), sorted(as_list), sorted(as_iter),
+            [sorted(multimap[k]) for k in 'xyz']),
+        beam.pvalue.AsDict(side | 'Last' >> beam.CombinePerKey(max)),
+        beam.pvalue.AsList(values), beam.pvalue.AsIter(values),
+        beam.pvalue.AsMultiMap(side))
+
+
+def test_windowed_side_inputs_every_access_pattern():
+    expected = oracle.direct(_views)
+    assert [r[0][0] for r in expected] == ['a', 'b']
+    assert oracle.run(_views, InProcessSparkRunner(debug=True)) == expected
+
+
+def _singleton_and_hold(p):
+    """A pushed-back element holds the stage's output watermark: the window
+    it joins downstream is not closed before it is released. The side input's
+    window ([0, 20)) ends after the main input's ([0, 10)): the stage's input
+    watermark (15) passes the main window's end while 'a' waits."""
+    stream = p | TestStream(output_tags={'main', 'side'}) \
+        .add_elements([window.TimestampedValue('a', 3)], tag='main') \
+        .advance_watermark_to(15, tag='side') \
+        .advance_watermark_to(30, tag='main') \
+        .add_elements([window.TimestampedValue(1, 16)], tag='side') \
+        .advance_watermark_to_infinity(tag='side') \
+        .advance_watermark_to_infinity(tag='main')
+    main = stream['main'] | 'MainWindow' >> beam.WindowInto(
+        window.FixedWindows(10))
+    total = (stream['side']
+             | 'SideWindow' >> beam.WindowInto(window.FixedWindows(20))
+             | 'Sum' >> beam.CombineGlobally(sum).without_defaults())
+    return (main
+            | beam.Map(lambda x, s: ('k', (x, s)), beam.pvalue.AsSingleton(total))
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: sorted(vs)))
+
+
+def test_pushed_back_elements_hold_the_watermark():
+    expected = oracle.direct(_singleton_and_hold)
+    assert [r[0] for r in expected] == [[('a', 1)]]
+    assert oracle.run(_singleton_and_hold,
+                      InProcessSparkRunner(debug=True)) == expected
+
+
+def _bounded_global(p):
+    stream = p | TestStream().advance_watermark_to(5).add_elements(
+        [window.TimestampedValue(2, 7)]).advance_watermark_to_infinity()
+    factor = p | beam.Create([10])
+    return stream | beam.Map(lambda x, f: x * f, beam.pvalue.AsSingleton(factor))
+
+
+def test_bounded_global_side_input():
+    expected = oracle.direct(_bounded_global)
+    assert [r[0] for r in expected] == [20]
+    assert oracle.run(_bounded_global, InProcessSparkRunner(debug=True)) == expected
+
+
+def _fired_global(p):
+    stream = p | TestStream(output_tags={'main', 'side'}) \
+        .add_elements(['x'], tag='side') \
+        .add_elements(['a'], tag='main') \
+        .add_elements(['y'], tag='side') \
+        .add_elements(['b'], tag='main') \
+        .advance_watermark_to_infinity(tag='side') \
+        .advance_watermark_to_infinity(tag='main')
+    panes = (stream['side']
+             | beam.WindowInto(window.GlobalWindows(),
+                               trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                               accumulation_mode=trigger.AccumulationMode.DISCARDING)
+             | beam.Map(lambda v: ('k', v)) | beam.GroupByKey()
+             | beam.MapTuple(lambda k, vs: ''.join(sorted(vs))))
+    return stream['main'] | beam.Map(lambda x, s: (x, sorted(s)),
+                                     beam.pvalue.AsList(panes))
+
+
+def test_a_fired_pane_makes_the_global_window_ready():
+    """By hand from Beam's model (a pane fired: the side input is ready for the
+    global window, PushbackSideInputDoFnRunner); the DirectRunner waits for the
+    end of the stream instead, so every element there sees both panes."""
+    records = oracle.run(_fired_global, InProcessSparkRunner(debug=True))
+    assert sorted(r[0] for r in records) == [('a', ('x',)), ('b', ('x', 'y'))]
+    direct = oracle.direct(_fired_global)
+    assert sorted(r[0] for r in direct) == [('a', ('x', 'y')), ('b', ('x', 'y'))]
