@@ -50,6 +50,9 @@ class Entry:
     routing_state: Optional[RoutingStateHandler] = None
     timer_queue: Optional[TimerQueue] = None
     user_state_contexts: tuple = ()
+    # Streaming stateful stages: when each window's user state expires
+    # (``worker.state_expiry``), built on first use.
+    state_expiry: Any = None
 
 
 _lock = threading.Lock()

@@ -11,9 +11,12 @@ micro-batch that touched it: its user state (the entries of the key's
    to the stage's input watermark after this micro-batch
    (``StreamingStep.next_input_watermark``), processing-time timers up to the
    micro-batch's processing time;
-4. user state is committed and written back with the timers still pending, and
-   the key's summary (the earliest output timestamp of its pending timers: the
-   hold; its earliest event- and processing-time timers) joins its bucket's.
+4. user state is committed; the state of windows that expired (their end
+   plus allowed lateness passed by the input watermark, ``state_expiry``) is
+   dropped; the rest is written back with the timers still pending, and the
+   key's summary (the earliest output timestamp of its pending timers: the
+   hold; its earliest event- and processing-time timers, the earliest expiry
+   of its state counting as an event-time timer) joins its bucket's.
 
 Unlike batch, the input is never complete before +inf: timers not yet due wait
 for a later micro-batch.
@@ -37,6 +40,7 @@ from beam_spark_inproc.worker.rows import STATE_TAG
 from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.rows import TAG
 from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.worker.state_expiry import StateExpiry
 from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
 
@@ -80,6 +84,9 @@ def streaming_keyed_input_elements(task, entry, batches,
     routing = entry.routing_state
     queue = entry.timer_queue
     summaries: dict[int, Summary] = {}
+    if entry.state_expiry is None:
+        entry.state_expiry = StateExpiry(entry.processor.process_bundle_descriptor)
+    expiry = entry.state_expiry
 
     def rows():
         for columns in column_slices(batches, KEY, TAG, DATA):
@@ -118,11 +125,13 @@ def streaming_keyed_input_elements(task, entry, batches,
         state = {k: v for k, v in servicer._state.items() if v}
         if step.next_input_watermark >= MAX_TIMESTAMP:
             continue  # the end of time: nothing is kept
+        ordered = dict(servicer._ordered_list_keys)
+        expiry.drop(state, ordered, step.next_input_watermark)
         if not state and not pending:
             continue
-        forward(STATE_TAG, key, cloudpickle.dumps(
-            (state, dict(servicer._ordered_list_keys), pending)))
-        summaries.setdefault(bucket_of(key), Summary()).add(
-            _summary(queue) if queue is not None else Summary(keys=1))
+        forward(STATE_TAG, key, cloudpickle.dumps((state, ordered, pending)))
+        summary = _summary(queue) if queue is not None else Summary(keys=1)
+        summary.event_timer = min(summary.event_timer, expiry.earliest(state))
+        summaries.setdefault(bucket_of(key), Summary()).add(summary)
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

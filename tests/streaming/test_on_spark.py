@@ -12,13 +12,16 @@ from apache_beam.testing.test_stream import TestStream
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.errors import PipelineExecutionError
 from tests.streaming import oracle
+from tests.streaming import test_side_inputs
 from tests.streaming import test_triggers
 from tests.streaming.test_mode import Boom
 
 
 @pytest.mark.parametrize('build', [
     test_triggers.early_late_accumulating, test_triggers.two_groupings,
-    test_triggers.stateful_timers], ids=lambda b: b.__name__)
+    test_triggers.stateful_timers,
+    # side inputs shipped to Spark's workers, new values in later micro-batches
+    test_side_inputs._views], ids=lambda b: b.__name__)
 def test_same_panes_as_direct_runner_on_spark(spark, build):
     expected = oracle.direct(build)
     assert expected

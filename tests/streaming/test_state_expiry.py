@@ -1,0 +1,69 @@
+"""A stateful DoFn's state is dropped once its window expired (debug engine):
+the window's end plus the allowed lateness passed by the stage's input
+watermark. The checkpoint's commit records show the state held per micro-batch;
+the outputs are compared with BundleBasedDirectRunner."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import apache_beam as beam
+from apache_beam.coders import VarIntCoder
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import userstate
+from apache_beam.transforms import window
+from apache_beam.utils.timestamp import Duration
+
+from beam_spark_inproc import InProcessSparkRunner
+from tests.streaming import oracle
+
+
+class _Seen(beam.DoFn):
+    """Emits how many elements its key saw in the window so far."""
+    SEEN = userstate.BagStateSpec('seen', VarIntCoder())
+
+    def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
+        seen.add(kv[1])
+        yield kv[0], len(list(seen.read()))
+
+
+def _expiring(p):
+    stream = (TestStream()
+              .add_elements([window.TimestampedValue((f'k{i}', i), i)
+                             for i in range(3)])
+              .advance_watermark_to(12)  # [0, 10) + 5 of lateness: still live
+              .add_elements([window.TimestampedValue(('k0', 9), 9)])
+              .advance_watermark_to(15)  # expired: the state is dropped
+              .add_elements([window.TimestampedValue(('k1', 21), 21)])
+              .advance_watermark_to(40)
+              .advance_watermark_to_infinity())
+    return (p | stream
+            | beam.WindowInto(window.FixedWindows(10),
+                              allowed_lateness=Duration(seconds=5))
+            | beam.ParDo(_Seen()))
+
+
+def _held_keys(location: str) -> list[int]:
+    """Keys of state held by the stateful stage after each micro-batch."""
+    commits = sorted(glob.glob(os.path.join(location, 'commits', '*.json')),
+                     key=lambda n: int(os.path.basename(n)[:-5]))
+    records = [json.load(open(name)) for name in commits]
+    stateful = [i for i, s in enumerate(records[0]['stages']) if s['buckets']]
+    assert len(stateful) == 1
+    return [sum(b['keys'] for b in r['stages'][stateful[0]]['buckets'].values())
+            for r in records]
+
+
+def test_state_of_an_expired_window_is_dropped(tmp_path):
+    location = str(tmp_path / 'checkpoint')
+    expected = oracle.direct(_expiring)
+    assert sorted(r[0] for r in expected) == [
+        ('k0', 1), ('k0', 2), ('k1', 1), ('k1', 1), ('k2', 1)]
+    assert oracle.run(_expiring, InProcessSparkRunner(debug=True),
+                      f'--checkpoint_location={location}') == expected
+    held = _held_keys(location)
+    # elements: 3 keys; watermark 12: kept; k0 late but within lateness;
+    # watermark 15: [0, 10) expired, nothing held; k1 in [20, 30): 1 key;
+    # watermark 40: expired; +inf: nothing.
+    assert held[:7] == [3, 3, 3, 0, 1, 0, 0], held
