@@ -25,6 +25,10 @@ RESIDUAL_TAG = -2
 # the key's bytes) and a summary of the state a task wrote, per state bucket.
 STATE_TAG = -3
 SUMMARY_TAG = -4
+# Streaming: a splittable DoFn's self-checkpoint residual for the driver's
+# schedule (``worker.sdf.scheduled``); it re-enters the stage as a
+# ``RESIDUAL_TAG`` row once its resume delay has passed.
+SCHEDULED_TAG = -5
 
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).

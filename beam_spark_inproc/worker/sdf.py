@@ -11,9 +11,16 @@ them in one Spark task attempt, so a retry re-runs them all.
 here; the rest becomes ``ways`` equal residuals that leave (with any input
 elements the split cut off) as ``RESIDUAL_TAG`` rows, and the executor runs them
 as the stage's next round, spread over all partitions.
+
+*Streaming*: self-checkpoint residuals leave the task as ``SCHEDULED_TAG`` rows
+(``scheduled``) for the driver's schedule (``execution.streaming.residuals``):
+they re-enter the same stage in the micro-batch where their delay has passed,
+and their watermark estimator's state holds the stage's output watermark
+until then.
 """
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from typing import Iterator, Optional
@@ -34,6 +41,21 @@ def wait_for(residuals: list) -> None:
               for r in residuals if r.HasField('requested_time_delay')]
     if delays:
         time.sleep(min(max(min(delays), 0.0), MAX_RESUME_DELAY_SECONDS))
+
+
+def scheduled(entry, residual) -> bytes:
+    """A self-checkpoint residual for the streaming loop's schedule:
+    (input transform id, element, resume delay in seconds, the watermark its
+    estimator reported in micros or None), pickled."""
+    app = residual.application
+    descriptor = entry.processor.process_bundle_descriptor
+    delay = (residual.requested_time_delay.ToTimedelta().total_seconds()
+             if residual.HasField('requested_time_delay') else 0.0)
+    marks = [w.seconds * 1_000_000 + w.nanos // 1000
+             for w in app.output_watermarks.values()]
+    return pickle.dumps((
+        input_transform(descriptor, app.transform_id, app.input_id),
+        app.element, max(delay, 0.0), min(marks) if marks else None))
 
 
 def residual_inputs(entry, residuals: list) -> Iterator:

@@ -39,6 +39,7 @@ from beam_spark_inproc.worker.channel import InProcessDataChannel
 from beam_spark_inproc.worker.keyed import keyed_input_elements
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+from beam_spark_inproc.worker.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.rows import BatchBuilder
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
@@ -291,6 +292,12 @@ class _Bundles:
                     else _STREAMING_INPUTS)[task.stage.input_mode]
             residuals = self.one_bundle(
                 read(task, entry, batches, self.builder.add))
+            if task.streaming is not None:
+                # The stream's driver schedules them (``sdf.scheduled``).
+                for residual in residuals:
+                    self.builder.add(SCHEDULED_TAG, None,
+                                     sdf.scheduled(entry, residual))
+                residuals = []
             while residuals:
                 entry.processor.reset()
                 sdf.wait_for(residuals)

@@ -111,13 +111,11 @@ def test_what_the_mode_cannot_run_is_rejected_naming_the_transforms():
     p = _pipeline()
     stream = p | TestStream().add_elements([('a', 1)])
     side = p | 'Side' >> beam.Create([1])
-    _ = p | 'Second' >> TestStream().add_elements([2])
     _ = stream | 'WithSide' >> beam.ParDo(
         _StatefulWithSide(), beam.pvalue.AsList(side))
     with pytest.raises(UnsupportedPipelineError) as info:
         p.run()
     message = str(info.value)
-    assert "'Second'" in message and 'several TestStreams' in message
     assert "'WithSide'" in message and 'side input' in message
     assert 'nothing was submitted to Spark' in message
 

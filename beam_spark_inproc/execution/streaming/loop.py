@@ -39,6 +39,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
@@ -47,6 +48,7 @@ from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 from beam_spark_inproc.worker.streaming import StreamingStep
@@ -83,15 +85,17 @@ class StreamingExecutor:
         self.output_wm = [MIN_TIMESTAMP] * n
         self.summaries: list[dict[int, Summary]] = [{} for _ in range(n)]
         self.versions: list[dict[int, str]] = [{} for _ in range(n)]
+        self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.micro_batch = 0
         self._impulse_done = False
         self._wall_start = time.time()
 
     # -- time -------------------------------------------------------------
     def now(self) -> float:
-        """Processing time: TestStream's virtual clock, else the wall clock."""
+        """Processing time: TestStream's virtual clock (the latest of them if
+        there are several), else the wall clock."""
         if self.sources:
-            return next(iter(self.sources.values())).clock
+            return max(s.clock for s in self.sources.values())
         return time.time()
 
     def _writer_wm(self, stage: int, tag: int) -> Timestamp:
@@ -117,7 +121,11 @@ class StreamingExecutor:
             source_rows = {i: s.step() for i, s in self.sources.items()
                            if not s.exhausted}
             moved = self._run_micro_batch(source_rows)
-            done = all(s.exhausted for s in self.sources.values())
+            exhausted = all(s.exhausted for s in self.sources.values())
+            if exhausted and not moved and self.residuals.pending:
+                self._wait_for_residuals()
+                continue
+            done = exhausted and not self.residuals.pending
             if done and all(wm >= MAX_TIMESTAMP for wm in self.output_wm):
                 return
             if done and not moved:
@@ -128,8 +136,20 @@ class StreamingExecutor:
                      if wm < MAX_TIMESTAMP])
                 return
 
+    def _wait_for_residuals(self) -> None:
+        """Nothing moves but splittable DoFns' residuals wait for their resume
+        delay: let the clock reach the earliest (TestStream's clock jumps)."""
+        due = self.residuals.next_due()
+        if self.sources:
+            for source in self.sources.values():
+                source.clock = max(source.clock, due)
+            return
+        while not self.cancelled.is_set() and time.time() < due:
+            self.cancelled.wait(min(due - time.time(), 0.1))
+
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
         """Runs one micro-batch; returns whether anything ran or moved."""
+        now = self.now()
         produced: dict[int, Any] = {}
         # (stage, output tag) -> state buckets of the rows it produced in this
         # micro-batch (-1: rows without a key); absent: no rows.
@@ -152,6 +172,9 @@ class StreamingExecutor:
                 continue
             parts, buckets = self._inputs(index, stage, produced, touched)
             next_wm = self._next_input_wm(index, stage)
+            due = self.residuals.due(index, now) if stage.split_input else []
+            if due:
+                parts.append(self.ops.rows(due))
             result = None
             if index in self.gates:
                 parts = self._gate(index, stage, parts, produced, touched)
@@ -169,11 +192,19 @@ class StreamingExecutor:
                             self.engine.select(shuffled, 0, tag, tag == 0)
                             for tag in range(len(stage.outputs))])
                 else:
+                    step = StreamingStep(
+                        input_watermark=self.input_wm[index],
+                        next_input_watermark=next_wm,
+                        output_watermark=self.output_wm[index],
+                        processing_time=now) if stage.split_input else None
                     result = self.engine.map_stage(data, self._task(
-                        stage, gate=self.gates.get(index)))
+                        stage, step, self.gates.get(index)))
                 result = self.ops.persist(result)
                 rows, outputs = self.ops.collect(result)
                 reports.extend(d for t, _, d in rows if t == CONTROL_TAG)
+                self.residuals.add(index, [d for t, _, d in rows
+                                           if t == SCHEDULED_TAG],
+                                   now, self.output_wm[index])
                 touched.update(((index, t), b) for t, b in outputs.items())
             if result is not None:
                 produced[index] = result
@@ -183,6 +214,7 @@ class StreamingExecutor:
                         default=MAX_TIMESTAMP)
             if index in self.gates:
                 holds = min(holds, self.gates[index].hold)
+            holds = min(holds, self.residuals.hold(index))
             new_out = min(next_wm, holds)
             if (next_wm, new_out) != (self.input_wm[index], self.output_wm[index]):
                 moved = True
@@ -301,6 +333,7 @@ class StreamingExecutor:
                                      'processing_timer': s.processing_timer}
                             for b, s in sorted(self.summaries[i].items())},
             } for i, stage in enumerate(self.plan.stages)],
+            'residuals': self.residuals.counts(),
             'sources': {str(i): {'position': s.position, 'clock': s.clock,
                                  'watermarks': {t: w.micros for t, w in
                                                 s.watermarks.items()}}

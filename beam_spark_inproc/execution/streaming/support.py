@@ -13,15 +13,13 @@ _LATER = 'Streaming mode does not run this yet (issue #13).'
 
 
 def is_streaming(proto: beam_runner_api_pb2.Pipeline, streaming_flag: bool) -> bool:
-    """``--streaming``, or a TestStream in the pipeline.
-
-    Other unbounded PCollections (an unbounded splittable DoFn, PeriodicImpulse)
-    keep running as batch, as before streaming mode existed (they work when
-    they terminate), until the loop runs splittable DoFns (issue #13).
-    """
+    """``--streaming``, a TestStream, or an unbounded PCollection (an unbounded
+    splittable DoFn's output, PeriodicImpulse's) in the pipeline."""
     return streaming_flag or any(
         t.spec.urn == common_urns.primitives.TEST_STREAM.urn
-        for t in proto.components.transforms.values())
+        for t in proto.components.transforms.values()) or any(
+        pc.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
+        for pc in proto.components.pcollections.values())
 
 
 def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
@@ -33,11 +31,6 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
         return t.spec.urn if t is not None else ''
 
     test_streams = [s for s in plan.stages if s.kind == p.TEST_STREAM_STAGE]
-    for stage in test_streams if len(test_streams) > 1 else ():
-        found.append(Problem(
-            stage.labels[0], common_urns.primitives.TEST_STREAM.urn, '',
-            'a pipeline with several TestStreams. ' + _LATER,
-            'Use one TestStream with tagged outputs.'))
     for stage in test_streams:
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
         if payload.endpoint.url:
@@ -59,11 +52,6 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
                 'GroupByKey\'s consumer. ' + _LATER,
                 'Read the side input in a stateless ParDo before or after it, '
                 'or run it as a batch pipeline.'))
-        if stage.split_input:
-            found.append(Problem(
-                ', '.join(stage.labels), '', '',
-                'a splittable DoFn (e.g. a file or unbounded read). ' + _LATER,
-                'Use a TestStream or beam.Create as the source.'))
     return found
 
 

@@ -1,0 +1,82 @@
+"""Splittable DoFns in a stream: self-checkpoint residuals wait in the driver.
+
+A splittable stage's task in a micro-batch runs its bundle once; the residuals
+of ``defer_remainder(delay)`` (an unbounded restriction, PeriodicImpulse's
+``ImpulseSeqGenDoFn``, a poll that found nothing new) leave the task as
+``SCHEDULED_TAG`` rows (``worker.sdf.scheduled``): the restriction's input
+transform, its encoded element-and-restriction, the resume delay and the
+watermark its estimator reported. ``ResidualSchedule`` keeps them per stage:
+
+* a residual is **due** once the processing time (the wall clock, or
+  TestStream's clock) reached the time it was scheduled plus its delay; due
+  residuals re-enter the **same stage** in the next micro-batch as
+  ``RESIDUAL_TAG`` rows (key: the input transform), as Beam's "feed residuals
+  back to the stage" approach (seed 004);
+* until then, each pending residual's watermark **holds** the stage's output
+  watermark (none reported: the watermark the stage had when it was
+  scheduled, so it does not advance past unfinished work);
+* the stream is not done while residuals are pending; when nothing else moves
+  the loop waits for the earliest due time (``next_due``).
+
+A bounded splittable read (a file read) inside a stream simply leaves no
+residual. Runner-initiated splits (``try_split``) are not used in a stream.
+Pending residuals are kept in the driver; the commit record counts them
+(restoring them on restart belongs to the restart work, issue #14).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+
+
+@dataclasses.dataclass
+class Residual:
+    due: float  # processing time, seconds
+    input_transform: str
+    element: bytes
+    watermark: Timestamp
+
+
+class ResidualSchedule:
+    def __init__(self):
+        self._pending: dict[int, list[Residual]] = {}
+
+    def add(self, stage: int, payloads: list[bytes], now: float,
+            current_watermark: Timestamp) -> None:
+        for payload in payloads:
+            transform, element, delay, micros = pickle.loads(payload)
+            watermark = (current_watermark if micros is None
+                         else Timestamp(micros=micros))
+            self._pending.setdefault(stage, []).append(
+                Residual(now + delay, transform, element, watermark))
+
+    def due(self, stage: int, now: float) -> list[tuple[int, bytes, bytes]]:
+        """Pops the stage's due residuals as ``RESIDUAL_TAG`` rows."""
+        pending = self._pending.get(stage, [])
+        ready = [r for r in pending if r.due <= now]
+        if ready:
+            self._pending[stage] = [r for r in pending if r.due > now]
+        return [(RESIDUAL_TAG, r.input_transform.encode(), r.element)
+                for r in ready]
+
+    def hold(self, stage: int) -> Timestamp:
+        return min((r.watermark for r in self._pending.get(stage, [])),
+                   default=MAX_TIMESTAMP)
+
+    @property
+    def pending(self) -> bool:
+        return any(self._pending.values())
+
+    def next_due(self) -> float:
+        return min((r.due for rs in self._pending.values() for r in rs),
+                   default=float('inf'))
+
+    def counts(self) -> dict[str, int]:
+        """For the commit record: pending residuals per stage."""
+        return {str(stage): len(rs) for stage, rs in sorted(self._pending.items())
+                if rs}
