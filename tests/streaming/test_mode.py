@@ -12,9 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
-from apache_beam.coders import VarIntCoder
 from apache_beam.testing.test_stream import TestStream
-from apache_beam.transforms import userstate
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 
@@ -100,19 +98,12 @@ def test_streaming_flag_runs_a_bounded_pipeline_as_a_stream():
     assert oracle.run(_grouped, InProcessSparkRunner(debug=True)) == expected
 
 
-class _StatefulWithSide(beam.DoFn):
-    COUNT = userstate.ReadModifyWriteStateSpec('count', VarIntCoder())
-
-    def process(self, kv, side, count=beam.DoFn.StateParam(COUNT)):
-        yield kv
-
-
 def test_what_the_mode_cannot_run_is_rejected_naming_the_transforms():
     p = _pipeline()
     stream = p | TestStream().add_elements([('a', 1)])
     side = p | 'Side' >> beam.Create([1])
-    _ = stream | 'WithSide' >> beam.ParDo(
-        _StatefulWithSide(), beam.pvalue.AsList(side))
+    _ = (stream | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey()
+         | 'WithSide' >> beam.Map(lambda kv, s: kv, beam.pvalue.AsList(side)))
     with pytest.raises(UnsupportedPipelineError) as info:
         p.run()
     message = str(info.value)

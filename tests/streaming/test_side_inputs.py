@@ -5,8 +5,10 @@ where the two differ on purpose (a fired pane in the global window)."""
 from __future__ import annotations
 
 import apache_beam as beam
+from apache_beam.coders import VarIntCoder
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger
+from apache_beam.transforms import userstate
 from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -80,6 +82,30 @@ def test_pushed_back_elements_hold_the_watermark():
     assert [r[0] for r in expected] == [[('a', 1)]]
     assert oracle.run(_singleton_and_hold,
                       InProcessSparkRunner(debug=True)) == expected
+
+
+class _CountWithSide(beam.DoFn):
+    """A stateful DoFn reading a side input: a running count per key, plus
+    the side input's value for the element's window."""
+    COUNT = userstate.ReadModifyWriteStateSpec('count', VarIntCoder())
+
+    def process(self, kv, side, count=beam.DoFn.StateParam(COUNT)):
+        seen = (count.read() or 0) + 1
+        count.write(seen)
+        yield kv[0], seen, sorted(side)
+
+
+def _stateful(p):
+    main, side = _tagged(p)
+    return (main | beam.Map(lambda x: ('k', x))
+            | beam.ParDo(_CountWithSide(),
+                         beam.pvalue.AsList(side | beam.Map(lambda kv: kv[1]))))
+
+
+def test_stateful_dofn_with_a_side_input():
+    expected = oracle.direct(_stateful)
+    assert [r[0] for r in expected] == [('k', 1, [1, 2, 5]), ('k', 1, [9])]
+    assert oracle.run(_stateful, InProcessSparkRunner(debug=True)) == expected
 
 
 def _bounded_global(p):

@@ -75,7 +75,8 @@ class StreamingExecutor:
         context = pipeline_context.PipelineContext(components)
         self._reads, _ = wire(plan)
         # Stages reading side inputs: their main input waits until ready.
-        self.gates = {i: SideInputGate(stage, components, context)
+        self.gates = {i: SideInputGate(stage, components, context,
+                                       self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
@@ -89,6 +90,16 @@ class StreamingExecutor:
         self.micro_batch = 0
         self._impulse_done = False
         self._wall_start = time.time()
+
+    def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
+        """Input port -> its producers' key coder, for keyed input ports."""
+        found = {}
+        for port_index, port in enumerate(stage.inputs):
+            for writer, tag in self._reads.get((index, port.buffer_id), ()):
+                out = self.plan.stages[writer].outputs[tag]
+                if port.keyed and out.key_coder_id:
+                    found[port_index] = out.key_coder_id
+        return found
 
     # -- time -------------------------------------------------------------
     def now(self) -> float:
@@ -177,7 +188,8 @@ class StreamingExecutor:
                 parts.append(self.ops.rows(due))
             result = None
             if index in self.gates:
-                parts = self._gate(index, stage, parts, produced, touched)
+                parts, buckets = self._gate(index, stage, parts, produced,
+                                            touched)
             if stage.grouped or stage.stateful:
                 result = self._keyed(index, stage, parts, buckets, next_wm,
                                        touched, reports)
@@ -239,7 +251,7 @@ class StreamingExecutor:
             streaming=step, side_input_version=gate.version)
 
     def _gate(self, index: int, stage: p.StagePlan, parts: list,
-              produced: dict, touched: dict) -> list:
+              produced: dict, touched: dict) -> tuple[list, set[int]]:
         """The main-input rows of a stage with side inputs that are ready now
         (``side_inputs``): the new ones join those pushed back before."""
         gate = self.gates[index]
@@ -256,7 +268,8 @@ class StreamingExecutor:
                            self._reads[(index, si.buffer_id)]),
                           default=MAX_TIMESTAMP) for si in stage.side_inputs]
         rows = gate.release(watermarks)
-        return [self.ops.rows(rows)] if rows else []
+        buckets = {bucket_of(key) for _, key, _ in rows if key is not None}
+        return ([self.ops.rows(rows)] if rows else []), buckets
 
     def _inputs(self, index: int, stage: p.StagePlan, produced: dict,
                 touched: dict) -> tuple[list, set[int]]:
@@ -299,7 +312,8 @@ class StreamingExecutor:
             input_watermark=self.input_wm[index], next_input_watermark=next_wm,
             output_watermark=self.output_wm[index], processing_time=now)
         result = self.ops.persist(self.engine.map_stage(
-            self.engine.shuffle(data, e.KEYED), self._task(stage, step)))
+            self.engine.shuffle(data, e.KEYED),
+            self._task(stage, step, self.gates.get(index))))
         new: dict[int, Summary] = {}
         rows, outputs = self.ops.collect(result)
         touched.update(((index, t), b) for t, b in outputs.items())

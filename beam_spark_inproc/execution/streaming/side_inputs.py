@@ -22,7 +22,10 @@ Windows that end wait for the watermark even when an early pane fired: Beam's
 ``sideinputs_test.test_multi_triggered_gbk_side_input`` expects the element to
 see the early and the on-time pane. The pushed-back elements and side-input
 values are kept in the driver, not yet in the checkpoint (restart is issue #14).
-Side inputs of stateful or grouped stages in a stream are rejected (``support``).
+A stateful DoFn's main input (rows keyed for the state shuffle) is pushed back
+the same way: released elements get their key again (the producer's key
+coder). Side inputs of a stage reading a GroupByKey are rejected in a stream
+(``support``): there the panes, not the GroupByKey's input, would have to wait.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker.channel import key_extractor
 
 
 def decode_all(impl, chunks: Iterable[bytes]) -> Iterator:
@@ -80,11 +84,18 @@ class _Side:
 class SideInputGate:
     """Pushback of one stage's main input until its side inputs are ready."""
 
-    def __init__(self, stage: p.StagePlan, components, context):
+    def __init__(self, stage: p.StagePlan, components, context,
+                 key_coder_ids: dict[int, str] | None = None):
+        """``key_coder_ids``: input port -> the safe windowed KV coder its
+        producer keys rows with (a stateful stage's keyed input)."""
         self.stage = stage
         self.sides = [_Side(si, components, context) for si in stage.side_inputs]
         self._main = [context.coders[port.coder_id].get_impl()
                       for port in stage.inputs]
+        self._key_of = {}
+        for port, coder_id in (key_coder_ids or {}).items():
+            coder = context.coders[coder_id]
+            self._key_of[port] = key_extractor(coder, coder.key_coder())
         self.pending: list[tuple[int, Any]] = []  # (input port, windowed value)
         self.version = 0  # bumped when a side input's value changes
 
@@ -113,6 +124,12 @@ class SideInputGate:
         self.pending = waiting
         rows = []
         for port, values in sorted(ready.items()):
+            key_of = self._key_of.get(port)
+            if key_of is not None:  # one keyed row per element
+                for wv in values:
+                    data = self._main[port].encode_nested(wv)
+                    rows.append((port, key_of(data), data))
+                continue
             out = create_OutputStream()
             for wv in values:
                 self._main[port].encode_to_stream(wv, out, True)

@@ -45,13 +45,14 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
                 ', '.join(stage.labels), stage.native_urn, '',
                 'a runner-native (Spark) transform. ' + _LATER,
                 'Run it as a batch pipeline (bounded input, no --streaming).'))
-        for side_input in stage.side_inputs if stage.input_mode != p.PLAIN else ():
+        for side_input in stage.side_inputs if stage.grouped else ():
             found.append(Problem(
                 side_input.transform_id, urn(side_input.transform_id), '',
-                f'side input {side_input.tag!r} of a stateful DoFn or of a '
-                'GroupByKey\'s consumer. ' + _LATER,
-                'Read the side input in a stateless ParDo before or after it, '
-                'or run it as a batch pipeline.'))
+                f'side input {side_input.tag!r} in the stage that reads a '
+                'GroupByKey\'s panes. ' + _LATER,
+                'Read the side input in a ParDo of its own after the '
+                'GroupByKey (e.g. behind a Reshuffle), or run it as a batch '
+                'pipeline.'))
     return found
 
 
