@@ -66,14 +66,27 @@ SUITES: dict[str, tuple[type, tuple[str, ...], dict[str, str]]] = {
         {}),
 }
 
+# Beam skips these itself ('TestStream not yet supported'); they run here
+# unskipped (Beam's own skip decorator removed): they pass on this runner and
+# on BundleBasedDirectRunner alike. (Beam's
+# ``test_deduplication_with_processing_time`` stays skipped: it fails on
+# BundleBasedDirectRunner too, missing ('k1', 70).)
+UNSKIP = {('Deduplicate', 'test_deduplication_with_event_time')}
+
+
+def _suite(name: str, base: type, only, skips, make_runner, prefix: str) -> None:
+    cls = suite_on(base, make_runner, f'{prefix}{name}Test', skips, only)
+    cls.__module__ = __name__
+    for suite, test in UNSKIP:
+        if suite == name:
+            setattr(cls, test, getattr(base, test).__wrapped__)
+    globals()[cls.__name__] = cls
+
+
 for _name, (_base, _only, _skips) in SUITES.items():
-    _cls = suite_on(_base, debug_runner, f'Debug{_name}Test', _skips, _only)
-    _cls.__module__ = __name__
-    globals()[_cls.__name__] = _cls
+    _suite(_name, _base, _only, _skips, debug_runner, 'Debug')
     if os.environ.get('BEAM_SPARK_INPROC_FULL_CONFORMANCE'):
         # The same tests on Spark: slow (every micro-batch is Spark jobs), so
         # only when asked for.
-        _cls = suite_on(_base, spark_runner, f'Spark{_name}Test', _skips, _only)
-        _cls.__module__ = __name__
-        globals()[_cls.__name__] = _cls
-del _cls, _base, _only, _skips, _name
+        _suite(_name, _base, _only, _skips, spark_runner, 'Spark')
+del _base, _only, _skips, _name
