@@ -183,13 +183,13 @@ class StreamingExecutor:
                 continue
             parts, buckets = self._inputs(index, stage, produced, touched)
             next_wm = self._next_input_wm(index, stage)
-            due = self.residuals.due(index, now) if stage.split_input else []
-            if due:
-                parts.append(self.ops.rows(due))
             result = None
             if index in self.gates:
                 parts, buckets = self._gate(index, stage, parts, produced,
                                             touched)
+            due = self.residuals.due(index, now) if stage.split_input else []
+            if due:
+                parts.append(self.ops.rows(due))
             if stage.grouped or stage.stateful:
                 result = self._keyed(index, stage, parts, buckets, next_wm,
                                        touched, reports)
