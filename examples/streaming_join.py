@@ -1,7 +1,7 @@
 """The incremental join of persons and auctions as a stream (Nexmark-style).
 
     python examples/streaming_join.py                           # on Spark local
-    python examples/streaming_join.py --num_persons 20 --num_auctions 80 --inproc_debug
+    python examples/streaming_join.py --num_persons 20 --num_auctions 80
 
 The same data as ``stateful_join.py`` (its generators), replayed as a stream
 by a ``TestStream`` with two tagged outputs: each minute of event time, the
