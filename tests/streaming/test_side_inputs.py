@@ -108,6 +108,33 @@ def test_stateful_dofn_with_a_side_input():
     assert oracle.run(_stateful, InProcessSparkRunner(debug=True)) == expected
 
 
+def _slowly_updating(p):
+    """The slowly-updating side input pattern: an AsSingleton refreshed by a
+    trigger in the global window."""
+    stream = p | TestStream(output_tags={'main', 'side'}) \
+        .add_elements([1, 2], tag='side') \
+        .add_elements(['a'], tag='main') \
+        .add_elements([10], tag='side') \
+        .add_elements(['b'], tag='main') \
+        .advance_watermark_to_infinity(tag='side') \
+        .advance_watermark_to_infinity(tag='main')
+    latest = (stream['side']
+              | beam.WindowInto(window.GlobalWindows(),
+                                trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                                accumulation_mode=trigger.AccumulationMode.DISCARDING)
+              | beam.CombineGlobally(sum).without_defaults())
+    return stream['main'] | beam.Map(lambda x, s: (x, s),
+                                     beam.pvalue.AsSingleton(latest))
+
+
+def test_slowly_updating_singleton_side_input():
+    """By hand (latest firing, as above): 'a' sees the first firing's sum, 'b'
+    the second's. (The DirectRunner serves both panes to a singleton view and
+    fails: "more than one element".)"""
+    records = oracle.run(_slowly_updating, InProcessSparkRunner(debug=True))
+    assert sorted(r[0] for r in records) == [('a', 3), ('b', 10)]
+
+
 def _bounded_global(p):
     stream = p | TestStream().advance_watermark_to(5).add_elements(
         [window.TimestampedValue(2, 7)]).advance_watermark_to_infinity()
@@ -140,10 +167,13 @@ def _fired_global(p):
 
 
 def test_a_fired_pane_makes_the_global_window_ready():
-    """By hand from Beam's model (a pane fired: the side input is ready for the
-    global window, PushbackSideInputDoFnRunner); the DirectRunner waits for the
-    end of the stream instead, so every element there sees both panes."""
+    """By hand from Beam's model: a pane fired, so the side input is ready for
+    the global window (PushbackSideInputDoFnRunner), and its value is the
+    latest firing (Beam's programming guide: "If the side input has multiple
+    trigger firings, Beam uses the value from the latest trigger firing").
+    The DirectRunner waits for the end of the stream instead and serves every
+    pane, so every element there sees both."""
     records = oracle.run(_fired_global, InProcessSparkRunner(debug=True))
-    assert sorted(r[0] for r in records) == [('a', ('x',)), ('b', ('x', 'y'))]
+    assert sorted(r[0] for r in records) == [('a', ('x',)), ('b', ('y',))]
     direct = oracle.direct(_fired_global)
     assert sorted(r[0] for r in direct) == [('a', ('x', 'y')), ('b', ('x', 'y'))]

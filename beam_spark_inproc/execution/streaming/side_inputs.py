@@ -7,7 +7,12 @@ blocked tasks in Python):
 * every micro-batch, what the side inputs' producers wrote is collected to the
   driver and added to what they wrote before: a side input's value for a window
   is every element it has received in that window (the DirectRunner's
-  ``_SideInputView``);
+  ``_SideInputView``), except in the global window once a trigger fired panes
+  into it: there the latest firing replaces the earlier ones (Beam's
+  programming guide: "If the side input has multiple trigger firings, Beam uses
+  the value from the latest trigger firing"; the slowly-updating side input
+  pattern, an ``AsSingleton`` refreshed by a periodic trigger). A firing is
+  what the producer wrote in one micro-batch;
 * the main-input elements of the micro-batch join those pushed back earlier; an
   element in window W is **ready** when, for every side input, the side input's
   window for W (the ParDo's ``window_mapping_fn``) is ready: the side input's
@@ -40,6 +45,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.planning import plan as p
@@ -65,20 +71,44 @@ class _Side:
         spec = payload.side_inputs[side_input.tag].window_mapping_fn
         self.window_mapping = (pickler.loads(spec.payload) if spec.payload
                                else sideinputs._global_window_mapping_fn)
-        self.chunks: list[bytes] = []
+        self._chunks: list[bytes] = []
+        self._latest: bytes = b''  # the global window's latest firing
         self.fired: set = set()
 
+    @property
+    def chunks(self) -> list[bytes]:
+        return self._chunks + ([self._latest] if self._latest else [])
+
     def add(self, chunks: list[bytes]) -> None:
-        self.chunks.extend(chunks)
+        kept, latest = create_OutputStream(), create_OutputStream()
         for wv in decode_all(self._impl, chunks):
-            if wv.pane_info.timing != PaneInfoTiming.UNKNOWN:
-                self.fired.update(wv.windows)
+            if wv.pane_info.timing == PaneInfoTiming.UNKNOWN:
+                self._impl.encode_to_stream(wv, kept, True)
+                continue
+            self.fired.update(wv.windows)
+            globally = [w for w in wv.windows if isinstance(w, GlobalWindow)]
+            if globally:
+                self._impl.encode_to_stream(
+                    wv if len(globally) == len(wv.windows)
+                    else _in(wv, globally), latest, True)
+            others = [w for w in wv.windows if not isinstance(w, GlobalWindow)]
+            if others:
+                self._impl.encode_to_stream(
+                    wv if not globally else _in(wv, others), kept, True)
+        if kept.size():
+            self._chunks.append(kept.get())
+        if latest.size():
+            self._latest = latest.get()
 
     def ready(self, window, watermark: Timestamp) -> bool:
         side_window = self.window_mapping(window)
         if watermark >= MAX_TIMESTAMP or watermark >= side_window.end:
             return True
         return isinstance(side_window, GlobalWindow) and side_window in self.fired
+
+
+def _in(wv, windows: list):
+    return WindowedValue(wv.value, wv.timestamp, windows, wv.pane_info)
 
 
 class SideInputGate:
