@@ -18,6 +18,7 @@ import threading
 import types
 
 from apache_beam.internal import pickler
+from apache_beam.transforms import userstate
 from apache_beam.transforms.core import CombineFn
 from apache_beam.transforms.core import DoFn
 
@@ -75,7 +76,23 @@ def rebind(obj, memo: dict | None = None, depth: int = 0):
         for key, value in vars(obj).items():
             vars(obj)[key] = rebind(value, memo, depth + 1)
         _methods(type(obj), memo, depth)
+        if isinstance(obj, DoFn):
+            _timer_callbacks(obj, memo)
     return obj
+
+
+def _timer_callbacks(dofn: DoFn, memo: dict) -> None:
+    """A TimerSpec names its ``on_timer`` method by the function object, and
+    Beam's validation checks it is the class's method: where that method was
+    rebound, so is the spec's callback."""
+    try:
+        _, timer_specs = userstate.get_dofn_specs(dofn)
+    except ValueError:  # an invalid DoFn: Beam's own validation says why
+        return
+    for spec in timer_specs:
+        callback = spec._attached_callback
+        if callback is not None and id(callback) in memo:
+            spec._attached_callback = memo[id(callback)][1]
 
 
 def _methods(cls: type, memo: dict, depth: int) -> None:

@@ -136,6 +136,32 @@ def test_nested_function_sees_the_drivers_module_globals():
     assert SEEN == {1: 2, 2: 4, 3: 6}
 
 
+def test_nested_stateful_dofn_with_timer_runs():
+    """A DoFn class pickled by value (nested here; a script's ``__main__`` is the
+    same) has its methods rebound: its TimerSpec's ``on_timer`` callback must
+    be the rebound method, or Beam's validation refuses the DoFn."""
+    SEEN.clear()
+
+    class CountThenFlush(beam.DoFn):
+        COUNT = userstate.CombiningValueStateSpec('count', sum)
+        FLUSH = userstate.TimerSpec('flush', userstate.TimeDomain.WATERMARK)
+
+        def process(self, kv, count=beam.DoFn.StateParam(COUNT),
+                    flush=beam.DoFn.TimerParam(FLUSH)):
+            count.add(kv[1])
+            flush.set(100)
+
+        @userstate.on_timer(FLUSH)
+        def flushed(self, key=beam.DoFn.KeyParam,
+                    count=beam.DoFn.StateParam(COUNT)):
+            SEEN[key] = count.read()
+
+    with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
+        (p | beam.Create([('a', 1), ('a', 2), ('b', 5)])
+         | beam.ParDo(CountThenFlush()))
+    assert SEEN == {'a': 3, 'b': 5}
+
+
 _MAIN_SCRIPT = '''
 import apache_beam as beam
 from beam_spark_inproc import InProcessSparkRunner
