@@ -117,7 +117,10 @@ class InProcessSparkRunner(PipelineRunner):
         if debug:
             from beam_spark_inproc.debug.engine import LocalEngine
             parallelism = opts.spark_parallelism or 2
-            engine = LocalEngine(parallelism)
+            # Spark work of runner-native transforms (ReadFromSpark, ...) runs
+            # on a local session, made only if the pipeline has them.
+            engine = LocalEngine(parallelism,
+                                 session=functools.partial(self.session, options))
         else:
             from beam_spark_inproc.spark import session as spark_session
             from beam_spark_inproc.spark.engine import SparkEngine

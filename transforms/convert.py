@@ -1,5 +1,10 @@
 """The functions Spark's Python workers run at a native stage's boundary.
 
+``ArrowRows``: a source batch's columns -> Beam rows, in bulk. An ``ARROW``
+stage (``plan.ARROW``: the one reader of a ReadFromSpark) calls it inside its
+own ``mapInArrow`` and hands the rows straight to its bundle, so neither
+``ToBeamRows`` nor any encoding runs between Spark's reader and the DoFns.
+
 ``ToBeamRows``: a DataFrame's Arrow batches -> rows of the runner's format
 (``worker.rows``: tag 0, no key, data = Beam-encoded windowed elements, many per
 row), so the next stage's bundle reads them as any other stage output.
@@ -44,6 +49,23 @@ def _prefix(windowed_coder, sample) -> bytes | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class ArrowRows:
+    """Arrow batches of a source -> Beam row objects, a column at a time."""
+    row_type: object  # the Beam row type (RowTypeConstraint)
+    names: tuple[str, ...]  # the source's columns, in the row type's order
+
+    def rows(self, batch: pa.RecordBatch, user_type=None) -> Iterator:
+        """The batch's rows as ``user_type`` (default: the row type's own)."""
+        if not batch.num_rows:
+            return iter(())
+        hints = dict(self.row_type._fields)
+        make = (user_type or self.row_type.user_type)._make
+        columns = [types.column_to_beam(batch.column(n), hints[n])
+                   for n in self.names]
+        return map(make, zip(*columns))
+
+
+@dataclasses.dataclass(frozen=True)
 class ToBeamRows:
     """mapInArrow function: Spark rows -> encoded Beam rows (``worker.rows``)."""
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
@@ -61,19 +83,13 @@ class ToBeamRows:
         yield from out
 
     def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
-        hints = dict(self.row_type._fields)
-        user_type = self.row_type.user_type
+        convert = ArrowRows(self.row_type, self.names)
         row_impl = self.windowed_coder.wrapped_value_coder.get_impl()
         wv_impl = self.windowed_coder.get_impl()
         prefix = None
         stream = create_OutputStream()
         for batch in batches:
-            if not batch.num_rows:
-                continue
-            columns = [types.column_to_beam(batch.column(n), hints[n])
-                       for n in self.names]
-            for values in zip(*columns):
-                row = user_type(*values)
+            for row in convert.rows(batch):
                 if prefix is None:
                     prefix = _prefix(self.windowed_coder, row) or b''
                 if prefix:
@@ -118,6 +134,11 @@ class ToArrow:
             yield self.batch(pending)
 
     def batch(self, elements: list) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays(
-            [types.column_to_arrow([getattr(e, f.name) for e in elements], f)
-             for f in self.schema], schema=self.schema)
+        return arrow_batch(elements, self.schema)
+
+
+def arrow_batch(elements: list, schema: pa.Schema) -> pa.RecordBatch:
+    """Beam rows as one Arrow batch of ``schema``, a column at a time."""
+    return pa.RecordBatch.from_arrays(
+        [types.column_to_arrow([getattr(e, f.name) for e in elements], f)
+         for f in schema], schema=schema)

@@ -4,27 +4,31 @@
 stage's URN up in ``HANDLERS`` (an unknown URN raises) and returns the stage's
 result in the runner's row format (``worker.rows``), like any stage's.
 
-* read: the source DataFrame ``mapInArrow(ToBeamRows)``: lazy, one task per
-  partition of Spark's reader;
-* write: the input's rows ``mapInArrow(ToArrow)`` written by Spark's writer, one
+* read: the source DataFrame's Arrow batches (``Engine.arrow_source``), lazy,
+  one task per partition of Spark's reader. When one plain stage alone reads
+  it (the planner's ``ARROW`` mode), the result is an ``ArrowOutput`` and that
+  stage's own task makes the rows (``convert.ArrowRows``); else
+  ``map_stage(ToBeamRows)`` makes rows of the runner's format;
+* write: the input's rows ``to_dataframe(ToArrow)`` written by Spark's writer, one
   job, at once (the result holds only the control rows of upstream bundles);
-* SQL: each input ``mapInArrow(ToArrow)`` as a temporary view, the query's
-  DataFrame ``mapInArrow(ToBeamRows)``: lazy.
+* SQL: each input ``to_dataframe(ToArrow)`` as a temporary view, the query's
+  DataFrame ``map_stage(ToBeamRows)``: lazy.
 
 Upstream stages' reports (control rows) ride with their data. A write or a
 view consumes only the elements, so when this stage is the one carrying an
 input's control rows the input is cached and its control rows are passed on
 separately (the input is then computed once).
 
-Spark only: the debug engine has no DataFrames, so these stages raise there.
+Handlers use the engine contract only (``execution.engine``: ``spark_session``,
+``arrow_source``, ``to_dataframe`` and the row primitives), so they run on
+Spark and on the debug engine alike; the debug engine does Spark's part on a
+local SparkSession and its own in the driver.
 """
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, Callable
 
-from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import READ_URN
@@ -32,9 +36,10 @@ from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import spark_io
 from beam_spark_inproc.transforms import types
+from beam_spark_inproc.execution.executor import ArrowOutput
+from beam_spark_inproc.transforms.convert import ArrowRows
 from beam_spark_inproc.transforms.convert import ToArrow
 from beam_spark_inproc.transforms.convert import ToBeamRows
-from beam_spark_inproc.worker import rows
 
 
 def build(executor, index: int, stage: p.StagePlan) -> Any:
@@ -45,63 +50,59 @@ def build(executor, index: int, stage: p.StagePlan) -> Any:
             f'Stage {stage.name!r} ({", ".join(stage.labels)}): no handler for '
             f'runner-native URN {stage.native_urn!r}; known: '
             f'{", ".join(sorted(HANDLERS))}.') from None
-    session = getattr(executor.engine, '_session', None)
-    if session is None:
-        raise spark_io.SparkInteropError(
-            f'{", ".join(stage.labels)} ({stage.native_urn}) needs Spark: the '
-            'debug engine runs without it. Run without debug=True/--inproc_debug.')
-    return handler(_Context(executor, index, stage, session),
+    return handler(_Context(executor, index, stage),
                    json.loads(stage.native_payload))
 
 
 class _Context:
-    """What a handler needs: the session, DataFrame helpers, the executor."""
+    """What a handler needs: the session, the engine's primitives, the stage.
 
-    def __init__(self, executor, index: int, stage: p.StagePlan, session):
-        from beam_spark_inproc.spark.engine import functions_for
-        from pyspark.sql.pandas.types import from_arrow_schema
-        self.executor, self.index, self.stage, self.session = (
-            executor, index, stage, session)
-        self.f = functions_for(session)
-        self.row_schema = from_arrow_schema(rows.SCHEMA)
+    Uses only the engine contract (``execution.engine``) and the executor's
+    methods for native stages (``coder``, ``native_input``, ``job``), so the
+    same handlers run on Spark and on the debug engine.
+    """
+
+    def __init__(self, executor, index: int, stage: p.StagePlan):
+        self.executor, self.index, self.stage = executor, index, stage
+        self.engine = executor.engine
         self.label = ', '.join(stage.labels)
+        try:
+            self.session = self.engine.spark_session()
+        except Exception as e:
+            raise spark_io.SparkInteropError(
+                f'{self.label} ({stage.native_urn}) needs a SparkSession for its '
+                f'Spark work, and none could be made: {e}') from None
 
     def coder(self, coder_id: str):
-        return self.executor._context.coders[coder_id]
+        return self.executor.coder(coder_id)
 
     def outputs(self, data) -> Any:
         """``data`` (tag 0) as every output port of the stage."""
         n = len(self.stage.outputs)
         if n <= 1:
             return data
-        engine = self.executor.engine
-        return engine.union([engine.select(data, 0, tag, tag == 0)
-                             for tag in range(n)])
+        return self.engine.union([self.engine.select(data, 0, tag, tag == 0)
+                                  for tag in range(n)])
 
     def input(self, tag: int) -> tuple[Any, Any]:
         """(rows of input port ``tag``, its control rows for this stage to
         carry or None)."""
-        ex, port = self.executor, self.stage.inputs[tag]
-        fresh = [i for i, _ in ex._reads[(self.index, port.buffer_id)]
-                 if i not in ex._carried]
-        parts = ex._read(self.index, port.buffer_id, 0)
-        data = parts[0] if len(parts) == 1 else ex.engine.union(parts)
-        if not fresh:
-            return data, None
-        data = ex.engine.cache(data)
-        return data, data.filter(self.f.col(rows.TAG) == rows.CONTROL_TAG)
+        return self.executor.native_input(self.index, tag)
 
     def to_beam(self, dataframe, schema) -> Any:
         """A DataFrame -> rows of Beam elements for the stage's output."""
         port = self.stage.outputs[0]
         row_type = types.row_type(schema)
         names = tuple(f.name for f in schema)
-        return dataframe.mapInArrow(
-            ToBeamRows(self.coder(port.coder_id), row_type, names), self.row_schema)
+        source = self.engine.arrow_source(dataframe)
+        if port.layout == p.ARROW_LAYOUT:  # its one reader makes the rows
+            return ArrowOutput(source, ArrowRows(row_type, names))
+        return self.engine.map_stage(
+            source, ToBeamRows(self.coder(port.coder_id), row_type, names))
 
     def to_dataframe(self, data, port: p.InputPort, schema):
-        return data.mapInArrow(ToArrow(self.coder(port.coder_id), schema),
-                               types.arrow_to_spark(schema))
+        return self.engine.to_dataframe(
+            data, ToArrow(self.coder(port.coder_id), schema), schema)
 
     def check_schema(self, dataframe, expected, what: str) -> None:
         found = types.spark_to_arrow(dataframe.schema)
@@ -142,6 +143,13 @@ def _write(ctx: _Context, spec: dict) -> Any:
         schema = spark_io.target_schema(ctx.session, spec, schema, ctx.label)
     data, control = ctx.input(0)
     dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
+    with ctx.executor.job([ctx.index], f'write {spec["table"] or spec["path"]}'):
+        write(ctx.session, spec, dataframe, ctx.label)
+    return control if control is not None else ctx.engine.union([])
+
+
+def write(session, spec: dict, dataframe, label: str) -> None:
+    """Writes the DataFrame as the WriteToSpark spec says: one Spark job."""
     # Spark Connect knows 'error' but not its alias 'errorifexists'.
     mode = 'error' if spec['mode'] == 'errorifexists' else spec['mode']
     writer = dataframe.write.mode(mode).options(**spec['options'])
@@ -150,19 +158,16 @@ def _write(ctx: _Context, spec: dict) -> Any:
     if spec['partition_by']:
         writer = writer.partitionBy(*spec['partition_by'])
     target = spec['table'] or spec['path']
-    ex = ctx.executor
-    with ex._job([ctx.index], f'write {target}'):
-        try:
-            if spec['table']:
-                writer.saveAsTable(spec['table'])
-            else:
-                writer.save(spec['path'])
-        except Exception as e:
-            from pyspark.errors import PythonException
-            if isinstance(e, PythonException):
-                raise  # a Beam transform upstream failed: the runner names it
-            raise spark_io._spark_error(f'{ctx.label}: writing {target}', e) from None
-    return control if control is not None else ex.engine.union([])
+    try:
+        if spec['table']:
+            writer.saveAsTable(spec['table'])
+        else:
+            writer.save(spec['path'])
+    except Exception as e:
+        from pyspark.errors import PythonException
+        if isinstance(e, PythonException):
+            raise  # a Beam transform upstream failed: the runner names it
+        raise spark_io._spark_error(f'{label}: writing {target}', e) from None
 
 
 def _sql(ctx: _Context, spec: dict) -> Any:
@@ -187,7 +192,7 @@ def _sql(ctx: _Context, spec: dict) -> Any:
         raise spark_io._spark_error(ctx.label, e) from None
     out = ctx.to_beam(result, schema)
     if controls:
-        out = functools.reduce(lambda a, b: a.unionByName(b), [out] + controls)
+        out = ctx.engine.union([out] + controls)
     return ctx.outputs(out)
 
 

@@ -11,8 +11,10 @@ PCollection without a Beam schema, a type with no counterpart (``types``), a
 write whose schema does not match the existing table, windowed SQL input.
 Building needs a SparkSession: the ``spark`` argument, else the active one.
 
-They run on ``InProcessSparkRunner`` only; on any other runner they fail when
-applied, saying so (they never silently do nothing).
+They are runner-native on ``InProcessSparkRunner``; on a runner running the
+pipeline in this process (DirectRunner, FnApiRunner) they expand to Beam
+transforms calling the SparkSession (``local``); on any other runner they fail
+when applied, saying so (they never silently do nothing).
 """
 from __future__ import annotations
 
@@ -64,16 +66,24 @@ def active_session(spark=None):
     return session
 
 
-def _require_runner(pipeline, what: str, urn: str) -> None:
+def _native(pipeline, what: str, urn: str) -> bool:
+    """True on InProcessSparkRunner (a runner-native stage); False on a runner
+    running DoFns in this process (``local``: through the SparkSession);
+    else a SparkInteropError naming the runners these transforms need."""
     from beam_spark_inproc.runner import InProcessSparkRunner
+    from beam_spark_inproc.transforms import local
     runner = pipeline.runner
-    if not isinstance(runner, InProcessSparkRunner):
-        raise SparkInteropError(
-            f'{what} ({urn}) runs on beam_spark_inproc.InProcessSparkRunner '
-            f'only: Spark does its work, and this pipeline\'s runner is '
-            f'{type(runner).__name__}. Run the pipeline with '
-            'InProcessSparkRunner(), or use a Beam IO (e.g. beam.io.ReadFromParquet, '
-            'beam.io.WriteToParquet) on other runners.')
+    if isinstance(runner, InProcessSparkRunner):
+        return True
+    if local.in_process(pipeline):
+        return False
+    raise SparkInteropError(
+        f'{what} ({urn}) runs on beam_spark_inproc.InProcessSparkRunner, or '
+        'through a local SparkSession on a runner that runs the pipeline in '
+        'this process (DirectRunner, BundleBasedDirectRunner, FnApiRunner in '
+        f"memory); this pipeline's runner is {type(runner).__name__}. Run the "
+        'pipeline with InProcessSparkRunner(), or use a Beam IO (e.g. '
+        'beam.io.ReadFromParquet, beam.io.WriteToParquet) on other runners.')
 
 
 def _spark_error(what: str, error: Exception) -> SparkInteropError:
@@ -127,7 +137,11 @@ class ReadFromSpark(beam.PTransform):
                       'token': self._token, 'schema': encode_schema(self._arrow)}
 
     def expand(self, pbegin):
-        _require_runner(pbegin.pipeline, self._what, READ_URN)
+        if not _native(pbegin.pipeline, self._what, READ_URN):
+            from beam_spark_inproc.transforms import local
+            self._local = True
+            return local.read(pbegin, _DATAFRAMES[self._token], self._spec,
+                              self._row_type, self._what)
         return pvalue.PCollection(
             pbegin.pipeline, element_type=self._row_type, is_bounded=True)
 
@@ -137,7 +151,9 @@ class ReadFromSpark(beam.PTransform):
     def get_windowing(self, unused_inputs):
         return Windowing(GlobalWindows())
 
-    def to_runner_api_parameter(self, unused_context):
+    def to_runner_api_parameter(self, context):
+        if getattr(self, '_local', False):  # a composite of Beam transforms
+            return super().to_runner_api_parameter(context)
         return READ_URN, json.dumps(self._spec).encode()
 
 
@@ -172,7 +188,7 @@ class WriteToSpark(beam.PTransform):
                       'partition_by': list(partition_by)}
 
     def expand(self, pcoll):
-        _require_runner(pcoll.pipeline, self._what, WRITE_URN)
+        native = _native(pcoll.pipeline, self._what, WRITE_URN)
         try:
             arrow = types.arrow_schema(types.element_schema(
                 pcoll.element_type, f'The input of {self._what}'))
@@ -182,9 +198,19 @@ class WriteToSpark(beam.PTransform):
         if session is not None and self._spec['table']:
             arrow = target_schema(session, self._spec, arrow, self._what)
         self._spec['schema'] = encode_schema(arrow)
+        if not native:
+            from beam_spark_inproc.transforms import local
+            if session is None:
+                raise SparkInteropError(
+                    f'{self._what} needs a SparkSession to write with: pass '
+                    'spark=session, or create one first.')
+            self._local = True
+            return local.write(pcoll, session, self._spec, self._what)
         return pvalue.PDone(pcoll.pipeline)
 
-    def to_runner_api_parameter(self, unused_context):
+    def to_runner_api_parameter(self, context):
+        if getattr(self, '_local', False):  # a composite of Beam transforms
+            return super().to_runner_api_parameter(context)
         return WRITE_URN, json.dumps(self._spec).encode()
 
 
@@ -276,7 +302,7 @@ class SparkSql(beam.PTransform):
             raise SparkInteropError(
                 f'{self._what} takes a PCollection or a dict of them by view name.')
         pipeline = next(iter(pcolls.values())).pipeline
-        _require_runner(pipeline, self._what, SQL_URN)
+        native = _native(pipeline, self._what, SQL_URN)
         seen = {}
         views = {}
         for name, pcoll in pcolls.items():
@@ -306,13 +332,20 @@ class SparkSql(beam.PTransform):
         output, self._row_type = analyse(session, self._query, views, self._what)
         self._spec = {'query': self._query, 'schema': encode_schema(output),
                       'views': {n: encode_schema(s) for n, s in views.items()}}
+        if not native:
+            from beam_spark_inproc.transforms import local
+            self._local = True
+            return local.sql(pcolls, session, self._spec, self._row_type,
+                             self._what)
         return pvalue.PCollection(pipeline, element_type=self._row_type,
                                   is_bounded=True)
 
     def get_windowing(self, unused_inputs):
         return Windowing(GlobalWindows())
 
-    def to_runner_api_parameter(self, unused_context):
+    def to_runner_api_parameter(self, context):
+        if getattr(self, '_local', False):  # a composite of Beam transforms
+            return super().to_runner_api_parameter(context)
         return SQL_URN, json.dumps(self._spec).encode()
 
 

@@ -4,6 +4,12 @@ Data is a list of partitions, each a list of RecordBatches in the row format of
 ``worker.rows``; stages run one partition after another through the very
 ``StageTask`` Spark would run (dask's ``get_sync`` to the Spark engine's
 ``get_async``). Meant for debugging and small data: everything stays in memory.
+
+Runner-native Spark stages (ReadFromSpark, WriteToSpark, SparkSql) get a local
+SparkSession for Spark's part (``session``: called when first needed, so a
+pipeline without them starts no Spark): a source's Arrow batches are collected
+to the driver (``toArrow``), and data written or queried becomes a DataFrame
+with ``createDataFrame`` of an Arrow table.
 """
 from __future__ import annotations
 
@@ -43,8 +49,30 @@ def _batch(rows: list[tuple]) -> list:
 
 
 class LocalEngine:
-    def __init__(self, parallelism: int = 2):
+    def __init__(self, parallelism: int = 2, session=None):
         self._parallelism = parallelism
+        self._session_factory = session  # () -> SparkSession, or None
+
+    def spark_session(self):
+        if self._session_factory is None:
+            raise RuntimeError(
+                'This debug engine has no SparkSession for Spark work: run on '
+                'InProcessSparkRunner(debug=True), which makes a local one.')
+        return self._session_factory()
+
+    def arrow_source(self, dataframe) -> Partitions:
+        """The DataFrame's Arrow batches, collected, spread over partitions."""
+        batches = [b for b in dataframe.toArrow().to_batches() if b.num_rows]
+        parts: list[list] = [[] for _ in range(self._parallelism)]
+        for i, batch in enumerate(batches):
+            parts[i % self._parallelism].append(batch)
+        return parts
+
+    def to_dataframe(self, data: Partitions, fn, arrow_schema):
+        batches = [batch for partition in self.map_stage(data, fn)
+                   for batch in partition]
+        table = pa.Table.from_batches(batches, schema=arrow_schema)
+        return self.spark_session().createDataFrame(table)
 
     def impulse(self) -> Partitions:
         return [_batch([(0, None, ENCODED_IMPULSE_VALUE)])]

@@ -25,6 +25,15 @@ Primitives:
 * ``job(tag, description)``: a context naming the jobs started inside;
 * ``release()``: frees what the run cached or shipped.
 
+Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
+
+* ``spark_session()``: the SparkSession that does Spark's part (the debug engine
+  makes or finds a local one when first asked; raises if it cannot);
+* ``arrow_source(dataframe)``: a DataFrame's own Arrow batches (its columns, not
+  rows of the row format) as data ``map_stage`` can run a task over;
+* ``to_dataframe(data, fn, arrow_schema)``: a DataFrame of ``fn(batches)`` per
+  partition of ``data``, batches of ``arrow_schema`` (what Spark writes or queries).
+
 ``tests/unit/test_engine_contract.py`` holds every engine to these.
 """
 from __future__ import annotations
@@ -49,6 +58,9 @@ class Engine(Protocol):
     def side_input(self, entries: tuple) -> Any: ...
     def job(self, tag: str, description: str) -> ContextManager: ...
     def release(self) -> None: ...
+    def spark_session(self) -> Any: ...
+    def arrow_source(self, dataframe: Any) -> Any: ...
+    def to_dataframe(self, data: Any, fn: Any, arrow_schema: Any) -> Any: ...
 
 
 def unknown_shuffle(how: str) -> ValueError:

@@ -41,6 +41,7 @@ from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.recode import Recode
+from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 
@@ -54,7 +55,17 @@ _SHUFFLES = {
     p.SPLITTABLE: None,
     p.GROUPED: e.GROUP,
     p.KEYED: e.KEYED,
+    p.ARROW: None,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrowOutput:
+    """What a runner-native read with an ``ARROW_LAYOUT`` output returns: its
+    source as engine data of Arrow batches (``Engine.arrow_source``) and the
+    converter its ``ARROW`` reader's task makes rows with (``StageTask.arrow_input``)."""
+    data: Any
+    rows: Any
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
@@ -186,6 +197,37 @@ class Executor:
             parts.append(self.engine.select(self._results[i], tag, new_tag, carry))
         return parts
 
+    # --- for runner-native stages (``beam_spark_inproc.transforms.runtime``) ---
+
+    def coder(self, coder_id: str):
+        """The pipeline's coder of that id."""
+        return self._context.coders[coder_id]
+
+    def native_input(self, index: int, tag: int) -> tuple[Any, Any]:
+        """(rows of input port ``tag`` of stage ``index``, the control rows this
+        stage must carry on, or None). A native stage consuming only the elements
+        (a write, a SQL view) then reads the input twice, so it is cached."""
+        port = self.plan.stages[index].inputs[tag]
+        fresh = [i for i, _ in self._reads[(index, port.buffer_id)]
+                 if i not in self._carried]
+        parts = self._read(index, port.buffer_id, 0)
+        data = parts[0] if len(parts) == 1 else self.engine.union(parts)
+        if not fresh:
+            return data, None
+        data = self.engine.cache(data)
+        return data, self.engine.select(data, CONTROL_TAG, CONTROL_TAG, False)
+
+    def job(self, roots: list[int], what: str):
+        """A context running Spark jobs for stages ``roots`` (see ``_job``)."""
+        return self._job(roots, what)
+
+    def _arrow_source(self, index: int, stage: p.StagePlan) -> ArrowOutput:
+        """An ``ARROW`` stage's input: its one writer's ``ArrowOutput``."""
+        writers = self._reads[(index, stage.inputs[0].buffer_id)]
+        (writer, _), = writers
+        self._carried.add(writer)  # a source has no control rows to carry
+        return self._results[writer]
+
     def _input(self, index: int, stage: p.StagePlan) -> Any:
         """The stage's input rows, each port's under its tag (all under tag 0
         for a Reshuffle, whose rows keep their bytes)."""
@@ -201,7 +243,12 @@ class Executor:
             # ``beam_spark_inproc.transforms.runtime``.
             from beam_spark_inproc.transforms import runtime
             return runtime.build(self, index, stage)
-        data = self._input(index, stage)
+        arrow_input = None
+        if stage.input_mode == p.ARROW:
+            source = self._arrow_source(index, stage)
+            data, arrow_input = source.data, source.rows
+        else:
+            data = self._input(index, stage)
         if stage.kind == p.RESHUFFLE_STAGE:
             return self._reshuffle(stage, data)
         shuffle = _SHUFFLES[stage.input_mode]
@@ -210,7 +257,7 @@ class Executor:
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways, self.profile_dir,
                          self.attempt_channel, self.runtime_options,
-                         log_level=logs.driver_level())
+                         log_level=logs.driver_level(), arrow_input=arrow_input)
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
         return self.engine.map_stage(data, task)

@@ -15,7 +15,9 @@ so a Reshuffle can spread them), ``keyed`` (one element per row plus its key:
 a stateful stage's input) or ``packed`` (a GroupByKey's input: a row holds
 elements of one key, many per row, so the shuffle moves a row per key and
 bundle rather than per element; written by ``worker.channel``'s
-``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``).
+``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``) or
+``arrow`` (a runner-native read's output: the source DataFrame itself, one
+column per field of the elements' schema, read only by an ``ARROW`` stage).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ CHUNKS = 'chunks'
 ELEMENTS = 'elements'
 KEYED = 'keyed'
 PACKED = 'packed'
+ARROW_LAYOUT = 'arrow'
 PACKED_SINK_URN = 'beam-spark-inproc:packed-sink:v1'
 # On a PACKED_SINK_URN transform: the id of the safe coder of its elements.
 SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
@@ -46,7 +49,11 @@ PLAIN = 'plain'  # rows in any order, fed as they come
 GROUPED = 'grouped'  # shuffled by key, sorted by (tag, key): GroupAlsoByWindow first
 KEYED = 'keyed'  # shuffled by key, sorted by (key, tag): a stateful stage, key after key
 SPLITTABLE = 'splittable'  # one element per message; may run in rounds (worker.sdf)
-INPUT_MODES = (PLAIN, GROUPED, KEYED, SPLITTABLE)
+# The stage's one input is a runner-native read's output (``ARROW_LAYOUT``): the
+# source's Arrow batches, made into Beam rows in bulk by the stage's own task
+# (``StageTask.arrow_input``), with no step between Spark's reader and the bundle.
+ARROW = 'arrow'
+INPUT_MODES = (PLAIN, GROUPED, KEYED, SPLITTABLE, ARROW)
 
 
 def input_mode(stateful: bool, grouped: bool, split_input: str) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from apache_beam.portability import common_urns
 from apache_beam.portability import python_urns
@@ -13,6 +14,7 @@ from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import NATIVE_URNS
+from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
 
@@ -44,7 +46,36 @@ def plan_stages(
     planned = tuple(_plan_stage(context, stage, layouts, reshuffle_keeps_panes)
                     for stage in stages)
     return p.SparkPlan(
-        stages=planned, components=context.components.SerializeToString())
+        stages=_arrow_inputs(planned),
+        components=context.components.SerializeToString())
+
+
+def _arrow_inputs(stages: tuple[p.StagePlan, ...]) -> tuple[p.StagePlan, ...]:
+    """A runner-native read whose output only one plain stage reads, as its
+    only input: that stage takes the source's Arrow batches itself (``ARROW``
+    mode, the read's output port ``ARROW_LAYOUT``), so Spark's reader feeds the
+    bundle in one ``mapInArrow`` with no re-encoding step in between."""
+    readers: dict[bytes, list[int]] = {}
+    for i, stage in enumerate(stages):
+        for buffer_id in ([port.buffer_id for port in stage.inputs] +
+                          [si.buffer_id for si in stage.side_inputs]):
+            readers.setdefault(buffer_id, []).append(i)
+    stages = list(stages)
+    for i, stage in enumerate(stages):
+        if stage.native_urn != READ_URN or len(stage.outputs) != 1:
+            continue
+        out = stage.outputs[0]
+        reading = readers.get(out.buffer_id, [])
+        if len(reading) != 1:
+            continue
+        consumer = stages[reading[0]]
+        if (consumer.kind != p.SDK_STAGE or consumer.input_mode != p.PLAIN or
+                len(consumer.inputs) != 1):
+            continue
+        stages[i] = dataclasses.replace(stage, outputs=(
+            dataclasses.replace(out, layout=p.ARROW_LAYOUT),))
+        stages[reading[0]] = dataclasses.replace(consumer, input_mode=p.ARROW)
+    return tuple(stages)
 
 
 def _is_reshuffle(stage: translations.Stage) -> bool:

@@ -212,6 +212,17 @@ class SparkEngine:
             for t in added:
                 self._session.removeTag(t)
 
+    def spark_session(self):
+        return self._session
+
+    def arrow_source(self, dataframe):
+        return dataframe  # mapInArrow hands a task its Arrow batches
+
+    def to_dataframe(self, data, fn, arrow_schema):
+        from pyspark.sql.pandas.types import from_arrow_schema
+        return data.mapInArrow(
+            fn, from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False))
+
     def release(self) -> None:
         for data in self._cached:
             try:

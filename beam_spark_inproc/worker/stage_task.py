@@ -26,6 +26,9 @@ from typing import Optional
 import pyarrow as pa
 from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
@@ -81,6 +84,9 @@ class StageTask:
     side_input_version: int = 0
     # (driver pid, level): workers log at the driver's level (``logs``).
     log_level: tuple = ()
+    # ``plan.ARROW`` stages: ``arrow_input.rows(batch, row_type)`` makes a
+    # source batch's columns into Beam rows (``transforms.convert.ArrowRows``).
+    arrow_input: Optional[object] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -149,6 +155,23 @@ def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterato
                 transform_id=port.transform_id, data=encoded)
 
 
+def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
+    """A runner-native read's own Arrow batches (``plan.ARROW``): each batch's
+    columns become Beam rows in bulk, handed straight to the stage's input
+    operation in the global window, as the read's ``ToBeamRows`` would have
+    encoded them and the input operation decoded them: nothing is encoded."""
+    op = entry.processor.ops[task.stage.inputs[0].transform_id]
+    coder = op.windowed_coder.wrapped_value_coder
+    # The type the stage's RowCoder decodes to, as on any other input.
+    row_type = coder.to_type_hint() if hasattr(coder, 'schema') else None
+    windows = (GlobalWindow(),)
+    output = op.output
+    for batch in batches:
+        for row in task.arrow_input.rows(batch, row_type):
+            output(WindowedValue(row, MIN_TIMESTAMP, windows))
+    yield from ()
+
+
 # How a partition's rows become the bundle's input, per input mode (decided by
 # the planner; the executor shuffled the rows to match).
 _INPUTS = {
@@ -156,6 +179,7 @@ _INPUTS = {
     p.GROUPED: _grouped_input_elements,
     p.KEYED: keyed_input_elements,
     p.SPLITTABLE: _element_input_elements,
+    p.ARROW: _arrow_input_elements,
 }
 # A streaming micro-batch (``task.streaming``): state and timers kept between
 # micro-batches come in with the rows (``worker.streaming``).
@@ -184,7 +208,10 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
-    batches, control = holding_elements(batches)
+    if task.stage.input_mode == p.ARROW:  # a source's batches: no control rows
+        batches, control = _holding_rows(batches), []
+    else:
+        batches, control = holding_elements(batches)
     if batches is None:  # no elements: no bundle, control rows go on
         passed: list = []
         builder = BatchBuilder(passed.append)
@@ -198,6 +225,16 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     RuntimeValueProvider.set_runtime_options(dict(task.runtime_options))
     logs.apply(task.log_level)
     yield from _Bundles(task, processors.acquire(task)).outputs(batches)
+
+
+def _holding_rows(batches) -> Optional[Iterator]:
+    """The batches (those read so far put back in front) if one has a row."""
+    held = []
+    for batch in batches:
+        held.append(batch)
+        if batch.num_rows:
+            return itertools.chain(held, batches)
+    return None
 
 
 class _Bundles:

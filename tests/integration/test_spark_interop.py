@@ -2,8 +2,9 @@
 
 The cases themselves (``spark_interop_pipelines``) also run over Spark Connect
 (``test_spark_connect.py``). Here too: the errors for bad input, raised while
-the pipeline is built, before any Spark job; other runners and the debug
-engine refusing these transforms.
+the pipeline is built, before any Spark job. The same cases on the debug
+engine, on FnApiRunner and BundleBasedDirectRunner (through the session), and
+runners out of this process refusing these transforms.
 """
 from __future__ import annotations
 
@@ -117,22 +118,56 @@ def test_windowed_sql_input_is_rejected(spark, pipeline):
         windowed | SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
 
 
-@pytest.mark.parametrize('runner', ['DirectRunner', 'FnApiRunner'])
-def test_other_runners_fail_at_construction(spark, runner):
-    from apache_beam.runners.direct.direct_runner import DirectRunner
+@pytest.mark.parametrize('name', sorted(cases.CASES))
+def test_case_on_debug_engine(spark, tmp_path, name):
+    """The same cases on the debug engine: Spark's part on the session, the
+    Beam stages in the driver."""
+    cases.CASES[name](spark, InProcessSparkRunner(spark=spark, debug=True),
+                      str(tmp_path))
+
+
+@pytest.mark.parametrize('name', sorted(cases.CASES))
+def test_case_on_fnapi_runner(spark, tmp_path, name):
+    """The same cases on Beam's FnApiRunner: the transforms expand to Beam
+    transforms calling the session (``transforms.local``)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    instance = {'DirectRunner': DirectRunner, 'FnApiRunner': FnApiRunner}[runner]()
-    p = beam.Pipeline(runner=instance)
+    cases.CASES[name](spark, FnApiRunner(), str(tmp_path))
+
+
+@pytest.mark.parametrize('name', ['read_query_and_dataframe', 'sql_join_keeps_metrics'])
+def test_case_on_direct_runner(spark, tmp_path, name):
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+    cases.CASES[name](spark, BundleBasedDirectRunner(), str(tmp_path))
+
+
+def test_other_runners_expand_to_beam_transforms(spark):
+    """Off InProcessSparkRunner no runner-native URN reaches the proto."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from beam_spark_inproc.planning.native import NATIVE_URNS
+    p = beam.Pipeline(runner=FnApiRunner())
+    p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
+    _rows(p) | WriteToSpark(path='/tmp/never-run', spark=spark)
+    _rows(p, label='More') | 'Sql' >> SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
+    urns = {t.spec.urn for t in p.to_runner_api().components.transforms.values()}
+    assert not urns & NATIVE_URNS, urns & NATIVE_URNS
+
+
+@pytest.mark.parametrize('runner', ['PortableRunner', 'FnApiRunner multi_processing'])
+def test_out_of_process_runners_fail_at_construction(spark, runner):
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.runners.portability.portable_runner import PortableRunner
+    if runner == 'PortableRunner':
+        p = beam.Pipeline(runner=PortableRunner())
+    else:
+        p = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(
+            direct_running_mode='multi_processing'))
+    name = runner.split()[0]
     with pytest.raises(SparkInteropError, match=rf'runs on beam_spark_inproc.'
-                       rf'InProcessSparkRunner only.*runner is \w*{runner}'):
+                       rf'InProcessSparkRunner, or through a local SparkSession.*'
+                       rf'runner is \w*{name}'):
         p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
-    with pytest.raises(SparkInteropError, match=rf'runner is \w*{runner}'):
+    with pytest.raises(SparkInteropError, match=rf'runner is \w*{name}'):
         _rows(p) | WriteToSpark(path='/tmp/x', spark=spark)
-    with pytest.raises(SparkInteropError, match=rf'runner is \w*{runner}'):
+    with pytest.raises(SparkInteropError, match=rf'runner is \w*{name}'):
         _rows(p, label='More') | 'Sql' >> SparkSql('SELECT 1', spark=spark)
-
-
-def test_debug_engine_refuses_clearly(spark):
-    with pytest.raises(SparkInteropError, match='needs Spark: the debug engine'):
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
-            p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
