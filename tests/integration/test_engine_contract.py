@@ -28,7 +28,9 @@ ROWS = [(1, b'b', b'b1'), (0, b'a', b'a0'), (0, b'b', b'b0'), (1, b'a', b'a1'),
 def engine(request):
     if request.param == 'debug':
         from beam_spark_inproc.debug.engine import LocalEngine
-        made = LocalEngine(PARALLELISM)
+        # Spark's part of native stages (spark_session) on the test session.
+        made = LocalEngine(PARALLELISM,
+                           session=lambda: request.getfixturevalue('spark'))
     else:
         from beam_spark_inproc.spark.engine import SparkEngine
         made = SparkEngine(request.getfixturevalue('spark'), PARALLELISM,
@@ -170,3 +172,56 @@ def test_job_is_a_context(engine):
     with engine.job('beam-pipeline-test', 'Beam pipeline test, job 1'):
         assert engine.collect(engine.impulse())[0] == [ENCODED_IMPULSE_VALUE]
 
+
+
+# --- Spark interop primitives (runner-native stages) -------------------------
+
+_PEOPLE = [(1, 'ann'), (2, 'bob'), (3, 'cy'), (4, 'di'), (5, 'ed')]
+
+
+class Describe:
+    """A task over a DataFrame's own batches: one data row per source row."""
+
+    def __call__(self, batches):
+        for batch in batches:
+            if batch.num_rows:
+                data = [b'%d=%s' % (i, w.encode()) for i, w in zip(
+                    batch.column('id').to_pylist(), batch.column('name').to_pylist())]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([0] * len(data), pa.int32()),
+                     pa.array([None] * len(data), pa.binary()),
+                     pa.array(data, pa.binary())], schema=SCHEMA)
+
+
+class Decode:
+    """A ``to_dataframe`` function: element rows -> (tag, text) batches."""
+    schema = pa.schema([pa.field('tag', pa.int32()), pa.field('text', pa.string())])
+
+    def __call__(self, batches):
+        for batch in batches:
+            rows = [(t, d.decode()) for t, d in zip(
+                batch.column('tag').to_pylist(), batch.column('data').to_pylist())
+                if t != CONTROL_TAG]
+            if rows:
+                tags, texts = zip(*rows)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(tags, pa.int32()), pa.array(texts)], schema=self.schema)
+
+
+def test_spark_session_is_a_working_session(engine):
+    assert engine.spark_session().range(4).count() == 4
+
+
+def test_arrow_source_hands_a_task_the_dataframes_own_columns(engine):
+    session = engine.spark_session()
+    dataframe = session.createDataFrame(_PEOPLE, 'id long, name string').repartition(2)
+    chunks, control = engine.collect(
+        engine.map_stage(engine.arrow_source(dataframe), Describe()))
+    assert sorted(chunks) == sorted(b'%d=%s' % (i, n.encode()) for i, n in _PEOPLE)
+    assert control == []
+
+
+def test_to_dataframe_is_the_functions_batches_of_each_partition(engine):
+    dataframe = engine.to_dataframe(source(engine), Decode(), Decode.schema)
+    assert sorted((r.tag, r.text) for r in dataframe.collect()) == sorted(
+        (t, d.decode()) for t, _, d in ROWS if t != CONTROL_TAG)
