@@ -24,6 +24,7 @@ Imported by workers: only pyarrow, Beam's coders and ``worker.rows``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterator
 
 import pyarrow as pa
@@ -59,7 +60,10 @@ class ArrowRows:
         if not batch.num_rows:
             return iter(())
         hints = dict(self.row_type._fields)
-        make = (user_type or self.row_type.user_type)._make
+        user_type = user_type or self.row_type.user_type
+        # NamedTuples: tuple.__new__ without _make's Python frame per row.
+        make = (functools.partial(tuple.__new__, user_type)
+                if issubclass(user_type, tuple) else user_type._make)
         columns = [types.column_to_beam(batch.column(n), hints[n])
                    for n in self.names]
         return map(make, zip(*columns))

@@ -27,8 +27,8 @@ import pyarrow as pa
 from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
@@ -164,11 +164,11 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     coder = op.windowed_coder.wrapped_value_coder
     # The type the stage's RowCoder decodes to, as on any other input.
     row_type = coder.to_type_hint() if hasattr(coder, 'schema') else None
-    windows = (GlobalWindow(),)
-    output = op.output
+    windows, micros = (GlobalWindow(),), MIN_TIMESTAMP.micros
+    output, create = op.output, windowed_value.create  # 4x WindowedValue(...)
     for batch in batches:
         for row in task.arrow_input.rows(batch, row_type):
-            output(WindowedValue(row, MIN_TIMESTAMP, windows))
+            output(create(row, micros, windows))
     yield from ()
 
 

@@ -4,6 +4,7 @@ Run by hand, never by pytest::
 
     python tests/benchmarks/spark_read.py                    # 10M rows, 3 repeats
     python tests/benchmarks/spark_read.py --rows 1000000 --repeats 1
+    python tests/benchmarks/spark_read.py --conf spark.driver.extraJavaOptions=  # JVM's default JIT
 
 Spark writes the input once (``--files`` Parquet files, columns ``id long,
 key string, value double``, ``--keys`` distinct keys) into a temporary folder.
@@ -66,6 +67,9 @@ def main(argv=None) -> int:
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--files', type=int, default=8)
     parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
+                        help='Spark configuration for the session (repeatable), e.g. '
+                        "spark.driver.extraJavaOptions='' for the JVM's default JIT")
     parser.add_argument('--engines', nargs='*', default=[
         'read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi'])
     args = parser.parse_args(argv)
@@ -75,7 +79,8 @@ def main(argv=None) -> int:
     from beam_spark_inproc.spark import session as spark_session
     import pyspark
 
-    spark, _ = spark_session.get_or_create('local[2]', None, {})
+    conf = dict(c.split('=', 1) for c in args.conf)
+    spark, _ = spark_session.get_or_create('local[2]', None, conf)
     workdir = tempfile.mkdtemp(prefix='spark_read_bench_')
     data = os.path.join(workdir, 'data')
     (spark.range(args.rows)
