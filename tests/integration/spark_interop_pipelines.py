@@ -155,6 +155,12 @@ def type_matrix(spark, runner, workdir):
                 lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)),
                 equal_to([_plain(e) for e in expected]))
             read | WriteToSpark(table=out, spark=spark)
+            # A read with one plain reader: that stage makes the rows itself
+            # (the ARROW input mode) rather than a ToBeamRows step.
+            alone = p | 'Alone' >> ReadFromSpark(dataframe=source)
+            assert_that(alone | 'Plain' >> beam.Map(
+                lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)),
+                equal_to([_plain(e) for e in expected]), label='alone')
         written = spark.table(out)
         # tinyint reads as Beam int16 (Beam Python's BYTE is unsigned), so it
         # comes back as smallint; every other type comes back as it was.
