@@ -25,7 +25,9 @@ def describe(plan: p.SparkPlan) -> str:
     lines = [f'{n} stages; each is one DataFrame step (mapInArrow running Beam\'s '
              'BundleProcessor) unless noted.']
     for i, stage in enumerate(plan.stages, 1):
-        kind = {p.SDK_STAGE: 'Beam stage', p.RESHUFFLE_STAGE: 'Reshuffle'}[stage.kind]
+        kind = {p.SDK_STAGE: 'Beam stage', p.RESHUFFLE_STAGE: 'Reshuffle',
+                p.NATIVE_STAGE: f'Spark ({stage.native_urn})',
+                p.TEST_STREAM_STAGE: 'TestStream'}.get(stage.kind, stage.kind)
         extra = []
         if stage.stateful:
             extra.append('stateful: input shuffled by key, keys processed in order')
@@ -39,6 +41,8 @@ def describe(plan: p.SparkPlan) -> str:
                    f'{port.grouping.gbk_label!r}' if port.grouping
                    else 'shuffle by key + sort' if port.keyed
                    else 'repartition (round robin)' if stage.kind == p.RESHUFFLE_STAGE
+                   else "the source's Arrow batches, rows made in this stage"
+                   if stage.input_mode == p.ARROW
                    else 'no shuffle')
             lines.append(f'    reads  {_buffer(port.buffer_id)} ({how})')
         for si in stage.side_inputs:

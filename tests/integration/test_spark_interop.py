@@ -190,3 +190,7 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
     assert by_label['Use'].input_mode == plan_.ARROW
     assert by_label['Shared'].outputs[0].layout == plan_.CHUNKS
     assert {by_label['One'].input_mode, by_label['Two'].input_mode} == {plan_.PLAIN}
+    from beam_spark_inproc.planning.describe import describe
+    text = describe(plan_pipeline(p.to_runner_api()))
+    assert "Spark (beam-spark-inproc:spark-read:v1)" in text
+    assert "the source's Arrow batches, rows made in this stage" in text
