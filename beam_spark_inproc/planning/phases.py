@@ -2,7 +2,7 @@
 
 The list is FnApiRunner's (``fn_runner.FnApiRunner.create_stages``) plus
 ``annotate_stateful_dofns_as_roots``, so a stateful DoFn starts a stage whose input
-is shuffled by key. Reshuffle is a runner URN, so Create/Impulse data and SDF
+is shuffled by key, and ``sdf_reshuffle_main_input_only``. Reshuffle is a runner URN, so Create/Impulse data and SDF
 restrictions are spread over partitions by a Spark repartition.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import copy
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.planning.native import NATIVE_URNS
 
@@ -23,6 +24,48 @@ RUNNER_URNS = frozenset([
         common_urns.composites.RESHUFFLE.urn,
 ]) | NATIVE_URNS
 
+def sdf_reshuffle_main_input_only(
+        stages: list[translations.Stage],
+        context: translations.TransformContext,
+) -> list[translations.Stage]:
+    """Keeps only the main input of the Reshuffles ``expand_sdf`` inserts.
+
+    ``expand_sdf`` builds the Reshuffle in front of a splittable DoFn's Process
+    (when RESHUFFLE is a runner URN, as here; FnApiRunner has none) as a copy of
+    the ParDo with the main input replaced, so it keeps the ParDo's side inputs
+    as inputs. Fusion then reads them as elements of the Reshuffle (they were
+    shuffled into the restrictions: "'dict' object has no attribute 'metadata'"
+    in ``beam.dataframe.io``), and ``sort_stages``, which takes a stage reading
+    a PCollection for its producer, could order the Reshuffle before the stage
+    that writes its input (whose ParDo reads the same side input): then the
+    Reshuffle read nothing. The Process transform reads the side inputs itself.
+    """
+    for stage in stages:
+        for transform in stage.transforms:
+            if (transform.spec.urn != common_urns.composites.RESHUFFLE.urn
+                    or len(transform.inputs) <= 1):
+                continue
+            output = translations.only_element(transform.outputs.values())
+            side_tags = set()
+            for consumer in context.components.transforms.values():
+                if (consumer.spec.urn in translations.PAR_DO_URNS
+                        and output in consumer.inputs.values()):
+                    side_tags.update(proto_utils.parse_Bytes(
+                        consumer.spec.payload,
+                        beam_runner_api_pb2.ParDoPayload).side_inputs)
+            main = [tag for tag in transform.inputs if tag not in side_tags]
+            if len(main) != 1:
+                raise ValueError(
+                    f'Reshuffle {transform.unique_name!r} ({transform.spec.urn}) '
+                    f'has inputs {dict(transform.inputs)}, none or several of '
+                    f'them main inputs (its consumers\' side inputs: '
+                    f'{sorted(side_tags)}); a Reshuffle has one input.')
+            for tag in list(transform.inputs):
+                if tag != main[0]:
+                    del transform.inputs[tag]
+    return stages
+
+
 PHASES = [
         translations.annotate_downstream_side_inputs,
         translations.annotate_stateful_dofns_as_roots,
@@ -30,6 +73,7 @@ PHASES = [
         translations.pack_combiners,
         translations.lift_combiners,
         translations.expand_sdf,
+        sdf_reshuffle_main_input_only,
         translations.expand_gbk,
         translations.sink_flattens,
         translations.greedily_fuse,

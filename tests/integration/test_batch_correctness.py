@@ -14,6 +14,8 @@ import typing
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
@@ -133,6 +135,45 @@ def test_reshuffle_pane_info_follows_compat_version(engine, tmp_path, version):
     expected = run_on(FnApiRunner(), _panes_after_reshuffle, tmp_path / 'fnapi',
                       options)
     assert on_runner == expected and len(expected) == 2
+
+
+class _CountTo(beam.DoFn, beam.RestrictionProvider):
+    """A splittable DoFn with side inputs: ``n`` -> n lines naming them."""
+
+    def initial_restriction(self, n):
+        return OffsetRange(0, n)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, n, restriction):
+        return restriction.size()
+
+    def process(self, n, names, offset, tracker=beam.DoFn.RestrictionParam()):
+        i = tracker.current_restriction().start
+        while tracker.try_claim(i):
+            yield '%s %d' % (names[n], offset + i)
+            i += 1
+
+
+def _splittable_with_side_inputs(p):
+    names = p | 'Names' >> beam.Create([{2: 'two', 3: 'three'}])
+    offset = p | 'Offset' >> beam.Create([100])
+    return (p | beam.Create([2, 3])
+            | beam.ParDo(_CountTo(), names=beam.pvalue.AsSingleton(names),
+                         offset=beam.pvalue.AsSingleton(offset)))
+
+
+@both
+def test_splittable_dofn_reshuffle_leaves_side_inputs_alone(engine, tmp_path):
+    # Beam's expand_sdf puts a Reshuffle in front of the Process transform that
+    # copies the ParDo's inputs, side inputs included: the Reshuffle must move
+    # the main input only (it mixed the side inputs' elements into it:
+    # "'dict' object has no attribute ...", as beam.dataframe.io's reads did).
+    on_runner = run_on(engine(), _splittable_with_side_inputs, tmp_path / 'runner')
+    expected = run_on(FnApiRunner(), _splittable_with_side_inputs,
+                      tmp_path / 'fnapi')
+    assert on_runner == expected and len(expected) == 5
 
 
 # -- 3. value providers ----------------------------------------------------
