@@ -117,6 +117,27 @@ def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
     return reads, uses
 
 
+def reshuffle(engine: Engine, stage: p.StagePlan,
+              context: pipeline_context.PipelineContext, data: Any) -> Any:
+    """A RESHUFFLE_STAGE (batch and streaming): rows keep their bytes (tag 0);
+    each output port gets them under its tag, re-encoded where its coder
+    differs from the input's (a Reshuffle feeding a GroupByKey, whose input
+    Beam gives a deterministic key coder) or its pane info is dropped
+    (``StagePlan.reset_panes``)."""
+    shuffled = engine.shuffle(data, e.SPREAD)
+    input_coder = context.coders[stage.inputs[0].coder_id]
+    parts = []
+    for tag, port in enumerate(stage.outputs):
+        part = (shuffled if len(stage.outputs) == 1 else
+                engine.select(shuffled, 0, tag, tag == 0))
+        output_coder = context.coders[port.coder_id]
+        if output_coder != input_coder or stage.reset_panes:
+            part = engine.map_stage(part, Recode(
+                input_coder, output_coder, stage.reset_panes))
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else engine.union(parts)
+
+
 class Executor:
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
                  split_after: float = 0.0, split_ways: int = 2,
@@ -263,22 +284,7 @@ class Executor:
         return self.engine.map_stage(data, task)
 
     def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
-        """Rows keep their bytes (tag 0); each output port gets them under its
-        tag, re-encoded where its coder differs from the input's (a Reshuffle
-        feeding a GroupByKey, whose input Beam gives a deterministic key coder)
-        or its pane info is dropped (``StagePlan.reset_panes``)."""
-        shuffled = self.engine.shuffle(data, e.SPREAD)
-        input_coder = self._context.coders[stage.inputs[0].coder_id]
-        parts = []
-        for tag, port in enumerate(stage.outputs):
-            part = (shuffled if len(stage.outputs) == 1 else
-                    self.engine.select(shuffled, 0, tag, tag == 0))
-            output_coder = self._context.coders[port.coder_id]
-            if output_coder != input_coder or stage.reset_panes:
-                part = self.engine.map_stage(part, Recode(
-                    input_coder, output_coder, stage.reset_panes))
-            parts.append(part)
-        return parts[0] if len(parts) == 1 else self.engine.union(parts)
+        return reshuffle(self.engine, stage, self._context, data)
 
     def _rounds(self, index: int, data: Any, task: StageTask) -> Any:
         """Runs a splittable stage in rounds: the first round's stragglers are

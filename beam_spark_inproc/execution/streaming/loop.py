@@ -45,6 +45,7 @@ from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import CONTROL_TAG
@@ -73,6 +74,7 @@ class StreamingExecutor:
         self.after_micro_batch = after_micro_batch
         components = beam_runner_api_pb2.Components.FromString(plan.components)
         context = pipeline_context.PipelineContext(components)
+        self._context = context
         self._reads, _ = wire(plan)
         # Stages reading side inputs: their main input waits until ready.
         self.gates = {i: SideInputGate(stage, components, context,
@@ -196,13 +198,8 @@ class StreamingExecutor:
             elif parts:
                 data = parts[0] if len(parts) == 1 else self.engine.union(parts)
                 if stage.kind == p.RESHUFFLE_STAGE:
-                    # As the batch executor: rows come in under tag 0, each
-                    # output port gets them under its tag.
-                    shuffled = self.engine.shuffle(data, e.SPREAD)
-                    result = shuffled if len(stage.outputs) == 1 else \
-                        self.engine.union([
-                            self.engine.select(shuffled, 0, tag, tag == 0)
-                            for tag in range(len(stage.outputs))])
+                    # As the batch executor (re-encoding, pane reset included).
+                    result = reshuffle(self.engine, stage, self._context, data)
                 else:
                     step = StreamingStep(
                         input_watermark=self.input_wm[index],

@@ -13,11 +13,13 @@ run on that runner, as they do in Beam. Skips come from ``skips``.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 
 import pytest
 
+from tests.conformance.beam import reference
 from tests.conformance.beam import skips
 
 RUNNERS = {
@@ -25,7 +27,15 @@ RUNNERS = {
               'beam_spark_inproc.testing.runners.InProcessDebugRunner'),
     'spark': ('--runner=beam_spark_inproc.InProcessSparkRunner',
               'beam_spark_inproc.InProcessSparkRunner'),
+    # Beam's FnApiRunner over two SDK worker processes (``reference``): set
+    # BEAM_CONFORMANCE_REFERENCE=fnapi-multi to run every test there instead.
+    'fnapi-multi': (reference.OPTIONS,
+                    'tests.conformance.beam.reference.MultiProcessFnApiRunner'),
 }
+REFERENCE = os.environ.get('BEAM_CONFORMANCE_REFERENCE', '')
+if REFERENCE and REFERENCE not in RUNNERS:
+    raise ValueError(f'BEAM_CONFORMANCE_REFERENCE={REFERENCE!r}: expected one '
+                     f'of {sorted(RUNNERS)}.')
 
 
 # Beam's integration tests (GCP, expansion services, containers): Beam's unit
@@ -63,9 +73,9 @@ def _beam_runner(request, monkeypatch):
         return
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.testing.test_pipeline import TestPipeline
-    if engine == 'spark':
+    if engine == 'spark' and not REFERENCE:
         request.getfixturevalue('spark')  # the run's shared session
-    test_options, default_runner = RUNNERS[engine]
+    test_options, default_runner = RUNNERS[REFERENCE or engine]
     # Beam's example tests written as integration tests read temp_location from
     # the test options; a local folder lets them run here.
     test_options += ' --temp_location=' + request.getfixturevalue('_temp_location')
