@@ -3,11 +3,12 @@ and a failure record when a bundle fails.
 
 A report is produced only by a bundle that completed, and travels as a row of
 the task's output (tag ``CONTROL_TAG``), so a failed task attempt, whose output
-Spark discards, reports nothing. Reports carry the warnings user code and Beam
-raised in the bundle (re-issued on the driver, where tests and users look for
-them) and the bundle's monitoring infos (user metrics among them), which the
-driver consolidates per stage: committed metrics are exact because only the
-attempts Spark kept are counted.
+Spark discards, reports nothing. Reports carry the warnings user code and
+Beam raised in the bundle and, from worker processes, the log records it
+emitted at the driver's level (re-issued and logged again on the driver, where
+tests and users look for them), and the bundle's monitoring infos (user
+metrics among them), which the driver consolidates per stage: committed
+metrics are exact because only the attempts Spark kept are counted.
 
 A failed bundle's exception leaves the worker as text (Spark sends the Python
 worker's error to the driver as a string), so it carries a ``Failure`` record
@@ -22,6 +23,8 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
+import os
 import pickle
 import re
 import traceback
@@ -105,17 +108,71 @@ def capture_warnings() -> Iterator[list]:
                     caught.append(item)
 
 
-def encode(stage: str, warnings: list, monitoring_infos: list) -> bytes:
+# Log records a bundle sends back at most (a DoFn logging every element at
+# the driver's level); past it, one record says how many were dropped.
+MAX_LOG_RECORDS = 1000
+
+
+class _Collect(logging.Handler):
+    def __init__(self, records: list):
+        super().__init__()
+        self.records = records
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) >= MAX_LOG_RECORDS:
+            self.dropped += 1
+            return
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: as logging would show it
+            message = f'{record.msg!r} % {record.args!r}'
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        self.records.append((record.name, record.levelno, message,
+                             record.pathname, record.lineno, record.funcName,
+                             record.exc_text or None))
+
+
+@contextlib.contextmanager
+def capture_logs(driver: tuple) -> Iterator[list]:
+    """Records the log records the bundle's code emits in a worker process, to
+    be logged again on the driver (``reissue``), as Beam's Fn API logging
+    service does for its SDK workers. Nothing in the driver's own process
+    (``driver``: ``logs.driver_level()``; debug mode), where they are logged
+    already. The worker's root level is the driver's (``logs.apply``)."""
+    records: list = []
+    if not driver or driver[0] == os.getpid():
+        yield records
+        return
+    handler = _Collect(records)
+    root = logging.getLogger()
+    # The driver logs them: not printed here too (a local master's workers
+    # share the driver's terminal).
+    own, root.handlers = root.handlers, [handler]
+    try:
+        yield records
+    finally:
+        root.handlers = own
+        if handler.dropped:
+            records.append((__name__, logging.WARNING,
+                            f'{handler.dropped} more log records of this bundle '
+                            f'dropped (at most {MAX_LOG_RECORDS} are sent to the '
+                            'driver)', __file__, 0, 'capture_logs', None))
+
+
+def encode(stage: str, warnings: list, monitoring_infos: list,
+           logs: list = ()) -> bytes:
     """The report's bytes, or b'' when there is nothing to report."""
-    if not warnings and not monitoring_infos:
+    if not warnings and not monitoring_infos and not logs:
         return b''
     infos = [info.SerializeToString() for info in monitoring_infos]
     try:
-        return pickle.dumps(
-            {'stage': stage, 'warnings': warnings, 'monitoring_infos': infos})
+        return pickle.dumps({'stage': stage, 'warnings': warnings,
+                             'monitoring_infos': infos, 'logs': list(logs)})
     except Exception:  # a category class the driver could not import
         return pickle.dumps({'stage': stage, 'monitoring_infos': infos,
-                             'warnings': [
+                             'logs': list(logs), 'warnings': [
                                  (RuntimeWarning, f'{c.__name__}: {m}', f, n)
                                  for c, m, f, n in warnings]})
 
@@ -125,7 +182,15 @@ def decode(data: bytes) -> dict:
 
 
 def reissue(reports: list[dict]) -> None:
-    """Re-issues workers' warnings on the driver (deduplicated across tasks)."""
+    """Re-issues workers' warnings on the driver (deduplicated across tasks)
+    and logs their log records again there (each one, by its logger)."""
+    for r in reports:
+        for name, level, message, path, lineno, func, exc_text in r.get('logs', ()):
+            record = logging.LogRecord(name, level, path, lineno, message, None,
+                                       None, func)
+            record.exc_text = exc_text
+            record.beam_stage = r.get('stage', '')
+            logging.getLogger(name).handle(record)
     seen = set()
     for r in reports:
         for category, message, filename, lineno in r.get('warnings', ()):

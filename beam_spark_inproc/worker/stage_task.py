@@ -287,7 +287,8 @@ class _Bundles:
             entry.timer_queue.add if entry.timer_queue else None)
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         attempt['in_bundle'] = True
-        with report.capture_warnings() as caught:
+        with report.capture_warnings() as caught, \
+                report.capture_logs(task.log_level) as logged:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 if splitter:
                     splitter.start(instruction_id)
@@ -310,7 +311,7 @@ class _Bundles:
         # ``caught`` is complete only once the capture has ended.
         infos = entry.processor.monitoring_infos()
         payload = report.encode(task.stage.name, warnings=caught,
-                                monitoring_infos=infos)
+                                monitoring_infos=infos, logs=logged)
         if task.attempt_channel:
             attempt['infos'].extend(info.SerializeToString() for info in infos)
         attempt['in_bundle'] = False

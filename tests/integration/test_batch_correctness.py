@@ -6,6 +6,7 @@ hand from Beam's model.
 """
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -245,6 +246,48 @@ def test_runtime_value_provider_in_workers(engine):
                            options=_ValueOptions(args)) as p:
             out = p | beam.Create(['ann']) | beam.ParDo(Greet())
             assert_that(out, equal_to(['%s %s ann' % (word, word)]))
+
+
+def _log_each(x):
+    logging.getLogger('user.dofn').info('logged in a DoFn: %s', x)
+    return x
+
+
+@both
+def test_dofn_log_records_reach_the_driver_once(engine):
+    # Beam's FnApiRunner relays its SDK workers' records to the runner's
+    # logging (Fn API logging service); Spark's Python workers logged to their
+    # own stderr only (snippets_test ValueProviderInfoTest looks for them with
+    # assertLogs). In debug mode the DoFn logs in the driver: once, not twice.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)  # the driver's level goes to the workers
+    try:
+        with LogCapture() as seen:
+            with beam.Pipeline(runner=engine()) as p:
+                _ = p | beam.Create([1, 2, 3]) | beam.Map(_log_each)
+    finally:
+        root.setLevel(level)
+    messages = [r.getMessage() for r in seen.records if r.name == 'user.dofn']
+    assert sorted(messages) == ['logged in a DoFn: %d' % i for i in (1, 2, 3)]
+
+
+class LogCapture(logging.Handler):
+    """The records the driver's root logger handles while active."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def __enter__(self):
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger().removeHandler(self)
 
 
 # -- 4. custom window types -------------------------------------------------
