@@ -91,9 +91,9 @@ STREAMING_TESTS: set[str] = {
     'snippets_test__SnippetsTest::test_model_setting_trigger',
 }
 
-# Known runner gaps seen on Spark only (the debug engine runs these), and
-# tests that cannot hold on a multi-process runner but pass on the debug
-# engine, which runs in the driver.
+# Tests that cannot hold on a multi-process runner but pass on the debug
+# engine, which runs in the driver (and runner gaps seen on Spark only: none
+# left).
 SPARK_ONLY: dict[str, str] = {
     'snippets_test__TypeHintsTest::test_deterministic_key': (
         'cannot hold on any multi-process runner: the test defines class Player '
@@ -101,13 +101,6 @@ SPARK_ONLY: dict[str, str] = {
         'process imports the module without it ("Can\'t get attribute '
         '\'Player\'"), on FnApiRunner with two workers too: driver globals '
         '(passes on the debug engine)'),
-    'snippets_test__ValueProviderInfoTest::test_accessing_valueprovider_info_after_run': (
-        'runner gap on Spark only (issue #18): the test looks for a DoFn\'s '
-        'logging.info record in the driver\'s log (assertLogs); Spark\'s Python '
-        'workers log to their own stderr and the runner does not relay their '
-        'records to the driver (Beam\'s FnApiRunner with two worker processes '
-        'does, through the Fn API logging service, and passes); the runtime value '
-        'itself reaches the workers (test_batch_correctness)'),
 }
 
 
