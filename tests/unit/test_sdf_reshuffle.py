@@ -16,7 +16,7 @@ def test_sdf_reshuffle_reads_main_input_after_its_writer():
     # by object id): fuse the same pipeline many times. Before the phase, a
     # quarter of the plans ordered the Reshuffle before the split stage, and
     # every plan fed it the side inputs as elements.
-    for _ in range(20):
+    for _ in range(10):
         pipeline = beam.Pipeline()
         _splittable_with_side_inputs(pipeline)
         plan = plan_pipeline(pipeline.to_runner_api())
