@@ -1,8 +1,9 @@
 """Runs Beam's own TestStream-based test classes on InProcessSparkRunner.
 
-Beam's tests build ``TestPipeline(options=...)``, which picks the DirectRunner;
-``on_runner`` gives each test case a TestPipeline that runs on this runner
-instead (debug engine or Spark), the rest of Beam's test unchanged.
+Beam's tests build ``TestPipeline(options=...)``, which picks the DirectRunner,
+or a plain ``beam.Pipeline()``, which takes ``StandardOptions.DEFAULT_RUNNER``;
+``on_runner`` points both at this runner (debug engine or Spark), the rest of
+Beam's test unchanged.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Iterable
 import unittest
 from unittest import mock
 
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 _original_init = TestPipeline.__init__
@@ -20,7 +22,9 @@ _original_init = TestPipeline.__init__
 def on_runner(make_runner):
     def init(self, runner=None, *args, **kwargs):
         _original_init(self, runner or make_runner(), *args, **kwargs)
-    with mock.patch.object(TestPipeline, '__init__', init):
+    with mock.patch.object(TestPipeline, '__init__', init), \
+            mock.patch.object(StandardOptions, 'DEFAULT_RUNNER',
+                              make_runner.default_runner):
         yield
 
 
@@ -29,11 +33,18 @@ def debug_runner():
     return InProcessSparkRunner(debug=True)
 
 
+debug_runner.default_runner = 'beam_spark_inproc.testing.runners.InProcessDebugRunner'
+
+
 def spark_runner():
     """On the test run's shared SparkSession."""
     from beam_spark_inproc import InProcessSparkRunner
     from tests.conftest import shared_session
     return InProcessSparkRunner(spark=shared_session())
+
+
+# a plain beam.Pipeline() gets the active session: the run's shared one
+spark_runner.default_runner = 'beam_spark_inproc.InProcessSparkRunner'
 
 
 def suite_on(base: type, make_runner, name: str, skips: dict[str, str],
