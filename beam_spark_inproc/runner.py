@@ -134,6 +134,12 @@ class InProcessSparkRunner(PipelineRunner):
             engine = SparkEngine(
                 spark, parallelism, job_id, extra_py_files,
                 int(opts.spark_inline_side_input_mb * (1 << 20)))
+            from beam_spark_inproc.planning.plan import NATIVE_STAGE
+            # Native stages (ReadFromSpark, ...) need DataFrames throughout.
+            if (opts.spark_small_data_elements > 0 and not streaming
+                    and not any(s.kind == NATIVE_STAGE for s in plan.stages)):
+                from beam_spark_inproc.spark.small import SmallDataEngine
+                engine = SmallDataEngine(engine, opts.spark_small_data_elements)
             attempt_host = spark_session.callback_host(spark)
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
@@ -235,10 +241,17 @@ def translate_error(error: Exception, plan) -> Exception:
         from pyspark.errors import PythonException
     except ImportError:  # pragma: no cover
         return error
-    if not isinstance(error, PythonException):
+    if isinstance(error, PythonException):
+        text = str(error)
+    elif getattr(error, '__notes__', None):
+        # A stage run in the driver (``spark.small``): the same record, on the
+        # exception itself.
+        text = '\n'.join(error.__notes__)
+    else:
         return error
-    text = str(error)
     failure = report.Failure.find(text)
+    if failure is None and not isinstance(error, PythonException):
+        return error
     if failure is None:
         start = text.find('Traceback (most recent call last)')
         traceback_text = (text[start:] if start >= 0 else text).rstrip()
