@@ -8,8 +8,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 # Side inputs up to this size travel in the task's closure; larger ones as files.
 INLINE_SIDE_INPUT_MB = 8.0
 INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
-# Stages on at most this many elements run in the driver (``spark.small``).
-SMALL_DATA_ELEMENTS = 5000
+# Stages whose input and output are at most this many KB run in the driver
+# (``spark.small``).
+SMALL_DATA_KB = 64
 
 
 class SparkRunnerOptions(PipelineOptions):
@@ -45,11 +46,12 @@ class SparkRunnerOptions(PipelineOptions):
             help='Side inputs up to this size (MB) travel inside the tasks; '
             'larger ones are shipped once as files (Spark artifacts).')
         parser.add_argument(
-            '--spark_small_data_elements', type=int, default=SMALL_DATA_ELEMENTS,
-            help='Stages whose input and output hold at most this many '
-            'elements (and 1 MB) run in the driver, in the same worker code '
-            'after the same pickling, without Spark jobs; larger data goes to '
-            'Spark. 0: every stage runs on Spark. See docs/performance.md.')
+            '--spark_small_data_kb', type=float, default=SMALL_DATA_KB,
+            help='Stages whose input and output hold at most this many KB '
+            '(and 5000 rows) of Beam-encoded elements run in the driver, in '
+            'the same worker code after the same pickling, without Spark '
+            'jobs; larger data goes to Spark. 0: every stage runs on Spark. '
+            'See docs/performance.md.')
         parser.add_argument(
             '--spark_profile_dir', default=None, metavar='DIR',
             help='Profile every bundle (cProfile) into this folder on the '

@@ -136,10 +136,11 @@ class InProcessSparkRunner(PipelineRunner):
                 int(opts.spark_inline_side_input_mb * (1 << 20)))
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
-            if (opts.spark_small_data_elements > 0 and not streaming
+            if (opts.spark_small_data_kb > 0 and not streaming
                     and not any(s.kind == NATIVE_STAGE for s in plan.stages)):
                 from beam_spark_inproc.spark.small import SmallDataEngine
-                engine = SmallDataEngine(engine, opts.spark_small_data_elements)
+                engine = SmallDataEngine(
+                    engine, max_bytes=int(opts.spark_small_data_kb * 1024))
             attempt_host = spark_session.callback_host(spark)
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])

@@ -23,7 +23,7 @@ is tiny, running stages on it here; anything else is Spark's:
 
 What stays in the driver runs on one core: a stage with tiny input but heavy
 work per element (a slow call per element) runs serially here. Off with
-``--spark_small_data_elements=0``. Tasks carrying a side input shipped as a file
+``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
 (``--spark_inline_side_input_mb``) always run on Spark.
 """
 from __future__ import annotations
@@ -37,10 +37,11 @@ from beam_spark_inproc.debug.engine import LocalEngine
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
 
-# Default limits: up to this many rows (an element each, before a GroupByKey)
-# and bytes a stage's input and output may hold to run in the driver.
+# Default limits: up to this many rows (an element each, except GroupByKey
+# rows, packed per key) and bytes a stage's input and output may hold to run in
+# the driver (``--spark_small_data_kb``).
 MAX_ROWS = 5000
-MAX_BYTES = 1 << 20
+MAX_BYTES = 64 << 10
 
 
 @dataclasses.dataclass

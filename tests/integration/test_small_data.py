@@ -1,0 +1,152 @@
+"""Small data in the driver (``spark.small``): results as Beam's FnApiRunner
+gives them, no Spark job while data is tiny, Spark as soon as it is not, the
+pickling round trip and the user's error as on Spark."""
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc import PipelineExecutionError
+
+ON = ['--spark_small_data_kb=64']
+OFF = ['--spark_small_data_kb=0']
+
+
+def _jobs(spark, build, args=ON):
+    """(result, Spark jobs) of a pipeline run under a job group of its own."""
+    context = spark.sparkContext  # classic-only: counting the run's jobs
+    group = 'small-data-test-' + uuid.uuid4().hex
+    context.setJobGroup(group, 'test')
+    try:
+        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                          options=PipelineOptions(args))
+        build(p)
+        result = p.run()
+        result.wait_until_finish()
+    finally:
+        context.setJobGroup(None, None)
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def _small(p):
+    counted = (p | beam.Create(list(range(10)))
+               | beam.Map(lambda x: (x % 3, x))
+               | beam.GroupByKey()
+               | beam.Map(lambda kv: (kv[0], sorted(kv[1])))
+               | beam.combiners.Count.Globally())
+    assert_that(counted, equal_to([3]))
+
+
+def _side_inputs_and_outputs(p):
+    side = p | 'Side' >> beam.Create([('a', 1), ('b', 2)])
+    outs = (p | 'Main' >> beam.Create(list(range(20)))
+            | beam.Map(lambda x, d: (x, d['a'] + d['b']), d=beam.pvalue.AsDict(side))
+            | beam.ParDo(_Split()).with_outputs('odd', main='even'))
+    assert_that(outs.even | 'SumEven' >> beam.CombineGlobally(sum),
+                equal_to([sum(x + 3 for x in range(0, 20, 2))]), label='even')
+    assert_that(outs.odd | beam.combiners.Count.PerElement(),
+                equal_to([((x, 3), 1) for x in range(1, 20, 2)]), label='odd')
+
+
+class _Split(beam.DoFn):
+    def process(self, kv):
+        x, s = kv
+        if x % 2:
+            yield beam.pvalue.TaggedOutput('odd', kv)
+        else:
+            yield x + s
+
+
+class _Counting(beam.DoFn):
+    def __init__(self):
+        self.seen = Metrics.counter('small', 'seen')
+
+    def process(self, x):
+        self.seen.inc()
+        for i in range(5000):
+            yield x * 5000 + i
+
+
+def _grows(p):
+    """Ten elements that become 50,000 crossing a GroupByKey: past the
+    limit, on Spark."""
+    counted = (p | beam.Create(list(range(10)))
+               | beam.ParDo(_Counting())
+               | beam.Map(lambda x: (x % 7, x))
+               | beam.GroupByKey()
+               | beam.MapTuple(lambda k, xs: (k, sum(xs))))
+    assert_that(counted, equal_to([(k, sum(x for x in range(50000) if x % 7 == k))
+                                   for k in range(7)]))
+
+
+@pytest.mark.parametrize('build', [_small, _side_inputs_and_outputs, _grows],
+                         ids=['small', 'side_inputs_and_outputs', 'grows'])
+def test_results_match_fnapi_runner(spark, build):
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        build(p)  # assert_that checks Beam's own result
+    _, jobs = _jobs(spark, build)
+    if build is _grows:
+        assert jobs >= 1  # handed over to Spark
+    else:
+        assert jobs == 0
+
+
+def test_off_runs_on_spark(spark):
+    _, jobs = _jobs(spark, _small, OFF)
+    assert jobs >= 1
+
+
+def test_dropped_driver_run_counts_metrics_once(spark):
+    result, jobs = _jobs(spark, _grows)
+    assert jobs >= 1
+    counters = result.metrics().query(MetricsFilter().with_name('seen'))['counters']
+    assert [c.committed for c in counters] == [10]
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise pickle.PicklingError('this object does not pickle')
+
+
+def test_task_that_does_not_pickle_fails_as_on_spark(spark):
+    holder = {}
+
+    def build(p):
+        bad = _Unpicklable()
+        (p | beam.Create([1, 2])
+           | beam.Map(lambda x: (x, holder.get('bad', bad))))
+
+    errors = []
+    for args in (ON, OFF):
+        with pytest.raises(Exception) as info:
+            _jobs(spark, build, args)
+        errors.append(info.value)
+    assert all('does not pickle' in str(e) for e in errors), errors
+
+
+def test_user_error_names_transform_as_on_spark(spark):
+    def fail(x):
+        if x == 3:
+            raise ValueError('bad element %d' % x)
+        return x
+
+    def build(p):
+        p | beam.Create([1, 2, 3]) | 'Explode' >> beam.Map(fail)
+
+    with pytest.raises(PipelineExecutionError) as info:
+        _jobs(spark, build)
+    message = str(info.value)
+    assert message.startswith("Beam transform 'Explode' failed (stage ")
+    assert 'ValueError: bad element 3' in message
+    assert "raise ValueError('bad element %d' % x)" in info.value.worker_traceback
+    assert info.value.transform == 'Explode'
