@@ -1,6 +1,7 @@
 """InProcessSparkRunner: Beam pipeline -> check -> plan -> Spark DataFrames."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -113,6 +114,7 @@ class InProcessSparkRunner(PipelineRunner):
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
         attempt_host = cancel = diagnose = spark = None
+        settings = contextlib.nullcontext
         debug = self._debug or opts.inproc_debug
         if debug:
             from beam_spark_inproc.debug.engine import LocalEngine
@@ -141,6 +143,11 @@ class InProcessSparkRunner(PipelineRunner):
                 from beam_spark_inproc.spark.small import SmallDataEngine
                 engine = SmallDataEngine(
                     engine, max_bytes=int(opts.spark_small_data_kb * 1024))
+            # The runtime SQL settings the runner relies on, on a user's
+            # session too (its values come back afterwards).
+            settings = functools.partial(
+                spark_session.runtime_settings, spark,
+                keep=parse_conf(opts.spark_conf))
             attempt_host = spark_session.callback_host(spark)
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
@@ -158,14 +165,16 @@ class InProcessSparkRunner(PipelineRunner):
         def run() -> None:
             start = time.monotonic()
             try:
-                reports = execute(plan, engine, job_id,
-                                  split_after=opts.spark_split_after_seconds,
-                                  split_ways=parallelism,
-                                  profile_dir=os.path.abspath(opts.spark_profile_dir)
-                                  if opts.spark_profile_dir else '',
-                                  after_job=after_job,
-                                  attempt_channel=run_metrics.channel,
-                                  runtime_options=runtime_options(options))
+                with settings():
+                    reports = execute(
+                        plan, engine, job_id,
+                        split_after=opts.spark_split_after_seconds,
+                        split_ways=parallelism,
+                        profile_dir=os.path.abspath(opts.spark_profile_dir)
+                        if opts.spark_profile_dir else '',
+                        after_job=after_job,
+                        attempt_channel=run_metrics.channel,
+                        runtime_options=runtime_options(options))
             except BaseException as e:
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
                          or isinstance(e, KeyboardInterrupt) else PipelineState.FAILED)

@@ -1,12 +1,14 @@
 """Finding or creating the SparkSession a pipeline runs on."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import sys
-from typing import Optional
+import threading
+from typing import Iterable, Optional
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -32,6 +34,57 @@ LOCAL_DEFAULTS = {
     '-Dlog4j2.configurationFile=' + os.path.join(
         os.path.dirname(os.path.abspath(__file__)), 'log4j2.properties'),
 }
+
+
+# Runtime SQL settings the runner's queries rely on: a user's session (a
+# notebook's, Databricks') gets them for the runner's run and its own values back
+# afterwards (``runtime_settings``). A session the runner creates has them from
+# ``LOCAL_DEFAULTS`` already.
+RUNTIME_SETTINGS = {
+    key: LOCAL_DEFAULTS[key] for key in (
+        'spark.sql.adaptive.enabled',
+        'spark.sql.execution.arrow.maxRecordsPerBatch',
+        'spark.sql.execution.arrow.maxBytesPerBatch')}
+
+_settings_lock = threading.Lock()
+# id(session) -> [pipelines running, the user's values (None: not set)]
+_settings_held: dict[int, list] = {}
+
+
+@contextlib.contextmanager
+def runtime_settings(session, keep: Iterable[str] = ()):
+    """``RUNTIME_SETTINGS`` on ``session`` while inside, except the keys in
+    ``keep`` (set by the user with ``--spark_conf``); the session's previous
+    values (or their absence) come back when the last pipeline running on it
+    ends. A runtime SQL setting is the session's: the user's own queries running
+    meanwhile see these values too. Classic Spark and Connect alike."""
+    wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in set(keep)}
+    with _settings_lock:
+        held = _settings_held.get(id(session))
+        if held is None:
+            saved = {}
+            for key, value in wanted.items():
+                current = session.conf.get(key, None)
+                if current != value:
+                    saved[key] = current
+                    session.conf.set(key, value)
+            held = _settings_held[id(session)] = [0, saved]
+        held[0] += 1
+    try:
+        yield
+    finally:
+        with _settings_lock:
+            held[0] -= 1
+            if held[0] == 0:
+                del _settings_held[id(session)]
+                for key, value in held[1].items():
+                    try:
+                        if value is None:
+                            session.conf.unset(key)
+                        else:
+                            session.conf.set(key, value)
+                    except Exception:  # a stopped session has nothing to restore
+                        _LOGGER.debug('Could not restore %s', key, exc_info=True)
 
 
 class JavaNotFoundError(RuntimeError):

@@ -277,6 +277,53 @@ def attempt_metrics(session) -> dict:
             'attempted': counter.attempted, 'committed': counter.committed}
 
 
+# A user's own values for settings the runner sets while it runs
+# (``spark.session.runtime_settings``); maxBytesPerBatch is left unset.
+USER_SETTINGS = {'spark.sql.adaptive.enabled': 'true',
+                 'spark.sql.execution.arrow.maxRecordsPerBatch': '777',
+                 'spark.sql.execution.arrow.maxBytesPerBatch': None}
+
+
+def runtime_settings(session) -> dict:
+    """A user's session with its own values: the settings each of the runner's
+    queries saw (read where the engine collects), and the session's values
+    before and after the run (classic Spark and Connect alike)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.spark.engine import SparkEngine
+    keys = sorted(USER_SETTINGS)
+    values = lambda: {k: session.conf.get(k, None) for k in keys}  # noqa: E731
+    original, collect, seen = values(), SparkEngine.collect, []
+
+    def spying(self, data, elements=True):
+        seen.append(values())
+        return collect(self, data, elements)
+
+    try:
+        for key, value in USER_SETTINGS.items():
+            if value is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, value)
+        before = values()
+        SparkEngine.collect = spying
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=session),
+                           options=PipelineOptions(['--spark_small_data_kb=0'])) as p:
+            assert_that(p | beam.Create([('a', 1), ('b', 2), ('a', 3)])
+                        | beam.GroupByKey()
+                        | beam.MapTuple(lambda k, vs: (k, sum(vs))),
+                        equal_to([('a', 4), ('b', 2)]))
+        after = values()
+    finally:
+        SparkEngine.collect = collect
+        for key, value in original.items():
+            if value is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, value)
+    return {'before': before, 'during': seen, 'after': after}
+
+
 def _wait_for_server(remote, seconds):
     import socket
     import urllib.parse
@@ -305,6 +352,10 @@ def main(argv=None):
 
     from pyspark.sql import SparkSession
     from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc import options
+    # As in the test run (tests/conftest.py): tiny stages run on Spark (Connect),
+    # not in this client.
+    options.SMALL_DATA_KB = 0
 
     status = {'pipelines': {}}
 
@@ -339,6 +390,11 @@ def main(argv=None):
                 entry['traceback'] = traceback.format_exc()[-6000:]
             entry['seconds'] = round(time.monotonic() - began, 2)
             save()
+        try:
+            status['runtime_settings'] = runtime_settings(session)
+        except Exception as e:
+            status['runtime_settings'] = {'error': traceback.format_exc()[-4000:]}
+        save()
         try:
             status['attempt_metrics'] = attempt_metrics(session)
         except Exception as e:

@@ -265,6 +265,17 @@ def test_connect_attempted_metrics_include_failed_attempt(connect_run):
     print('over Connect: attempted', entry['attempted'], 'committed', entry['committed'])
 
 
+def test_connect_user_settings_set_for_the_run_and_restored(connect_run):
+    """Over Connect, a user's session gets the runner's runtime SQL settings
+    for the run's queries and its own values back afterwards."""
+    from beam_spark_inproc.spark.session import RUNTIME_SETTINGS
+    entry = connect_run.result().get('runtime_settings')
+    assert entry and 'during' in entry, f'{entry}\n' + connect_run.logs()
+    assert entry['before'] == pipelines.USER_SETTINGS
+    assert entry['during'] and all(d == RUNTIME_SETTINGS for d in entry['during'])
+    assert entry['after'] == pipelines.USER_SETTINGS
+
+
 def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
     status = connect_run.result()
     assert status.get('local_jvm') is False, status

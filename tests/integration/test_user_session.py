@@ -1,0 +1,65 @@
+"""A user's own SparkSession: the runner's runtime SQL settings for its queries,
+the user's values back afterwards (Spark Connect: test_spark_connect.py)."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc import PipelineExecutionError
+from beam_spark_inproc.spark.session import RUNTIME_SETTINGS
+
+from . import spark_connect_pipelines as pipelines
+
+
+def test_user_settings_set_for_the_run_and_restored(spark):
+    entry = pipelines.runtime_settings(spark)
+    assert entry['before'] == pipelines.USER_SETTINGS
+    assert entry['during'] and all(d == RUNTIME_SETTINGS for d in entry['during'])
+    assert entry['after'] == pipelines.USER_SETTINGS
+
+
+def test_settings_restored_after_a_failed_run(spark):
+    key = 'spark.sql.adaptive.enabled'
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, 'true')
+
+    def fail(x):
+        raise ValueError('on purpose')
+
+    try:
+        with pytest.raises(PipelineExecutionError):
+            with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+                p | beam.Create([1]) | beam.Map(fail)
+        assert spark.conf.get(key) == 'true'
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def test_settings_named_in_spark_conf_are_left_alone(spark, monkeypatch):
+    key = 'spark.sql.execution.arrow.maxRecordsPerBatch'
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, '555')
+    seen = []
+    from beam_spark_inproc.spark.engine import SparkEngine
+    collect = SparkEngine.collect
+
+    def spying(self, data, elements=True):
+        seen.append(spark.conf.get(key))
+        return collect(self, data, elements)
+
+    monkeypatch.setattr(SparkEngine, 'collect', spying)
+    try:
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                           options=PipelineOptions([f'--spark_conf={key}=555'])) as p:
+            p | beam.Create([1, 2]) | beam.Map(lambda x: x)
+        assert seen and set(seen) == {'555'}
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
