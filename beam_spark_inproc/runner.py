@@ -133,21 +133,26 @@ class InProcessSparkRunner(PipelineRunner):
             if problem is not None:
                 raise problem
             diagnose = workers.explain_missing_modules
-            engine = SparkEngine(
-                spark, parallelism, job_id, extra_py_files,
+            make_engine = functools.partial(
+                SparkEngine, spark, parallelism, job_id, extra_py_files,
                 int(opts.spark_inline_side_input_mb * (1 << 20)))
+            # The runtime SQL settings the runner relies on, on a user's
+            # session too (its values come back afterwards).
+            settings = functools.partial(
+                spark_session.runtime_settings, spark,
+                keep=parse_conf(opts.spark_conf))
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
             if (opts.spark_small_data_kb > 0 and not streaming
                     and not any(s.kind == NATIVE_STAGE for s in plan.stages)):
                 from beam_spark_inproc.spark.small import SmallDataEngine
                 engine = SmallDataEngine(
-                    engine, max_bytes=int(opts.spark_small_data_kb * 1024))
-            # The runtime SQL settings the runner relies on, on a user's
-            # session too (its values come back afterwards).
-            settings = functools.partial(
-                spark_session.runtime_settings, spark,
-                keep=parse_conf(opts.spark_conf))
+                    spark, make_engine,
+                    max_bytes=int(opts.spark_small_data_kb * 1024),
+                    settings=settings)
+                settings = contextlib.nullcontext  # entered by the engine
+            else:
+                engine = make_engine()
             attempt_host = spark_session.callback_host(spark)
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])

@@ -65,7 +65,9 @@ class AttemptReceiver:
         self._server.metrics = metrics
         self.channel = (host, self._server.server_address[1], self._server.token)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={'poll_interval': 0.2},
+            # close() waits for the loop's next poll: a short one keeps that
+            # out of every pipeline's fixed cost (0.1 s on average at 0.2 s).
+            target=self._server.serve_forever, kwargs={'poll_interval': 0.02},
             name='beam-attempt-metrics', daemon=True)
         self._thread.start()
 

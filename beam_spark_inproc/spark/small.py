@@ -19,7 +19,10 @@ is tiny, running stages on it here; anything else is Spark's:
   limits the run is dropped (its bundles are retried on Spark, as a failed task
   attempt would be) and the stage runs on Spark: one Spark partition per
   ``Local`` partition, shuffled input shuffled again by Spark;
-* ``collect`` of ``Local`` data runs no Spark job.
+* ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
+  the runner's runtime SQL settings on the session (``session.runtime_settings``)
+  and gets the job's description, so a run that stays in the driver makes no
+  call to Spark at all.
 
 What stays in the driver runs on one core: a stage with tiny input but heavy
 work per element (a slow call per element) runs serially here. Off with
@@ -28,6 +31,7 @@ work per element (a slow call per element) runs serially here. Off with
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -67,15 +71,28 @@ class _TooBig(Exception):
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
-    def __init__(self, spark_engine, max_rows: int = MAX_ROWS,
-                 max_bytes: int = MAX_BYTES):
-        self._spark = spark_engine
-        self._session = spark_engine._session  # native stages read it
+    def __init__(self, session, make_spark_engine, max_rows: int = MAX_ROWS,
+                 max_bytes: int = MAX_BYTES, settings=contextlib.nullcontext):
+        # The SparkEngine (it ships the driver's code) is made on first use.
+        self._make_spark_engine = make_spark_engine
+        self._spark_engine = None
+        # Entered before the first Spark job, left by ``release``: a run that
+        # stays in the driver changes nothing on the session.
+        self._settings = settings
+        self._exit = contextlib.ExitStack()
+        self._jobs: list[tuple[str, str]] = []
+        self._session = session
         self._local = LocalEngine(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
         self.stages_in_driver = 0
         self.stages_on_spark = 0
+
+    @property
+    def _spark(self):
+        if self._spark_engine is None:
+            self._spark_engine = self._make_spark_engine()
+        return self._spark_engine
 
     # -- hand-over -------------------------------------------------------------
     def _fits(self, rows: int, nbytes: int) -> bool:
@@ -136,16 +153,34 @@ class SmallDataEngine:
     def collect(self, data, elements: bool = True):
         if isinstance(data, Local):
             return self._local.collect(data.partitions, elements)
-        return self._spark.collect(data, elements)
+        if self._settings is not None:
+            self._exit.enter_context(self._settings())
+            self._settings = None
+        # Only a job that reaches Spark carries a description there.
+        with contextlib.ExitStack() as jobs:
+            for tag, description in self._jobs:
+                jobs.enter_context(self._spark.job(tag, description))
+            return self._spark.collect(data, elements)
 
     def side_input(self, entries: tuple):
+        if sum(len(k) + len(v) for k, v in entries) <= self._max_bytes:
+            return entries  # inline, as SparkEngine keeps anything this small
         return self._spark.side_input(entries)
 
+    @contextlib.contextmanager
     def job(self, tag: str, description: str):
-        return self._spark.job(tag, description)
+        self._jobs.append((tag, description))
+        try:
+            yield
+        finally:
+            self._jobs.pop()
 
     def release(self) -> None:
-        self._spark.release()
+        try:
+            if self._spark_engine is not None:
+                self._spark_engine.release()
+        finally:
+            self._exit.close()
 
     # -- running a stage here ----------------------------------------------------
     def _run_here(self, data: Local, task) -> Local:
