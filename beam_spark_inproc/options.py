@@ -9,8 +9,19 @@ from apache_beam.options.pipeline_options import PipelineOptions
 INLINE_SIDE_INPUT_MB = 8.0
 INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # Stages whose input and output are at most this many KB run in the driver
-# (``spark.small``).
+# (``spark.small``); the environment variable sets another default (the
+# project's own test run sets 0: its tests check Spark's execution).
 SMALL_DATA_KB = 64
+SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
+
+
+def small_data_kb_default() -> float:
+    value = os.environ.get(SMALL_DATA_ENV)
+    try:
+        return float(value) if value else SMALL_DATA_KB
+    except ValueError:
+        raise ValueError(f'{SMALL_DATA_ENV}={value!r} is not a number of KB '
+                         '(0 turns small data in the driver off).') from None
 
 
 class SparkRunnerOptions(PipelineOptions):
@@ -46,11 +57,12 @@ class SparkRunnerOptions(PipelineOptions):
             help='Side inputs up to this size (MB) travel inside the tasks; '
             'larger ones are shipped once as files (Spark artifacts).')
         parser.add_argument(
-            '--spark_small_data_kb', type=float, default=SMALL_DATA_KB,
+            '--spark_small_data_kb', type=float, default=small_data_kb_default(),
             help='Stages whose input and output hold at most this many KB '
             '(and 5000 rows) of Beam-encoded elements run in the driver, in '
             'the same worker code after the same pickling, without Spark '
             'jobs; larger data goes to Spark. 0: every stage runs on Spark. '
+            f'Default: ${SMALL_DATA_ENV} if set, else {SMALL_DATA_KB:g}. '
             'See docs/performance.md.')
         parser.add_argument(
             '--spark_profile_dir', default=None, metavar='DIR',

@@ -10,13 +10,11 @@ import pytest
 os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
 logging.getLogger('py4j').setLevel(logging.WARNING)
 
-# The project's tests check Spark's execution: tiny stages run on Spark here,
-# not in the driver (``spark.small``, default on for users; its own tests in
-# tests/integration/test_small_data.py pass the option). BEAM_SPARK_TEST_SMALL_DATA=1
-# runs the suite with the users' default.
-if os.environ.get('BEAM_SPARK_TEST_SMALL_DATA') != '1':
-    from beam_spark_inproc import options as _options
-    _options.SMALL_DATA_KB = 0
+# The project's tests check Spark's execution: tiny stages run on Spark here
+# and in the processes tests start, not in the driver (``spark.small``, on by
+# default for users; its own tests in tests/integration/test_small_data.py pass
+# the option). BEAM_SPARK_INPROC_SMALL_DATA_KB=64 runs the suite as users run.
+os.environ.setdefault('BEAM_SPARK_INPROC_SMALL_DATA_KB', '0')
 
 SPARK_MASTER = os.environ.get('BEAM_SPARK_TEST_MASTER', 'local[2]')
 # Separate executor JVMs (``tests/cluster``): run by tests/test_cluster_tier.py in

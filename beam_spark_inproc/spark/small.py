@@ -11,33 +11,41 @@ is tiny, running stages on it here; anything else is Spark's:
 * ``impulse()`` is ``Local``; ``select``, ``union``, ``cache`` and the shuffles
   of ``Local`` data stay ``Local`` (a shuffle into one partition: small input,
   one bundle, no empty tasks), other data goes to ``SparkEngine``;
-* ``map_stage`` of ``Local`` input within ``max_rows``/``max_bytes`` runs the
+* ``map_stage`` of ``Local`` input within ``max_rows``/``max_bytes`` (not a
+  splittable DoFn's stage: a read has little input and much work) runs the
   stage's task here, after the same pickling round trip Spark gives it (a DoFn
   that does not pickle fails as on Spark), in the same worker code
   (``StageTask``, Beam's ``BundleProcessor``; unlike debug mode the functions
   are not rebound to the driver's modules). When its output grows past the
-  limits the run is dropped (its bundles are retried on Spark, as a failed task
-  attempt would be) and the stage runs on Spark: one Spark partition per
-  ``Local`` partition, shuffled input shuffled again by Spark;
+  limits, or it runs longer than ``max_seconds`` (0.3 s: a watchdog raises in
+  the bundle's thread), the run is dropped (its bundles are retried on
+  Spark, as a failed task attempt's would be) and the stage runs on Spark: one Spark partition per
+  ``Local`` partition, shuffled input shuffled again by Spark; so do all
+  later stages of the run;
 * ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
   the runner's runtime SQL settings on the session (``session.runtime_settings``)
   and gets the job's description, so a run that stays in the driver makes no
   call to Spark at all.
 
-What stays in the driver runs on one core: a stage with tiny input but heavy
-work per element (a slow call per element) runs serially here. Off with
+What stays in the driver runs on one core, for at most ``max_seconds`` a
+stage: the price of a stage handed over late is that much driver time. Off with
 ``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
 (``--spark_inline_side_input_mb``) always run on Spark.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import queue
+import threading
 from typing import Optional
 
 import pyarrow as pa
 
 from beam_spark_inproc.debug.engine import LocalEngine
+from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker import stage_task
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
 
@@ -46,6 +54,12 @@ from beam_spark_inproc.worker.shipped import ShippedFile
 # the driver (``--spark_small_data_kb``).
 MAX_ROWS = 5000
 MAX_BYTES = 64 << 10
+# ... and the seconds a stage may run in the driver: tiny input can still mean
+# heavy work (ten seeds a FlatMap turns into millions of elements, combined
+# before they leave the stage).
+MAX_SECONDS = 0.3
+# After stopping a bundle, how long to wait for its thread before unblocking.
+_UNBLOCK_SECONDS = 2.0
 
 
 @dataclasses.dataclass
@@ -64,15 +78,17 @@ class Local:
         return sum(b.nbytes for part in self.partitions for b in part)
 
 
-class _TooBig(Exception):
-    pass
+class _TooBig(BaseException):
+    """Raised where a run in the driver passes its limits (a BaseException, so
+    no ``except Exception`` of a DoFn or of Beam swallows it)."""
 
 
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
     def __init__(self, session, make_spark_engine, max_rows: int = MAX_ROWS,
-                 max_bytes: int = MAX_BYTES, settings=contextlib.nullcontext):
+                 max_bytes: int = MAX_BYTES, settings=contextlib.nullcontext,
+                 max_seconds: float = MAX_SECONDS):
         # The SparkEngine (it ships the driver's code) is made on first use.
         self._make_spark_engine = make_spark_engine
         self._spark_engine = None
@@ -85,6 +101,8 @@ class SmallDataEngine:
         self._local = LocalEngine(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
+        self._max_seconds = max_seconds
+        self._driver = True  # off after a run here passed the limits
         self.stages_in_driver = 0
         self.stages_on_spark = 0
 
@@ -138,12 +156,12 @@ class SmallDataEngine:
         return self._spark.cache(data)
 
     def map_stage(self, data, task):
-        if (isinstance(data, Local) and self._fits(data.rows, data.nbytes)
-                and not _ships_files(task)):
+        if (self._driver and isinstance(data, Local)
+                and self._fits(data.rows, data.nbytes) and _may_run_here(task)):
             try:
                 result = self._run_here(data, task)
             except _TooBig:
-                pass
+                self._driver = False  # the rest of the run is Spark's
             else:
                 self.stages_in_driver += 1
                 return result
@@ -185,31 +203,87 @@ class SmallDataEngine:
     # -- running a stage here ----------------------------------------------------
     def _run_here(self, data: Local, task) -> Local:
         """Each partition through the task Spark would run, unpickled from the
-        bytes Spark would ship; ``_TooBig`` once the output passes the limits."""
+        bytes Spark would ship; ``_TooBig`` once the output passes the limits
+        or the run takes longer than ``max_seconds``."""
         from pyspark.serializers import CloudPickleSerializer
         serializer = CloudPickleSerializer()
         shipped = serializer.dumps(task)
+        watchdog = _Watchdog(self._max_seconds)
+        stage_task.watch.callback = watchdog.watch
         rows = nbytes = 0
         partitions = []
-        for partition in data.partitions:
-            out = []
-            outputs = serializer.loads(shipped)(iter(partition))
-            try:
-                for batch in outputs:
-                    rows += batch.num_rows
-                    nbytes += batch.nbytes
-                    if not self._fits(rows, nbytes):
-                        raise _TooBig()
-                    out.append(batch)
-            finally:
-                close = getattr(outputs, 'close', None)
-                if close is not None:
-                    close()  # a dropped run: its bundle stops here
-            partitions.append(out)
+        try:
+            for partition in data.partitions:
+                out = []
+                outputs = serializer.loads(shipped)(iter(partition))
+                try:
+                    for batch in outputs:
+                        rows += batch.num_rows
+                        nbytes += batch.nbytes
+                        if not self._fits(rows, nbytes):
+                            raise _TooBig()
+                        out.append(batch)
+                finally:
+                    close = getattr(outputs, 'close', None)
+                    if close is not None:
+                        close()  # a dropped run: its bundle stops here
+                partitions.append(out)
+        except BaseException as error:
+            if watchdog.expired or isinstance(error, _TooBig):
+                raise _TooBig() from None
+            raise
+        finally:
+            stage_task.watch.callback = None
+            watchdog.stop()
         return Local(partitions)
 
 
-def _ships_files(task) -> bool:
-    return any(isinstance(part, ShippedFile)
-               for part in getattr(task, 'side_input_state', ()))
+class _Watchdog:
+    """Stops a bundle running in the driver past its time: raises ``_TooBig``
+    in its helper thread (at its next Python instruction); should that thread
+    end without a word, unblocks the consumer through the output queue."""
+
+    def __init__(self, seconds: float):
+        self._lock = threading.Lock()
+        self._running: list = []  # (helper thread, output queue)
+        self._done = False
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, thread, out) -> None:
+        self._running[:] = [(thread, out)]
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done or not self._running:
+                return
+            self.expired = True
+            thread, out = self._running[0]
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(thread.ident), ctypes.py_object(_TooBig))
+        thread.join(_UNBLOCK_SECONDS)
+        with self._lock:
+            if not self._done:
+                try:
+                    out.put_nowait(_TooBig())
+                except queue.Full:
+                    pass
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+
+
+def _may_run_here(task) -> bool:
+    """Not a splittable DoFn's stage (a read: little input, much work), nor a
+    task carrying a side input shipped as a file."""
+    stage = getattr(task, 'stage', None)
+    if stage is not None and (stage.input_mode == p.SPLITTABLE
+                              or stage.split_input):
+        return False
+    return not any(isinstance(part, ShippedFile)
+                   for part in getattr(task, 'side_input_state', ()))
 

@@ -56,6 +56,9 @@ from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_eleme
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
+# A driver-side caller (``spark.small``) may set ``watch.callback`` on its own
+# thread: it is called with each bundle's helper thread and output queue.
+watch = threading.local()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,6 +361,9 @@ class _Bundles:
             target=self.work, args=(batches,),
             name='beam-bundle-%s' % self.task.stage.name, daemon=True)
         thread.start()
+        watcher = getattr(watch, 'callback', None)
+        if watcher is not None:
+            watcher(thread, self.out)
         ok = False
         try:
             while True:

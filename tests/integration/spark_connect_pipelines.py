@@ -352,10 +352,6 @@ def main(argv=None):
 
     from pyspark.sql import SparkSession
     from beam_spark_inproc import InProcessSparkRunner
-    from beam_spark_inproc import options
-    # As in the test run (tests/conftest.py): tiny stages run on Spark (Connect),
-    # not in this client.
-    options.SMALL_DATA_KB = 0
 
     status = {'pipelines': {}}
 

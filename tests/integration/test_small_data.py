@@ -89,13 +89,24 @@ def _grows(p):
                                    for k in range(7)]))
 
 
-@pytest.mark.parametrize('build', [_small, _side_inputs_and_outputs, _grows],
-                         ids=['small', 'side_inputs_and_outputs', 'grows'])
+def _heavy(p):
+    """Four seeds that become 2M elements combined within their stage: tiny
+    input and output, much work; handed over after max_seconds."""
+    counted = (p | beam.Create(list(range(4)))
+               | beam.FlatMap(lambda s: range(s * 500_000, (s + 1) * 500_000))
+               | beam.Map(lambda x: (x % 5, x))
+               | beam.CombinePerKey(sum))
+    assert_that(counted, equal_to([(k, sum(range(k, 2_000_000, 5)))
+                                   for k in range(5)]))
+
+
+@pytest.mark.parametrize('build', [_small, _side_inputs_and_outputs, _grows, _heavy],
+                         ids=['small', 'side_inputs_and_outputs', 'grows', 'heavy'])
 def test_results_match_fnapi_runner(spark, build):
     with beam.Pipeline(runner=FnApiRunner()) as p:
         build(p)  # assert_that checks Beam's own result
     _, jobs = _jobs(spark, build)
-    if build is _grows:
+    if build in (_grows, _heavy):
         assert jobs >= 1  # handed over to Spark
     else:
         assert jobs == 0
