@@ -90,13 +90,13 @@ def _grows(p):
 
 
 def _heavy(p):
-    """Four seeds that become 2M elements combined within their stage: tiny
+    """Four seeds that become 1M elements combined within their stage: tiny
     input and output, much work; handed over after max_seconds."""
     counted = (p | beam.Create(list(range(4)))
-               | beam.FlatMap(lambda s: range(s * 500_000, (s + 1) * 500_000))
+               | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
                | beam.Map(lambda x: (x % 5, x))
                | beam.CombinePerKey(sum))
-    assert_that(counted, equal_to([(k, sum(range(k, 2_000_000, 5)))
+    assert_that(counted, equal_to([(k, sum(range(k, 1_000_000, 5)))
                                    for k in range(5)]))
 
 
