@@ -20,6 +20,7 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.errors import UnsupportedPipelineError
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointOwnedError
+from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from tests.streaming import oracle
 
 SLOW: list = []
@@ -123,7 +124,9 @@ def _many_keys(p):
             | beam.GroupByKey())
 
 
-def test_state_is_written_for_touched_buckets_only(tmp_path):
+def test_state_is_written_for_touched_buckets_only(tmp_path, monkeypatch):
+    # Keep every commit record and state folder to read them afterwards.
+    monkeypatch.setattr(CheckpointStore, 'RETAIN', 1000)
     location = str(tmp_path / 'checkpoint')
     expected = oracle.direct(_many_keys)
     assert oracle.run(_many_keys, InProcessSparkRunner(debug=True),
@@ -159,6 +162,10 @@ def test_a_checkpoint_location_of_another_pipeline_is_refused(tmp_path):
     before = sorted(os.listdir(os.path.join(location, 'commits')))
     p = _pipeline(f'--checkpoint_location={location}')
     _ = p | beam.Create([1, 2]) | beam.Map(str)
-    with pytest.raises(CheckpointOwnedError, match='another pipeline'):
+    with pytest.raises(CheckpointOwnedError, match='another pipeline') as info:
         p.run()
+    # The message names what changed, in transform labels.
+    assert 'transforms added: ' in str(info.value)
+    assert 'Map(str)' in str(info.value)
+    assert 'transforms removed: ' in str(info.value)
     assert sorted(os.listdir(os.path.join(location, 'commits'))) == before

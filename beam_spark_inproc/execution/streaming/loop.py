@@ -40,6 +40,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
+from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
@@ -92,6 +93,7 @@ class StreamingExecutor:
         self.micro_batch = 0
         self._impulse_done = False
         self._wall_start = time.time()
+        self.committed_metrics = CommittedMetrics()  # restart.py
 
     def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
         """Input port -> its producers' key coder, for keyed input ports."""
@@ -231,7 +233,9 @@ class StreamingExecutor:
             self.output_wm[index] = max(self.output_wm[index], new_out)
         self._impulse_done = True
         self.ops.unpersist(persisted)
-        self.on_reports([report.decode(r) for r in reports if r])
+        decoded = [report.decode(r) for r in reports if r]
+        self.committed_metrics.add(decoded)
+        self.on_reports(decoded)
         self._commit()
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
@@ -345,8 +349,6 @@ class StreamingExecutor:
                             for b, s in sorted(self.summaries[i].items())},
             } for i, stage in enumerate(self.plan.stages)],
             'residuals': self.residuals.counts(),
-            'sources': {str(i): {'position': s.position, 'clock': s.clock,
-                                 'watermarks': {t: w.micros for t, w in
-                                                s.watermarks.items()}}
-                        for i, s in self.sources.items()},
+            'sources': {str(i): s.checkpoint() for i, s in self.sources.items()},
+            'metrics': self.committed_metrics.record(),
         })

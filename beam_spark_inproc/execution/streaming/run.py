@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
@@ -38,6 +39,13 @@ def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
 
     def body() -> None:
         try:
+            if store.resume is not None:  # this pipeline ran here before
+                restart.restore(executor, store.resume)
+                result.add_reports(executor.committed_metrics.restore(
+                    store.resume.get('metrics', {})))
+                _LOGGER.info('Stream %s: resuming after committed micro-batch '
+                             '%d in %s', job_id[:8],
+                             store.resume['micro_batch'], store.root)
             executor.run()
         finally:
             try:

@@ -9,20 +9,34 @@ removed when the pipeline ends)::
                                the state rows (key, data, bucket) of the buckets
                                stage S touched in N, and only those
     commits/N.json             the commit record of micro-batch N: watermarks,
-                               source positions, clock, and for each stage and
-                               bucket the folder holding its current version
-                               and its summary (keys, hold, earliest timers)
+                               source positions, clock, committed metrics, and
+                               for each stage and bucket the folder holding its
+                               current version and its summary (keys, hold,
+                               earliest timers)
 
 A bucket is ``crc32(key) % STATE_BUCKETS`` (``worker.streaming``). A micro-batch
 reads the current versions of the buckets its input touches or whose timers are
 due, and writes new versions of those buckets only: state I/O grows with the
 keys touched, not the keys held. The commit record is written last (write to a
 temporary name, then rename), so a reader sees whole micro-batches only.
+
+**Restart.** The same pipeline run again on the same folder resumes from the
+newest commit record that reads whole (``resume``): what a micro-batch after it
+left behind (state folders of micro-batch N+1 and later, a ``*.tmp`` commit, a
+torn or unreadable commit file) was never committed and is removed first, so
+the replayed micro-batch writes where its dead attempt did. A pipeline whose
+stages differ is refused with the differences named (``describe_changes``).
+
+**Garbage.** After commit N, commit records older than the newest ``RETAIN``
+are deleted, and state folders none of the retained records refers to (the
+newest record carries the metrics so far): the folder's size follows the live
+state, not the stream's age.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -37,7 +51,39 @@ def fingerprint(plan: p.SparkPlan) -> list:
     return [[stage.name, list(stage.labels)] for stage in plan.stages]
 
 
+def describe_changes(theirs: list, mine: list) -> str:
+    """What differs between two fingerprints, in transform labels."""
+    old = {label for _, labels in theirs for label in labels}
+    new = {label for _, labels in mine for label in labels}
+    lines = []
+    if new - old:
+        lines.append('transforms added: ' + ', '.join(sorted(new - old)))
+    if old - new:
+        lines.append('transforms removed: ' + ', '.join(sorted(old - new)))
+    if not lines:
+        for i in range(max(len(theirs), len(mine))):
+            was = theirs[i] if i < len(theirs) else None
+            now = mine[i] if i < len(mine) else None
+            if was != now:
+                lines.append(
+                    f'stage {i} was {_stage(was)}, is now {_stage(now)}')
+        lines = lines[:5] or ['the stages differ']
+    return '; '.join(lines)
+
+
+def _stage(entry) -> str:
+    if entry is None:
+        return 'absent'
+    name, labels = entry
+    return f'{name!r} ({", ".join(labels)})'
+
+
+_MB = re.compile(r'mb-(\d+)$')
+
+
 class CheckpointStore:
+    RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
+
     def __init__(self, plan: p.SparkPlan, location: str | None):
         self.temporary = not location
         self.root = os.path.abspath(
@@ -45,25 +91,58 @@ class CheckpointStore:
         os.makedirs(self.root, exist_ok=True)
         owner = os.path.join(self.root, 'pipeline.json')
         mine = {'stages': fingerprint(plan)}
+        self.resume: dict | None = None
         if os.path.exists(owner):
             with open(owner) as f:
                 theirs = json.load(f)
             if theirs != mine:
                 raise CheckpointOwnedError(
                     f'--checkpoint_location {self.root!r} holds the state of '
-                    'another pipeline (its stages differ from this one\'s); '
-                    'nothing was overwritten. Give this pipeline its own '
-                    'checkpoint location.')
-            if os.listdir(os.path.join(self.root, 'commits')):
-                raise CheckpointOwnedError(
-                    f'--checkpoint_location {self.root!r} already holds '
-                    'committed micro-batches of this pipeline; restarting from '
-                    'them is not supported yet (issue #13), and they are not '
-                    'overwritten. Remove the folder or give another location.')
+                    'another pipeline (or of an earlier version of this one): '
+                    f'{describe_changes(theirs.get("stages", []), mine["stages"])}'
+                    '. Its state cannot be restored into this pipeline and '
+                    'nothing was overwritten. Run the pipeline as it was to '
+                    'resume, or give this one its own checkpoint location.')
+            os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
+            self.resume = self._recover()
         else:
             self._write_json(owner, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
 
+    # -- restart ------------------------------------------------------------
+    def _recover(self) -> dict | None:
+        """The newest whole commit record; leftovers after it are removed."""
+        folder = os.path.join(self.root, 'commits')
+        last, record = -1, None
+        for n in sorted(self.commits(), reverse=True):
+            try:
+                candidate = self.read_commit(n)
+            except (OSError, ValueError):
+                continue  # torn: never committed
+            if candidate.get('micro_batch') == n:
+                last, record = n, candidate
+                break
+        for name in os.listdir(folder):
+            match = re.fullmatch(r'(\d+)\.json', name)
+            if match is None or int(match.group(1)) > last:
+                os.remove(os.path.join(folder, name))
+        for path, micro_batch in self._state_folders():
+            if micro_batch > last:
+                shutil.rmtree(path, ignore_errors=True)
+        return record
+
+    def _state_folders(self) -> list[tuple[str, int]]:
+        found = []
+        state = os.path.join(self.root, 'state')
+        for stage in os.listdir(state) if os.path.isdir(state) else ():
+            for name in os.listdir(os.path.join(state, stage)):
+                match = _MB.fullmatch(name)
+                if match:
+                    found.append((os.path.join(state, stage, name),
+                                  int(match.group(1))))
+        return found
+
+    # -- micro-batches ------------------------------------------------------
     def state_path(self, stage: int, micro_batch: int) -> str:
         return os.path.join(self.root, 'state', f'stage-{stage}',
                             f'mb-{micro_batch}')
@@ -71,14 +150,41 @@ class CheckpointStore:
     def commit(self, micro_batch: int, record: dict) -> None:
         self._write_json(
             os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
+        self._collect_garbage(micro_batch, record)
+
+    def _collect_garbage(self, micro_batch: int, record: dict) -> None:
+        """Drops the commit records before the newest ``RETAIN`` and the state
+        folders none of the kept records refers to."""
+        oldest = micro_batch - self.RETAIN + 1
+        live = _paths(record)
+        for n in self.commits():
+            if n < oldest:
+                try:
+                    os.remove(os.path.join(self.root, 'commits', f'{n}.json'))
+                except FileNotFoundError:
+                    pass
+            elif n < micro_batch:
+                try:
+                    live |= _paths(self.read_commit(n))
+                except (OSError, ValueError):
+                    pass
+        for path, n in self._state_folders():
+            if n < micro_batch and os.path.abspath(path) not in live:
+                shutil.rmtree(path, ignore_errors=True)
 
     def commits(self) -> list[int]:
         return sorted(int(name[:-5]) for name in os.listdir(
-            os.path.join(self.root, 'commits')) if name.endswith('.json'))
+            os.path.join(self.root, 'commits'))
+            if re.fullmatch(r'\d+\.json', name))
 
     def read_commit(self, micro_batch: int) -> dict:
         with open(os.path.join(self.root, 'commits', f'{micro_batch}.json')) as f:
             return json.load(f)
+
+    def size(self) -> int:
+        """Bytes under the checkpoint location (for benchmarks)."""
+        return sum(os.path.getsize(os.path.join(d, name))
+                   for d, _, names in os.walk(self.root) for name in names)
 
     def close(self) -> None:
         if self.temporary:
@@ -89,4 +195,11 @@ class CheckpointStore:
         tmp = path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump(record, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+
+
+def _paths(record: dict) -> set[str]:
+    return {os.path.abspath(b['path']) for stage in record.get('stages', ())
+            for b in stage.get('buckets', {}).values()}

@@ -43,6 +43,17 @@ class TestStreamSource:
     def exhausted(self) -> bool:
         return self.position > len(self.events)
 
+    def checkpoint(self) -> dict:
+        """Where the replay stands (``restart.ReplayableSource``)."""
+        return {'position': self.position, 'clock': self.clock,
+                'watermarks': {t: w.micros for t, w in self.watermarks.items()}}
+
+    def restore(self, record: dict) -> None:
+        self.position = record['position']
+        self.clock = float(record['clock'])
+        self.watermarks = {t: Timestamp(micros=w)
+                           for t, w in record['watermarks'].items()}
+
     def watermark(self, port: int) -> Timestamp:
         return self.watermarks[self.stage.output_tags[port]]
 
