@@ -85,10 +85,14 @@ class CommittedMetrics:
 
 def restore(executor: Any, record: dict) -> None:
     """Puts a ``StreamingExecutor`` where commit ``record`` left it."""
+    # By name: another process may order the same stages differently.
+    index_of = {stage.name: i for i, stage in enumerate(executor.plan.stages)}
     stages = record['stages']
-    if len(stages) != len(executor.plan.stages):
-        raise ValueError('commit record does not match the plan')
-    for i, stage in enumerate(stages):
+    if sorted(s['name'] for s in stages) != sorted(index_of):
+        raise ValueError(f'commit record {record["micro_batch"]} does not '
+                         'match the pipeline\'s stages')
+    for stage in stages:
+        i = index_of[stage['name']]
         executor.input_wm[i] = Timestamp(micros=stage['input_watermark'])
         executor.output_wm[i] = Timestamp(micros=stage['output_watermark'])
         executor.summaries[i] = {
@@ -98,7 +102,7 @@ def restore(executor: Any, record: dict) -> None:
             for b, s in stage['buckets'].items()}
         executor.versions[i] = {int(b): s['path']
                                 for b, s in stage['buckets'].items()}
-    for index, source in executor.sources.items():
-        source.restore(record['sources'][str(index)])
+    for old, position in record['sources'].items():
+        executor.sources[index_of[stages[int(old)]['name']]].restore(position)
     executor.micro_batch = record['micro_batch'] + 1
     executor._impulse_done = True

@@ -48,7 +48,10 @@ class CheckpointOwnedError(ValueError):
 
 
 def fingerprint(plan: p.SparkPlan) -> list:
-    return [[stage.name, list(stage.labels)] for stage in plan.stages]
+    """The stages by name, in name order: Beam's fusion may order the same
+    pipeline's stages differently in another process (set iteration under
+    hash randomization), so a commit record maps stages by name."""
+    return sorted([stage.name, list(stage.labels)] for stage in plan.stages)
 
 
 def describe_changes(theirs: list, mine: list) -> str:
@@ -60,14 +63,12 @@ def describe_changes(theirs: list, mine: list) -> str:
         lines.append('transforms added: ' + ', '.join(sorted(new - old)))
     if old - new:
         lines.append('transforms removed: ' + ', '.join(sorted(old - new)))
-    if not lines:
-        for i in range(max(len(theirs), len(mine))):
-            was = theirs[i] if i < len(theirs) else None
-            now = mine[i] if i < len(mine) else None
-            if was != now:
-                lines.append(
-                    f'stage {i} was {_stage(was)}, is now {_stage(now)}')
-        lines = lines[:5] or ['the stages differ']
+    if not lines:  # the same transforms, fused into other stages
+        gone = [st for st in theirs if st not in mine]
+        came = [st for st in mine if st not in theirs]
+        lines = [f'stage {_stage(st)} is gone' for st in gone[:3]] + [
+            f'stage {_stage(st)} is new' for st in came[:3]]
+        lines = lines or ['the stages differ']
     return '; '.join(lines)
 
 
@@ -95,7 +96,7 @@ class CheckpointStore:
         if os.path.exists(owner):
             with open(owner) as f:
                 theirs = json.load(f)
-            if theirs != mine:
+            if sorted(theirs.get('stages', [])) != mine['stages']:
                 raise CheckpointOwnedError(
                     f'--checkpoint_location {self.root!r} holds the state of '
                     'another pipeline (or of an earlier version of this one): '
