@@ -23,8 +23,16 @@ model classes (``nexmark_model.Person`` / ``Auction`` / ``Bid``):
 
 Everything is drawn from ``random.Random(seed)`` advanced event by event, so
 ``events(n, seed)`` is a pure function of its arguments (and ``events(m)`` for
-``m > n`` starts with ``events(n)``). A later issue turns this into a bounded
-and unbounded Beam source; ``events`` is what such a source would read.
+``m > n`` starts with ``events(n)``).
+
+As a Beam source: bounded, ``Create`` of the events with each one's
+``date_time`` as timestamp (``queries.pipeline``); unbounded,
+``test_stream(events, per_step)``: a TestStream adding ``per_step`` events at
+a time, in order, each step followed by the event-time watermark moving to the
+last event's time (no event is late), then to +inf. The stream's rate is
+whatever the runner sustains (the benchmark measures it); a paced, endless
+source needs the loop's unbounded splittable DoFns (PeriodicImpulse), which are
+being added in parallel (issue #13), so this TestStream stands in for it.
 """
 from __future__ import annotations
 
@@ -32,6 +40,8 @@ import random
 from typing import Iterator, Union
 
 from apache_beam.testing.benchmarks.nexmark.models import nexmark_model
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import Timestamp
 
@@ -133,3 +143,17 @@ def _recent(rng: random.Random, made: int, window: int, hot_ratio: int,
     if rng.randrange(hot_ratio) > 0:
         return first_id + newest
     return first_id + max(0, newest - rng.randrange(min(window, made)))
+
+
+def test_stream(events: list, per_step: int) -> TestStream:
+    """The events as an unbounded source (see the module docstring)."""
+    stream = TestStream()
+    for start in range(0, len(events), per_step):
+        chunk = events[start:start + per_step]
+        stream = stream.add_elements(
+            [window.TimestampedValue(e, e.date_time) for e in chunk])
+        stream = stream.advance_watermark_to(chunk[-1].date_time)
+    return stream.advance_watermark_to_infinity()
+
+
+test_stream.__test__ = False  # not a pytest test

@@ -44,9 +44,10 @@ class Record(beam.DoFn):
             pickle.dump(record, f)
 
 
-def run(build, runner, *flags: str) -> list:
+def run(build, runner, *flags: str, results: list | None = None) -> list:
     """Builds ``build(pipeline)`` (it returns the PCollection to record), runs
-    it as a stream on ``runner``; returns the sorted records."""
+    it as a stream on ``runner``; returns the sorted records (and appends the
+    pipeline result to ``results`` if given)."""
     folder = tempfile.mkdtemp(prefix='beam-spark-oracle-')
     options = PipelineOptions(list(flags))
     options.view_as(StandardOptions).streaming = True
@@ -54,6 +55,8 @@ def run(build, runner, *flags: str) -> list:
     build(p) | 'Record' >> beam.ParDo(Record(folder))
     result = p.run()
     assert result.wait_until_finish() == 'DONE'
+    if results is not None:
+        results.append(result)
     records = []
     for name in os.listdir(folder):
         with open(os.path.join(folder, name), 'rb') as f:

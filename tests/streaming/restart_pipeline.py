@@ -5,7 +5,7 @@
 timers (``test_triggers.BufferUntilTimer``), both written by Beam's
 ``fileio.WriteToFiles`` into OUT. With ``--kill``, the driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
-into OUT, i.e. in the middle of a micro-batch whose output is already visible
+into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
 and whose commit record is not written. Prints the committed counters as JSON.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from apache_beam.transforms import window
 from tests.streaming.test_triggers import BufferUntilTimer
 
 STEPS, PER_STEP, KEYS = 12, 8, 5
+DRIVER_PID = 'RESTART_PIPELINE_DRIVER_PID'  # inherited by Spark's workers
 
 
 def events() -> TestStream:
@@ -50,7 +51,10 @@ def _kill_once(result, marker: str):
     if (marker and result.window.start == 20
             and not os.path.exists(marker)):
         open(marker, 'w').close()
-        os.kill(os.getpid(), signal.SIGKILL)  # the driver, on the debug engine
+        # The driver: this process on the debug engine, the Python process
+        # that started Spark when this runs in a Spark worker.
+        os.kill(int(os.environ.get(DRIVER_PID, os.getpid())), signal.SIGKILL)
+        os._exit(9)
     return result
 
 
@@ -102,6 +106,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument('--spark', action='store_true')
     args = parser.parse_args(argv)
     from beam_spark_inproc import InProcessSparkRunner
+    os.environ[DRIVER_PID] = str(os.getpid())
     runner = InProcessSparkRunner(debug=not args.spark)
     print(json.dumps(run(runner, args.out, args.checkpoint, args.kill)))
 
