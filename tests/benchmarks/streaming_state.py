@@ -24,6 +24,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.execution.streaming.store import CheckpointStore
 
 
 def main() -> None:
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument('--spark', action='store_true')
     args = parser.parse_args()
     location = tempfile.mkdtemp(prefix='bench-stream-')
+    CheckpointStore.RETAIN = 10**9  # keep every commit record to read them
     stream = TestStream().add_elements(
         [window.TimestampedValue((f'key{i}', i), 1) for i in range(args.keys)])
     for i in range(args.touch):

@@ -7,8 +7,12 @@ output on this runner (which ``test_nexmark`` checks against FnApiRunner or
 hand references): every window fires once, on time, as in batch. Queries with
 other triggers (3: ``AfterCount`` repeatedly in the global window; 6:
 ``AfterCount(1)`` repeatedly; 11: early firings; 12: a processing-time
-trigger) legitimately fire differently in a stream: they equal Beam's
-BundleBasedDirectRunner on the same TestStream where it runs them.
+trigger) legitimately fire differently in a stream: 6 and 11 equal Beam's
+BundleBasedDirectRunner on the same TestStream. The DirectRunner fails on 3
+(its executor raises a non-exception) and does not finish 12 within ten
+minutes; here 3 is empty in both modes and 12 emits nothing in a stream whose
+virtual clock never advances (batch emits every count at the end): not
+compared. Query 7 (a side input) and 10 (writes to GCS) are not run.
 """
 from __future__ import annotations
 
@@ -56,10 +60,10 @@ def _milliseconds(lines: list[str]) -> list[str]:
                          r'Timestamp(\1.\2)', line) for line in lines)
 
 
-@pytest.mark.parametrize('query', [6, 11, 12])
+@pytest.mark.parametrize('query', [6, 11])
 def test_other_triggers_equal_direct_runner(query):
     expected = _milliseconds(_stream(BundleBasedDirectRunner(), query))
-    assert expected or query == 12
+    assert expected
     assert _milliseconds(_stream(InProcessSparkRunner(debug=True), query)) == expected
 
 
