@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.worker.streaming import Summary
 
 
@@ -85,14 +86,15 @@ class CommittedMetrics:
 
 def restore(executor: Any, record: dict) -> None:
     """Puts a ``StreamingExecutor`` where commit ``record`` left it."""
-    # By name: another process may order the same stages differently.
-    index_of = {stage.name: i for i, stage in enumerate(executor.plan.stages)}
+    # By ``stage_key``: another process may name and order them differently.
+    index_of = {stage_key(stage.name): i
+                for i, stage in enumerate(executor.plan.stages)}
     stages = record['stages']
-    if sorted(s['name'] for s in stages) != sorted(index_of):
+    if sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
         raise ValueError(f'commit record {record["micro_batch"]} does not '
                          'match the pipeline\'s stages')
     for stage in stages:
-        i = index_of[stage['name']]
+        i = index_of[stage_key(stage['name'])]
         executor.input_wm[i] = Timestamp(micros=stage['input_watermark'])
         executor.output_wm[i] = Timestamp(micros=stage['output_watermark'])
         executor.summaries[i] = {
@@ -103,6 +105,7 @@ def restore(executor: Any, record: dict) -> None:
         executor.versions[i] = {int(b): s['path']
                                 for b, s in stage['buckets'].items()}
     for old, position in record['sources'].items():
-        executor.sources[index_of[stages[int(old)]['name']]].restore(position)
+        executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
+            position)
     executor.micro_batch = record['micro_batch'] + 1
     executor._impulse_done = True

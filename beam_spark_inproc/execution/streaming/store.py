@@ -47,11 +47,19 @@ class CheckpointOwnedError(ValueError):
     """The checkpoint location holds another pipeline's state."""
 
 
+def stage_key(name: str) -> str:
+    """A stage's identity across processes: the parts its name fuses, sorted.
+
+    Beam's fusion may order the same pipeline's stages, and the parts within a
+    fused stage's name (``((A)+(B))+(C)``), differently in another process
+    (set iteration under hash randomization)."""
+    return '+'.join(sorted(set(re.findall(r'[^()+]+', name))))
+
+
 def fingerprint(plan: p.SparkPlan) -> list:
-    """The stages by name, in name order: Beam's fusion may order the same
-    pipeline's stages differently in another process (set iteration under
-    hash randomization), so a commit record maps stages by name."""
-    return sorted([stage.name, list(stage.labels)] for stage in plan.stages)
+    """The stages (key, sorted transform labels), in key order."""
+    return sorted([stage_key(stage.name), sorted(stage.labels)]
+                  for stage in plan.stages)
 
 
 def describe_changes(theirs: list, mine: list) -> str:
