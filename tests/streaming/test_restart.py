@@ -137,3 +137,25 @@ def test_stage_key_ignores_the_order_fusion_named_the_parts_in():
     assert stage_key('((A/Read)+(ref_B))+(C/Write)') == stage_key(
         '((ref_B)+(C/Write))+(A/Read)') == 'A/Read+C/Write+ref_B'
     assert stage_key('ref_B') == 'ref_B'
+
+
+def test_resuming_a_stream_with_side_inputs_is_refused(tmp_path):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.testing.test_stream import TestStream
+
+    from beam_spark_inproc.execution.streaming.restart import NotRestorableError
+
+    def run():
+        options = PipelineOptions([f'--checkpoint_location={tmp_path}'])
+        options.view_as(StandardOptions).streaming = True
+        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
+        side = p | 'Side' >> beam.Create([10])
+        _ = (p | TestStream().add_elements([1, 2])
+             | 'Add' >> beam.Map(lambda x, s: x + s, beam.pvalue.AsSingleton(side)))
+        return p.run()
+
+    assert run().wait_until_finish() == 'DONE'
+    with pytest.raises(NotRestorableError, match=r"Add \(side inputs\)"):
+        run()

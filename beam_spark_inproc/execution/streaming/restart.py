@@ -84,6 +84,29 @@ class CommittedMetrics:
         return reports
 
 
+class NotRestorableError(ValueError):
+    """A checkpoint this pipeline's stream cannot resume from (yet)."""
+
+
+def check_restorable(plan: Any, root: str) -> None:
+    """Side-input values, pushed-back elements and splittable DoFns' pending
+    residuals live in the driver, not in the commit record: resuming such a
+    stream would lose them. Refused before anything runs, nothing changed."""
+    found = [f'{", ".join(stage.labels) or stage.name} ({what})'
+             for stage in plan.stages
+             for what in (['side inputs'] if stage.side_inputs else [])
+             + (['a splittable DoFn'] if stage.split_input else [])]
+    if found:
+        raise NotRestorableError(
+            f'--checkpoint_location {root!r} holds committed micro-batches of '
+            'this pipeline, but resuming a stream with side inputs or '
+            'splittable DoFns is not supported yet (their driver-held state '
+            'is not in the commit record; issue #14): '
+            + '; '.join(found) + '. Its committed state was left as it is; remove '
+            'the folder or '
+            'give another location to start the stream afresh.')
+
+
 def restore(executor: Any, record: dict) -> None:
     """Puts a ``StreamingExecutor`` where commit ``record`` left it."""
     # By ``stage_key``: another process may name and order them differently.

@@ -27,6 +27,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
     ``run_metrics``: the run's ``metrics.RunMetrics``."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
+        if store.resume is not None:
+            restart.check_restorable(plan, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()
