@@ -16,6 +16,7 @@ from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Duration
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from tests.streaming import oracle
 
 
@@ -55,7 +56,9 @@ def _held_keys(location: str) -> list[int]:
             for r in records]
 
 
-def test_state_of_an_expired_window_is_dropped(tmp_path):
+def test_state_of_an_expired_window_is_dropped(tmp_path, monkeypatch):
+    # Keep every commit record to read them afterwards.
+    monkeypatch.setattr(CheckpointStore, 'RETAIN', 1000)
     location = str(tmp_path / 'checkpoint')
     expected = oracle.direct(_expiring)
     assert sorted(r[0] for r in expected) == [
