@@ -34,12 +34,13 @@ from beam_spark_inproc.execution.streaming.store import CheckpointStore
 
 
 class CountPerKey(beam.DoFn):
-    COUNT = userstate.CombiningValueStateSpec('count', beam.coders.VarIntCoder(), sum)
+    COUNT = userstate.ReadModifyWriteStateSpec('count', beam.coders.VarIntCoder())
 
     def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
-        count.add(1)
+        n = (count.read() or 0) + 1
+        count.write(n)
         if kv[1] % 1000 == 0:
-            yield kv[0], count.read()
+            yield kv[0], n
 
 
 def _rss_kb(pid: int) -> int:
