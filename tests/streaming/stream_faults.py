@@ -17,29 +17,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_stream import TestStream
 
+from tests.cluster.test_faults import _executor_jvm
+from tests.cluster.test_faults import _first_time
 from tests.streaming import oracle
 from tests.streaming.test_triggers import _timestamped
-
-
-def _first_time(marker: str) -> bool:
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return True
-    except FileExistsError:
-        return False
-
-
-def _executor_jvm() -> int:
-    """The pid of the java process this Python worker runs under."""
-    pid = os.getppid()
-    while pid > 1:
-        with open(f'/proc/{pid}/cmdline', 'rb') as f:
-            cmdline = f.read().split(b'\0')
-        if os.path.basename(cmdline[0]) == b'java':
-            return pid
-        with open(f'/proc/{pid}/stat') as f:
-            pid = int(f.read().rsplit(')', 1)[1].split()[1])
-    raise RuntimeError('no java ancestor')
 
 
 class FaultyBuffer(beam.DoFn):
