@@ -12,18 +12,25 @@ outputs of the micro-batch whose task was retried (a:[1, 3], b:[2]); with
 localized yet: the suspects are a persisted DataFrame recomputed after the
 fault (which re-runs the recording DoFn, a side effect, in the stage after the
 Reshuffle) and the round-robin Reshuffle after a lost shuffle output. Until
-then both are marked xfail (not strict: they pass more often than not).
+then both run only with BEAM_SPARK_INPROC_STREAM_FAULTS=1 (they pass more
+often than not).
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from beam_spark_inproc import InProcessSparkRunner
 from tests.streaming import stream_faults
 
-_OPEN = pytest.mark.xfail(strict=False, reason=(
-    'issue #14, open: records of one micro-batch came twice in some runs '
-    'after the fault (see the module docstring)'))
+# Not a non-strict xfail (a test that cannot fail, at minutes of CI): run on
+# purpose with BEAM_SPARK_INPROC_STREAM_FAULTS=1 until the cause is found.
+_OPEN = pytest.mark.skipif(
+    not os.environ.get('BEAM_SPARK_INPROC_STREAM_FAULTS'), reason=(
+        'issue #14, open: records of one micro-batch came twice in some runs '
+        'after the fault (see the module docstring); '
+        'BEAM_SPARK_INPROC_STREAM_FAULTS=1 runs it'))
 
 
 @pytest.mark.parametrize('fault', [pytest.param('exit', marks=_OPEN),
