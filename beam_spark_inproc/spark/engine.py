@@ -22,6 +22,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 
 
 def functions_for(session):
@@ -134,6 +135,16 @@ class SparkEngine:
     def impulse(self):
         return self._parts.impulse()
 
+    def rows(self, rows: list):
+        import pyarrow as pa
+        if not rows:
+            return self._parts.empty()
+        tags, keys, datas = zip(*rows)
+        table = pa.Table.from_arrays(
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
+             pa.array(datas, pa.binary())], schema=SCHEMA)
+        return self._session.createDataFrame(table, self._parts.schema)
+
     def map_stage(self, data, task):
         return data.mapInArrow(task, self._parts.schema)
 
@@ -156,6 +167,11 @@ class SparkEngine:
         if how == e.KEYED:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
+        if how == e.BUCKETED:
+            # Spark SQL's crc32 is zlib's: the bucket the worker computes.
+            bucket = (self._f.crc32(parts.key) % STATE_BUCKETS).cast('int')
+            return data.repartition(self._parallelism, bucket).sortWithinPartitions(
+                bucket, parts.key, parts.tag)
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input
@@ -168,6 +184,10 @@ class SparkEngine:
         data = data.cache()
         self._cached.append(data)
         return data
+
+    def uncache(self, data) -> None:
+        data.unpersist()
+        self._cached = [d for d in self._cached if d is not data]
 
     def collect(self, data, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]:
