@@ -52,6 +52,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
+from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import wire
@@ -88,6 +89,7 @@ class StreamingExecutor:
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
+        self._coalesce = bundles_invisible(plan, context)
         n = len(plan.stages)
         self.input_wm = [MIN_TIMESTAMP] * n
         self.output_wm = [MIN_TIMESTAMP] * n
@@ -121,8 +123,8 @@ class StreamingExecutor:
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
         while not self.cancelled.is_set():
-            source_rows = {i: s.step() for i, s in self.sources.items()
-                           if not s.exhausted}
+            source_rows = {i: s.step_micro_batch(self._coalesce)
+                           for i, s in self.sources.items() if not s.exhausted}
             moved = self._run_micro_batch(source_rows)
             done = all(s.exhausted for s in self.sources.values())
             if done and all(wm >= MAX_TIMESTAMP for wm in self.output_wm):
