@@ -309,3 +309,19 @@ def test_interop_case_over_connect(connect_run, name):
     assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
     assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
                          f'{entry.get("traceback")}\n' + connect_run.logs())
+
+
+# --- Streaming over Connect (issue 13) --------------------------------------------
+# The client runs spark_connect_streaming's cases last: the micro-batch loop in
+# the client, records compared with BundleBasedDirectRunner there.
+
+from . import spark_connect_streaming as streaming_cases  # noqa: E402
+
+
+@pytest.mark.parametrize('name', sorted(streaming_cases.CASES))
+def test_streaming_case_over_connect(connect_run, name):
+    status = connect_run.result()
+    entry = status.get('streaming', {}).get(name)
+    assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
+    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
+                         f'{entry.get("traceback")}\n' + connect_run.logs())
