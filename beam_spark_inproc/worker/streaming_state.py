@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import MARKER_TAG
 from beam_spark_inproc.worker.rows import STATE_TAG
 from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.rows import TAG
@@ -45,8 +46,6 @@ from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
 
-# A row that makes its bucket run in a micro-batch without new rows.
-MARKER_TAG = -5
 STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
                           ('bucket', pa.int32())])
 _WRITE_ROWS = 8192  # state rows per Parquet row group

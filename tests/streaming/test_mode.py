@@ -222,8 +222,8 @@ def test_metrics_are_committed_per_micro_batch_while_running(tmp_path):
     result = p.run()
     seen = []  # (committed counter, micro-batches committed) while running
     while result.state == 'RUNNING':
-        commits = _commits(location)
-        seen.append((_counter(result), commits))
+        count = _counter(result)
+        seen.append((count, _commits(location)))  # commits read after
         time.sleep(0.02)
     assert result.wait_until_finish() == 'DONE'
     counts = [c for c, _ in seen]

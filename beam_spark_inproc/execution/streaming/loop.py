@@ -193,8 +193,8 @@ class StreamingExecutor:
         self._impulse_done = True
         for data in self._cached:
             self.engine.uncache(data)
+        self._commit()  # then its metrics count as committed
         self.on_reports(self._reports)
-        self._commit()
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
         self.micro_batch += 1
