@@ -38,6 +38,7 @@ The engine does the work through its contract only (``execution.engine``:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -50,6 +51,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
+from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
@@ -57,6 +60,7 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
+from beam_spark_inproc.worker.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 from beam_spark_inproc.worker.streaming import StreamingStep
 from beam_spark_inproc.worker.streaming import Summary
@@ -82,10 +86,14 @@ class StreamingExecutor:
         self.on_reports = on_reports
         self.after_micro_batch = after_micro_batch
         self.attempt_channel = attempt_channel
-        context = pipeline_context.PipelineContext(
-            beam_runner_api_pb2.Components.FromString(plan.components))
+        components = beam_runner_api_pb2.Components.FromString(plan.components)
+        context = pipeline_context.PipelineContext(components)
         self._reads, self._uses = wire(plan)
         self._next_wm: dict[int, Timestamp] = {}
+        # Stages reading side inputs: their main input waits until ready.
+        self.gates = {i: SideInputGate(stage, components, context,
+                                       self._key_coders(i, stage))
+                      for i, stage in enumerate(plan.stages) if stage.side_inputs}
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
@@ -95,15 +103,27 @@ class StreamingExecutor:
         self.output_wm = [MIN_TIMESTAMP] * n
         self.summaries: list[dict[int, Summary]] = [{} for _ in range(n)]
         self.versions: list[dict[int, str]] = [{} for _ in range(n)]
+        self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.micro_batch = 0
         self._impulse_done = False
         self._wall_start = time.time()
 
+    def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
+        """Input port -> its producers' key coder, for keyed input ports."""
+        found = {}
+        for port_index, port in enumerate(stage.inputs):
+            for writer, tag in self._reads.get((index, port.buffer_id), ()):
+                out = self.plan.stages[writer].outputs[tag]
+                if port.keyed and out.key_coder_id:
+                    found[port_index] = out.key_coder_id
+        return found
+
     # -- time -------------------------------------------------------------
     def now(self) -> float:
-        """Processing time: TestStream's virtual clock, else the wall clock."""
+        """Processing time: TestStream's virtual clock (the latest of them if
+        there are several), else the wall clock."""
         if self.sources:
-            return next(iter(self.sources.values())).clock
+            return max(s.clock for s in self.sources.values())
         return time.time()
 
     def _writer_wm(self, stage: int, tag: int) -> Timestamp:
@@ -118,6 +138,9 @@ class StreamingExecutor:
                 continue  # the impulse is fed in the first micro-batch
             for writer, tag in self._reads[(index, port.buffer_id)]:
                 wm = min(wm, self._writer_wm(writer, tag))
+        for side_input in stage.side_inputs:
+            for writer, tag in self._reads[(index, side_input.buffer_id)]:
+                wm = min(wm, self._writer_wm(writer, tag))
         return wm
 
     # -- the loop ---------------------------------------------------------
@@ -126,7 +149,11 @@ class StreamingExecutor:
             source_rows = {i: s.step_micro_batch(self._coalesce)
                            for i, s in self.sources.items() if not s.exhausted}
             moved = self._run_micro_batch(source_rows)
-            done = all(s.exhausted for s in self.sources.values())
+            exhausted = all(s.exhausted for s in self.sources.values())
+            if exhausted and not moved and self.residuals.pending:
+                self._wait_for_residuals()
+                continue
+            done = exhausted and not self.residuals.pending
             if done and all(wm >= MAX_TIMESTAMP for wm in self.output_wm):
                 return
             if done and not moved:
@@ -137,6 +164,17 @@ class StreamingExecutor:
                      if wm < MAX_TIMESTAMP])
                 return
 
+    def _wait_for_residuals(self) -> None:
+        """Nothing moves but splittable DoFns' residuals wait for their resume
+        delay: let the clock reach the earliest (TestStream's clock jumps)."""
+        due = self.residuals.next_due()
+        if self.sources:
+            for source in self.sources.values():
+                source.clock = max(source.clock, due)
+            return
+        while not self.cancelled.is_set() and time.time() < due:
+            self.cancelled.wait(min(due - time.time(), 0.1))
+
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
         """Runs one micro-batch; returns whether anything ran or moved.
 
@@ -145,15 +183,21 @@ class StreamingExecutor:
         stages) from a keyed stage built but not yet run, those run first
         (``_harvest``: one job for all of them). The last job runs what is
         left and the leaves together: one job per micro-batch for a pipeline
-        whose keyed stages do not follow each other.
+        whose keyed stages do not follow each other. A stage reading side
+        inputs (its main input goes through the driver, ``side_inputs``) or
+        running a splittable DoFn (its residuals go to the driver's schedule,
+        ``residuals``) runs at once, in a job of its own.
         """
+        self._now = self.now()
         before = (list(self.input_wm), list(self.output_wm))
         self._produced: dict[int, Any] = {}  # stage -> its data (lazy)
         self._pending: list[int] = []  # keyed stages built, not run yet
         self._settled: set[int] = set()  # watermarks final for this micro-batch
         self._carried: set[int] = set()  # results whose control rows have a reader
+        self._harvested: set[int] = set()  # results whose control rows were taken
         self._cached: list = []
         self._reports: list[dict] = []
+        self._state_reports: list[dict] = []
         ran = False
         for index, stage in enumerate(self.plan.stages):
             if stage.kind == p.TEST_STREAM_STAGE:
@@ -166,15 +210,24 @@ class StreamingExecutor:
                     default=MAX_TIMESTAMP)
                 self._settled.add(index)
                 continue
-            if stage.grouped or stage.stateful:
-                if self._waits_for_pending(index):
-                    self._harvest(final=False)
-                ran |= self._keyed(index, stage)
-                continue
+            eager = index in self.gates or bool(stage.split_input)
+            if (stage.grouped or stage.stateful or eager) and \
+                    self._waits_for_pending(index):
+                self._harvest(final=False)
             parts = self._inputs(index, stage)
+            if index in self.gates:
+                parts = self._gate(index, stage, parts)
+            due = (self.residuals.due(index, self._now) if stage.split_input
+                   else [])
+            if due:
+                parts.append((None, self.engine.rows(due)))
+            if stage.grouped or stage.stateful:
+                ran |= self._keyed(index, stage, parts)
+                continue
             if not parts:
                 continue
-            data = parts[0] if len(parts) == 1 else self.engine.union(parts)
+            datas = [data for _, data in parts]
+            data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             if stage.kind == p.RESHUFFLE_STAGE:
                 # As the batch executor: rows come in under tag 0, each
                 # output port gets them under its tag.
@@ -183,8 +236,11 @@ class StreamingExecutor:
                     self.engine.union([
                         self.engine.select(shuffled, 0, tag, tag == 0)
                         for tag in range(len(stage.outputs))])
+            elif stage.split_input:
+                result = self._splittable(index, stage, data)
             else:
-                result = self.engine.map_stage(data, self._task(stage))
+                result = self.engine.map_stage(data, self._task(
+                    stage, gate=self.gates.get(index)))
             self._produced[index] = self._maybe_cache(index, result)
             ran = True
         self._harvest(final=True)
@@ -203,30 +259,120 @@ class StreamingExecutor:
 
     # -- building ---------------------------------------------------------
     def _task(self, stage: p.StagePlan, step: StreamingStep | None = None,
-              state_files: StateFiles | None = None) -> StageTask:
-        return StageTask(self.job_id, stage, (), streaming=step,
+              state_files: StateFiles | None = None,
+              gate: SideInputGate | None = None) -> StageTask:
+        side_inputs, version = (), 0
+        if gate is not None:
+            side_inputs = tuple(self.engine.side_input(s) for s in gate.state())
+            version = gate.version
+        return StageTask(self.job_id, stage, side_inputs, streaming=step,
                          attempt_channel=self.attempt_channel,
-                         state_files=state_files)
+                         side_input_version=version, state_files=state_files)
 
-    def _writers(self, index: int, stage: p.StagePlan):
+    def _step(self, index: int) -> StreamingStep:
+        return StreamingStep(
+            input_watermark=self.input_wm[index],
+            next_input_watermark=self._next_wm[index],
+            output_watermark=self.output_wm[index], processing_time=self._now)
+
+    def _splittable(self, index: int, stage: p.StagePlan, data) -> Any:
+        """Runs a splittable DoFn's stage now (a job): its self-checkpointed
+        residuals go to the driver's schedule, its control rows are taken."""
+        self._settle_writers(index, stage)
+        self._next_wm[index] = self._next_input_wm(index, stage)
+        result = self._maybe_cache(index, self.engine.map_stage(
+            data, self._task(stage, self._step(index),
+                             gate=self.gates.get(index))), eager=True)
+        with self._job():
+            scheduled, control = self.engine.collect(
+                self.engine.select(result, SCHEDULED_TAG, 0, True))
+        self._take(control)
+        self._harvested.add(index)
+        self.residuals.add(index, scheduled, self._now, self.output_wm[index])
+        return result
+
+    def _gate(self, index: int, stage: p.StagePlan, parts: list) -> list:
+        """The main-input rows of a stage with side inputs that are ready now
+        (``side_inputs``): the new ones join those pushed back before; each
+        part is collected once (a job), its control rows taken."""
+        gate = self.gates[index]
+        for i, side_input in enumerate(stage.side_inputs):
+            for writer, tag in self._reads[(index, side_input.buffer_id)]:
+                if writer in self._produced:
+                    with self._job():
+                        chunks, control = self.engine.collect(self.engine.select(
+                            self._produced[writer], tag, 0, self._carry(writer)))
+                    self._take(control)
+                    gate.add_side(i, chunks)
+        for port, part in parts:
+            with self._job():
+                chunks, control = self.engine.collect(part)
+            self._take(control)
+            gate.add_main(port, chunks)
+        self._settle_writers(index, stage)
+        watermarks = [min((self._writer_wm(w, t) for w, t in
+                           self._reads[(index, si.buffer_id)]),
+                          default=MAX_TIMESTAMP) for si in stage.side_inputs]
+        rows = gate.release(watermarks)
+        return [(None, self.engine.rows(rows))] if rows else []
+
+    def _writers(self, index: int, stage: p.StagePlan, side: bool = False):
+        """(input port, writer, its output tag) of a stage's main inputs;
+        with ``side``, its side inputs' writers too (port None)."""
         for tag, port in enumerate(stage.inputs):
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 continue
             for writer, writer_tag in self._reads[(index, port.buffer_id)]:
                 yield tag, writer, writer_tag
+        for side_input in stage.side_inputs if side else ():
+            for writer, writer_tag in self._reads[(index, side_input.buffer_id)]:
+                yield None, writer, writer_tag
 
-    def _maybe_cache(self, index: int, result: Any) -> Any:
+    def _settle_writers(self, index: int, stage: p.StagePlan) -> None:
+        for _, writer, _ in self._writers(index, stage, side=True):
+            self._settle(writer)
+
+    def _carry(self, writer: int) -> bool:
+        """Whether a reader of ``writer`` carries its control rows on: the
+        first reader of a result whose control rows nobody took."""
+        w = self.plan.stages[writer]
+        carry = writer not in self._carried and writer not in self._harvested \
+            and not (w.grouped or w.stateful)
+        self._carried.add(writer)
+        return carry
+
+    def _take(self, control: list) -> None:
+        """Control rows that reached the driver: bundles' reports and keyed
+        stages' state reports (``_harvest``)."""
+        for payload in control:
+            if payload:
+                decoded = report.decode(payload)
+                if STATE_REPORT in decoded:
+                    self._state_reports.append(decoded)
+                else:
+                    self._reports.append(decoded)
+
+    @contextlib.contextmanager
+    def _job(self):
+        with self.engine.job('beam-pipeline-' + self.job_id[:8],
+                             f'Beam stream {self.job_id[:8]} micro-batch '
+                             f'{self.micro_batch}'):
+            yield
+
+    def _maybe_cache(self, index: int, result: Any, eager: bool = False) -> Any:
         """A result read more than once, or read after the job that ran it
-        (a keyed stage's), is cached for the micro-batch."""
+        (a keyed stage's, or one run at once: ``eager``), is cached for the
+        micro-batch."""
         stage = self.plan.stages[index]
-        if self._uses[index] > 1 or (
-                self._uses[index] and (stage.grouped or stage.stateful)):
+        if self._uses[index] > 1 or (self._uses[index] and (
+                eager or stage.grouped or stage.stateful)):
             result = self.engine.cache(result)
             self._cached.append(result)
         return result
 
     def _inputs(self, index: int, stage: p.StagePlan) -> list:
-        """This micro-batch's input parts of a stage (empty: nothing to do).
+        """This micro-batch's input parts of a stage, as (port, data) (empty:
+        nothing to do).
 
         Each result's control rows go on with its first reader only; a keyed
         stage's are taken when it runs (``_harvest``)."""
@@ -234,24 +380,22 @@ class StreamingExecutor:
         for tag, port in enumerate(stage.inputs):
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 if not self._impulse_done:
-                    parts.append(self.engine.select(
-                        self.engine.impulse(), 0, tag, False))
+                    parts.append((tag, self.engine.select(
+                        self.engine.impulse(), 0, tag, False)))
         for tag, writer, writer_tag in self._writers(index, stage):
             if writer not in self._produced:
                 continue
             new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
-            w = self.plan.stages[writer]
-            carry = writer not in self._carried and not (w.grouped or w.stateful)
-            self._carried.add(writer)
-            parts.append(self.engine.select(
-                self._produced[writer], writer_tag, new_tag, carry))
+            parts.append((tag, self.engine.select(
+                self._produced[writer], writer_tag, new_tag,
+                self._carry(writer))))
         return parts
 
     def _waits_for_pending(self, index: int) -> bool:
         """Whether a stage's input watermark depends on a keyed stage built
         in this micro-batch and not run yet."""
         stage = self.plan.stages[index]
-        for _, writer, _ in self._writers(index, stage):
+        for _, writer, _ in self._writers(index, stage, side=True):
             if writer in self._pending:
                 return True
             w = self.plan.stages[writer]
@@ -260,35 +404,30 @@ class StreamingExecutor:
                 return True
         return False
 
-    def _keyed(self, index: int, stage: p.StagePlan) -> bool:
+    def _keyed(self, index: int, stage: p.StagePlan, parts: list) -> bool:
         """Builds a keyed stage if it has new rows or due timers; else its
         watermarks settle at once."""
-        parts = self._inputs(index, stage)
-        for _, writer, _ in self._writers(index, stage):
-            self._settle(writer)
+        self._settle_writers(index, stage)
         next_wm = self._next_input_wm(index, stage)
         summaries = self.summaries[index]
-        now = self.now()
         due = {b for b, s in summaries.items()
-               if s.event_timer <= next_wm or s.processing_timer <= now}
+               if s.event_timer <= next_wm or s.processing_timer <= self._now}
         if not parts and not due:
             self._settle(index)
             return False
+        datas = [data for _, data in parts]
         if due:
-            parts.append(self.engine.rows(marker_rows(due)))
-        data = parts[0] if len(parts) == 1 else self.engine.union(parts)
-        step = StreamingStep(
-            input_watermark=self.input_wm[index], next_input_watermark=next_wm,
-            output_watermark=self.output_wm[index], processing_time=now)
+            datas.append(self.engine.rows(marker_rows(due)))
+        data = datas[0] if len(datas) == 1 else self.engine.union(datas)
+        self._next_wm[index] = next_wm
         files = StateFiles(
             stage=stage.name,
             current=tuple(sorted(self.versions[index].items())),
             folder=self.store.state_path(index, self.micro_batch))
         result = self.engine.map_stage(
             self.engine.shuffle(data, e.BUCKETED),
-            self._task(stage, step, files))
+            self._task(stage, self._step(index), files, self.gates.get(index)))
         self._produced[index] = self._maybe_cache(index, result)
-        self._next_wm[index] = next_wm
         self._pending.append(index)
         return True
 
@@ -304,51 +443,41 @@ class StreamingExecutor:
                       and i not in self.sources]
         if datas:
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
-            with self.engine.job(
-                    'beam-pipeline-' + self.job_id[:8],
-                    f'Beam stream {self.job_id[:8]} micro-batch '
-                    f'{self.micro_batch}'):
+            with self._job():
                 _, control = self.engine.collect(data, elements=False)
-            by_stage: dict[int, list] = {}
-            names = {s.name: i for i, s in enumerate(self.plan.stages)}
-            for payload in control:
-                if not payload:
-                    continue
-                decoded = report.decode(payload)
-                if STATE_REPORT in decoded:
-                    by_stage.setdefault(names[decoded['stage']], []).append(
-                        decode_report(decoded))
-                else:
-                    self._reports.append(decoded)
-            for index in self._pending:
-                self._new_state(index, by_stage.get(index, []))
+            self._take(control)
+        names = {s.name: i for i, s in enumerate(self.plan.stages)}
+        for decoded in self._state_reports:
+            self._new_state(names[decoded['stage']], decode_report(decoded))
+        self._state_reports = []
         for index in self._pending:
             self._settle(index)
         self._pending = []
 
-    def _new_state(self, index: int, reports: list[dict]) -> None:
+    def _new_state(self, index: int, buckets: dict) -> None:
         summaries, versions = self.summaries[index], self.versions[index]
-        for buckets in reports:
-            for bucket, (summary, path) in buckets.items():
-                if summary is None:
-                    summaries.pop(bucket, None)
-                    versions.pop(bucket, None)
-                else:
-                    summaries[bucket] = summary
-                    versions[bucket] = path
+        for bucket, (summary, path) in buckets.items():
+            if summary is None:
+                summaries.pop(bucket, None)
+                versions.pop(bucket, None)
+            else:
+                summaries[bucket] = summary
+                versions[bucket] = path
 
     def _settle(self, index: int) -> None:
         """The stage's watermarks after this micro-batch (writers first)."""
         if index in self._settled:
             return
         stage = self.plan.stages[index]
-        for _, writer, _ in self._writers(index, stage):
-            self._settle(writer)
+        self._settle_writers(index, stage)
         next_wm = self._next_wm.pop(index, None)
         if next_wm is None:
             next_wm = self._next_input_wm(index, stage)
         holds = min((s.hold for s in self.summaries[index].values()),
                     default=MAX_TIMESTAMP)
+        if index in self.gates:
+            holds = min(holds, self.gates[index].hold)
+        holds = min(holds, self.residuals.hold(index))
         self.input_wm[index] = next_wm
         self.output_wm[index] = max(self.output_wm[index], min(next_wm, holds))
         self._settled.add(index)
@@ -366,6 +495,7 @@ class StreamingExecutor:
                                      'processing_timer': s.processing_timer}
                             for b, s in sorted(self.summaries[i].items())},
             } for i, stage in enumerate(self.plan.stages)],
+            'residuals': self.residuals.counts(),
             'sources': {str(i): {'position': s.position, 'clock': s.clock,
                                  'watermarks': {t: w.micros for t, w in
                                                 s.watermarks.items()}}
