@@ -58,6 +58,7 @@ from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import SCHEDULED_TAG
@@ -88,6 +89,7 @@ class StreamingExecutor:
         self.attempt_channel = attempt_channel
         components = beam_runner_api_pb2.Components.FromString(plan.components)
         context = pipeline_context.PipelineContext(components)
+        self._context = context
         self._reads, self._uses = wire(plan)
         self._next_wm: dict[int, Timestamp] = {}
         # Stages reading side inputs: their main input waits until ready.
@@ -229,13 +231,8 @@ class StreamingExecutor:
             datas = [data for _, data in parts]
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             if stage.kind == p.RESHUFFLE_STAGE:
-                # As the batch executor: rows come in under tag 0, each
-                # output port gets them under its tag.
-                shuffled = self.engine.shuffle(data, e.SPREAD)
-                result = shuffled if len(stage.outputs) == 1 else \
-                    self.engine.union([
-                        self.engine.select(shuffled, 0, tag, tag == 0)
-                        for tag in range(len(stage.outputs))])
+                # As the batch executor (re-encoding, pane reset included).
+                result = reshuffle(self.engine, stage, self._context, data)
             elif stage.split_input:
                 result = self._splittable(index, stage, data)
             else:
