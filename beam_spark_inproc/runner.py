@@ -157,7 +157,7 @@ class InProcessSparkRunner(PipelineRunner):
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
         if streaming:
-            return self._run_stream(plan, engine, job_id, options, debug)
+            return self._run_stream(plan, engine, job_id, options, attempt_host)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
                                      live=run_metrics.live)
@@ -215,17 +215,14 @@ class InProcessSparkRunner(PipelineRunner):
         thread.start()
         return result
 
-    def _run_stream(self, plan, engine, job_id: str, options, debug: bool):
+    def _run_stream(self, plan, engine, job_id: str, options,
+                    attempt_host: str | None):
         """A stream: the micro-batch loop on a driver thread (returns at once)."""
         from beam_spark_inproc.execution.streaming.run import run_stream
-        if debug:
-            from beam_spark_inproc.debug.streaming import LocalStreamOps as Ops
-        else:
-            from beam_spark_inproc.spark.streaming import SparkStreamOps as Ops
-        return run_stream(plan, engine, Ops(engine), job_id,
+        return run_stream(plan, engine, job_id,
                           options.view_as(SparkRunnerOptions).checkpoint_location,
                           lambda e: translate_error(e, plan),
-                          metrics.start(options, job_id))
+                          metrics.start(options, job_id, attempt_host))
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

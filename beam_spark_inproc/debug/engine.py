@@ -27,6 +27,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.streaming import bucket_of
 
 Partitions = list  # list[list[pa.RecordBatch]]
 
@@ -77,6 +78,9 @@ class LocalEngine:
     def impulse(self) -> Partitions:
         return [_batch([(0, None, ENCODED_IMPULSE_VALUE)])]
 
+    def rows(self, rows: list) -> Partitions:
+        return [_batch(list(rows))]
+
     def map_stage(self, data: Partitions, task) -> Partitions:
         with driver_globals():
             try:
@@ -106,6 +110,12 @@ class LocalEngine:
             for i, row in enumerate(rows):
                 parts[i % self._parallelism].append(row)
             return [_batch(p) for p in parts]
+        if how == e.BUCKETED:
+            for row in rows:  # whole state buckets per partition
+                bucket = -1 if row[1] is None else bucket_of(row[1])
+                parts[max(bucket, 0) % self._parallelism].append((bucket, row))
+            return [_batch([row for _, row in sorted(
+                p, key=lambda r: (r[0], r[1][1] or b'', r[1][0]))]) for p in parts]
         for row in rows:  # a stable hash of the key bytes, never Python's hash
             parts[zlib.crc32(row[1] or b'') % self._parallelism].append(row)
         if how == e.GROUP:
@@ -116,6 +126,9 @@ class LocalEngine:
 
     def cache(self, data: Partitions) -> Partitions:
         return data  # already materialized
+
+    def uncache(self, data: Partitions) -> None:
+        pass
 
     def collect(self, data: Partitions, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]:

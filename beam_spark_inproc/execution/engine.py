@@ -9,6 +9,8 @@ primitive passes them through (``select`` only when asked, see ``control``).
 Primitives:
 
 * ``impulse()``: one partition holding Beam's encoded impulse element (tag 0);
+* ``rows(rows)``: driver rows ``(tag, key, data)`` as data (a stream's source
+  events, markers);
 * ``union(datas)``: all rows of each (``union([])`` is empty);
 * ``map_stage(data, task)``: ``task(batches) -> batches`` per partition;
 * ``select(data, tag, new_tag, control)``: rows of one tag, retagged, plus the
@@ -16,8 +18,12 @@ Primitives:
 * ``shuffle(data, how)``: repartition by ``GROUP`` (hash of the key, sorted
   by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
-  (round-robin, unsorted: a Reshuffle, or SDF restrictions);
-* ``cache(data)``: computed once however often it is read;
+  (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
+  (hash of the key's state bucket, ``worker.streaming.bucket_of``, sorted by
+  bucket, key, tag; rows without a key first: a streaming keyed stage's input,
+  each state bucket wholly in one partition);
+* ``cache(data)``: computed once however often it is read; ``uncache(data)``
+  frees it (a stream caches per micro-batch);
 * ``collect(data, elements)``: (element data, control data) on the driver; with
   ``elements=False`` only the control rows travel (the leaves' job);
 * ``side_input(entries)``: what a task carries for a side input's state entries
@@ -43,16 +49,19 @@ from typing import Any, ContextManager, Protocol
 GROUP = 'group'
 KEYED = 'keyed'
 SPREAD = 'spread'
-SHUFFLES = (GROUP, KEYED, SPREAD)
+BUCKETED = 'bucketed'
+SHUFFLES = (GROUP, KEYED, SPREAD, BUCKETED)
 
 
 class Engine(Protocol):
     def impulse(self) -> Any: ...
+    def rows(self, rows: list) -> Any: ...
     def union(self, datas: list) -> Any: ...
     def map_stage(self, data: Any, task: Any) -> Any: ...
     def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...
     def shuffle(self, data: Any, how: str) -> Any: ...
     def cache(self, data: Any) -> Any: ...
+    def uncache(self, data: Any) -> None: ...
     def collect(self, data: Any, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]: ...
     def side_input(self, entries: tuple) -> Any: ...

@@ -12,6 +12,7 @@ import functools
 import pickle
 import weakref
 
+import pyarrow as pa
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.execution import engine as e
@@ -22,6 +23,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 
 
 def functions_for(session):
@@ -59,6 +61,9 @@ class _Parts:
         self.schema = from_arrow_schema(SCHEMA)
         self.tag, self.key, self.data = f.col(TAG), f.col(KEY), f.col(DATA)
         self.is_control = self.tag == CONTROL_TAG
+        # A row's state bucket (Spark SQL's crc32 is zlib's: the bucket the
+        # worker computes, ``worker.streaming.bucket_of``).
+        self.bucket = (f.crc32(self.key) % STATE_BUCKETS).cast('int')
         self._keep: dict[tuple[int, bool], object] = {}
         self._retag: dict[int, object] = {}
         self._impulse = self._empty = None
@@ -92,6 +97,7 @@ class _Parts:
         return self._empty
 
 
+_DRIVER_ROWS_ONE_PARTITION = 100_000
 _PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -134,6 +140,18 @@ class SparkEngine:
     def impulse(self):
         return self._parts.impulse()
 
+    def rows(self, rows: list):
+        if not rows:
+            return self._parts.empty()
+        tags, keys, datas = zip(*rows)
+        table = pa.Table.from_arrays(
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
+             pa.array(datas, pa.binary())], schema=SCHEMA)
+        data = self._session.createDataFrame(table, self._parts.schema)
+        # A few driver rows (a stream's events, markers): one partition, one
+        # task, rather than one per core (as ``impulse``).
+        return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
+
     def map_stage(self, data, task):
         return data.mapInArrow(task, self._parts.schema)
 
@@ -156,6 +174,9 @@ class SparkEngine:
         if how == e.KEYED:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
+        if how == e.BUCKETED:
+            return data.repartition(self._parallelism, parts.bucket
+                                    ).sortWithinPartitions(parts.bucket, parts.key, parts.tag)
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input
@@ -168,6 +189,10 @@ class SparkEngine:
         data = data.cache()
         self._cached.append(data)
         return data
+
+    def uncache(self, data) -> None:
+        data.unpersist()
+        self._cached = [d for d in self._cached if d is not data]
 
     def collect(self, data, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]:

@@ -29,6 +29,9 @@ SUMMARY_TAG = -4
 # schedule (``worker.sdf.scheduled``); it re-enters the stage as a
 # ``RESIDUAL_TAG`` row once its resume delay has passed.
 SCHEDULED_TAG = -5
+# Streaming: a row that makes its state bucket run in a micro-batch without
+# new rows (timers due; ``worker.streaming_state``).
+MARKER_TAG = -6
 
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
 # are capped at 2 GB and Spark re-batches at 64 MB).

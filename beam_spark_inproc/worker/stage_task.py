@@ -52,6 +52,8 @@ from beam_spark_inproc.worker.rows import holding_elements
 from beam_spark_inproc.worker.streaming import StreamingStep
 from beam_spark_inproc.worker.streaming import streaming_grouped_input_elements
 from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_elements
+from beam_spark_inproc.worker.streaming_state import StateFiles
+from beam_spark_inproc.worker.streaming_state import with_state_io
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -90,6 +92,9 @@ class StageTask:
     # ``plan.ARROW`` stages: ``arrow_input.rows(batch, row_type)`` makes a
     # source batch's columns into Beam rows (``transforms.convert.ArrowRows``).
     arrow_input: Optional[object] = None
+    # A streaming keyed stage: where its task reads and writes its state
+    # (``worker.streaming_state``); None: the state comes and goes as rows.
+    state_files: Optional[StateFiles] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -331,6 +336,8 @@ class _Bundles:
         try:
             read = (_INPUTS if task.streaming is None
                     else _STREAMING_INPUTS)[task.stage.input_mode]
+            if task.state_files is not None:
+                read = with_state_io(read)
             residuals = self.one_bundle(
                 read(task, entry, batches, self.builder.add))
             if task.streaming is not None:

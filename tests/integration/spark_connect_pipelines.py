@@ -402,13 +402,18 @@ def main(argv=None):
             import spark_interop_pipelines
             status['interop'] = spark_interop_pipelines.run_all(session, args.out)
             save()
+            # Streaming (issue 13): the micro-batch loop in this client.
+            import spark_connect_streaming
+            status['streaming'] = spark_connect_streaming.run_all(session)
+            save()
     finally:
         session.stop()
         status['stopped'] = True
         status['total_seconds'] = round(time.monotonic() - start, 2)
         save()
     return 0 if all(e['ok'] for e in [*status['pipelines'].values(),
-                                      *status.get('interop', {}).values()]) else 1
+                                      *status.get('interop', {}).values(),
+                                      *status.get('streaming', {}).values()]) else 1
 
 
 if __name__ == '__main__':

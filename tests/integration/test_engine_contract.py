@@ -140,6 +140,31 @@ def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order
     assert all(n == 1 for n in keys_seen.values()), keys_seen
 
 
+def test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted(engine):
+    from beam_spark_inproc.worker.streaming import bucket_of
+    keys = [b'k%d' % i for i in range(40)]
+    rows = [(i % 2, k, b'%d' % i) for i, k in enumerate(keys)] + [
+        (CONTROL_TAG, None, b'report')]
+    parts = partitions(engine, engine.shuffle(engine.rows(rows), e.BUCKETED))
+    assert collections.Counter(r for p in parts for r in p) == collections.Counter(rows)
+    seen = collections.Counter()
+    for part in parts:
+        order = [(-1, b'', t) if k is None else (bucket_of(k), k, t)
+                 for t, k, _ in part]
+        assert order == sorted(order)  # rows without a key first
+        seen.update({bucket_of(k) for _, k, _ in part if k is not None})
+    assert all(n == 1 for n in seen.values()), seen
+    assert len(seen) > 10
+
+
+def test_rows_from_the_driver_and_uncache(engine):
+    rows = [(0, b'a', b'x'), (CONTROL_TAG, None, b'report'), (2, None, b'y')]
+    data = engine.cache(engine.rows(rows))
+    assert engine.collect(data) == ([b'x', b'y'], [b'report'])
+    engine.uncache(data)
+    assert engine.collect(engine.rows([])) == ([], [])
+
+
 def test_shuffle_spread_keeps_every_row(engine):
     parts = partitions(engine, engine.shuffle(source(engine), e.SPREAD))
     assert collections.Counter(r for p in parts for r in p) == collections.Counter(ROWS)

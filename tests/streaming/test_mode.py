@@ -49,7 +49,9 @@ def test_run_returns_at_once_wait_times_out_and_cancel_stops():
     SLOW.clear()
     stream = TestStream()
     for i in range(400):
-        stream = stream.add_elements([i])
+        # A processing-time step after each element: one element per
+        # micro-batch (element events in a row would share one).
+        stream = stream.add_elements([i]).advance_processing_time(1)
     p = _pipeline()
     _ = p | stream | beam.Map(_slow)
     start = time.monotonic()
@@ -117,6 +119,7 @@ def _many_keys(p):
               .add_elements([(f'k{i}', i) for i in range(300)])
               .advance_watermark_to(5)
               .add_elements([('k7', 7)])
+              .advance_watermark_to(6)  # with k7: its pane stays buffered
               .advance_watermark_to_infinity())
     return (p | stream
             | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] % 10))
@@ -169,3 +172,75 @@ def test_a_checkpoint_location_of_another_pipeline_is_refused(tmp_path):
     assert 'Map(str)' in str(info.value)
     assert 'transforms removed: ' in str(info.value)
     assert sorted(os.listdir(os.path.join(location, 'commits'))) == before
+
+
+def _commits(location: str) -> int:
+    """Micro-batches committed: the newest record's number + 1 (older records
+    are collected, ``CheckpointStore.RETAIN``)."""
+    names = glob.glob(os.path.join(location, 'commits', '*.json'))
+    return 1 + max((int(os.path.basename(n)[:-len('.json')]) for n in names),
+                   default=-1)
+
+
+def _windowed_sum(trigger_fn):
+    def build(p):
+        stream = TestStream()
+        for i in range(6):
+            stream = stream.add_elements([('k', i)])
+        stream = (stream.advance_watermark_to(3)
+                  .add_elements([('k', 6), ('j', 1)])
+                  .advance_watermark_to_infinity())
+        windowed = (p | stream
+                    | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1]))
+                    | beam.WindowInto(window.FixedWindows(5),
+                                      trigger=trigger_fn,
+                                      accumulation_mode=beam.transforms.trigger
+                                      .AccumulationMode.DISCARDING))
+        return (windowed | beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+    return build
+
+
+@pytest.mark.parametrize('trigger_fn, micro_batches', [
+    # Panes on the watermark only: the six element events and the watermark
+    # step after them are one micro-batch, the last elements and +inf the
+    # second, the end of the stream the third.
+    (beam.transforms.trigger.AfterWatermark(), 3),
+    # A count trigger sees bundles: one micro-batch per element event (the
+    # sixth takes the watermark step along), then as above.
+    (beam.transforms.trigger.AfterWatermark(
+        early=beam.transforms.trigger.AfterCount(2)), 8),
+], ids=['watermark', 'count'])
+def test_element_events_share_a_micro_batch_where_bundles_are_invisible(
+        tmp_path, trigger_fn, micro_batches):
+    location = str(tmp_path / 'checkpoint')
+    build = _windowed_sum(trigger_fn)
+    expected = oracle.direct(build)
+    assert expected
+    assert oracle.run(build, InProcessSparkRunner(debug=True),
+                      f'--checkpoint_location={location}') == expected
+    assert _commits(location) == micro_batches
+
+
+def test_metrics_are_committed_per_micro_batch_while_running(tmp_path):
+    SLOW.clear()
+    location = str(tmp_path / 'checkpoint')
+    stream = TestStream()
+    for i in range(40):
+        stream = stream.add_elements([i]).advance_processing_time(1)
+    p = _pipeline(f'--checkpoint_location={location}')
+    _ = p | stream | beam.Map(_slow)
+    result = p.run()
+    seen = []  # (committed counter, micro-batches committed) while running
+    while result.state == 'RUNNING':
+        count = _counter(result)
+        seen.append((count, _commits(location)))  # commits read after
+        time.sleep(0.02)
+    assert result.wait_until_finish() == 'DONE'
+    counts = [c for c, _ in seen]
+    assert counts == sorted(counts)  # committed counts never go back
+    assert any(0 < c < 40 for c in counts)  # answered mid-stream
+    # Never ahead of the micro-batches committed when it was asked:
+    # one element per micro-batch of element events (every other one).
+    assert all(c <= (commits + 1) // 2 for c, commits in seen)
+    assert _counter(result) == 40

@@ -53,3 +53,27 @@ def test_user_failure_names_the_transform_and_spark_stays_usable(spark):
     assert 'in process' in info.value.worker_traceback  # the user's frame
     assert result.state == 'FAILED'
     assert spark.range(3).count() == 3
+
+
+class _CountThenFail(beam.DoFn):
+    def process(self, x):
+        beam.metrics.Metrics.counter('attempts', 'seen').inc()
+        if x == 3:
+            raise RuntimeError('fails on purpose after counting')
+        yield x
+
+
+def test_failed_attempt_metrics_reach_attempted_in_a_stream(spark):
+    """A streaming task that fails sends its counts over the attempt channel
+    (``worker.attempts``): attempted counts them, committed does not."""
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
+    _ = (p | TestStream().add_elements([1, 2]).advance_processing_time(1)
+         .add_elements([3]) | beam.ParDo(_CountThenFail()))
+    result = p.run()
+    with pytest.raises(PipelineExecutionError, match='fails on purpose'):
+        result.wait_until_finish()
+    [counter] = result.metrics().query()['counters']
+    assert counter.committed == 2  # the first micro-batch committed
+    assert counter.attempted == 3  # plus the failed attempt's count

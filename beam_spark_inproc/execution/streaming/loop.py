@@ -8,25 +8,37 @@ of bounded sources in the first one) and walks the plan's stages in order
   watermarks of the stages (and TestStream outputs) it reads, as they stand
   after this micro-batch's upstream work: a watermark step cascades through
   every stage in one micro-batch;
-* a stage reading a GroupByKey, or running a stateful DoFn, runs when it has new input or when one of its
-  state buckets has a due timer (the summaries say which): its task gets the
-  new rows plus the state rows of those buckets, judges lateness against the
-  stage's own input watermark before the micro-batch, then fires the timers up
-  to the new one (``worker.streaming``, ``worker.streaming_keyed``); the new state of the touched buckets
-  is written (``store``), the summaries replace the old ones;
-* its **output watermark** is min(input watermark, holds): for a GroupByKey
-  stage, the earliest watermark hold of its buckets (buffered panes; pending
-  timers' output timestamps in a stateful stage), else the
-  input watermark (it holds nothing between micro-batches);
+* a stage reading a GroupByKey, or running a stateful DoFn, runs when it has
+  new input or when one of its state buckets has a due timer (the summaries
+  say which; a marker row per due bucket makes it run): its input is shuffled
+  ``BUCKETED`` and its task reads the current state of the buckets it meets
+  and writes their new versions itself (``worker.streaming_state``), judges
+  lateness against the stage's own input watermark before the micro-batch,
+  then fires the timers up to the new one (``worker.streaming``,
+  ``worker.streaming_keyed``); the buckets' new summaries and files come back
+  as control rows and replace the old ones;
+* its **output watermark** is min(input watermark, holds): for a keyed stage,
+  the earliest watermark hold of its buckets (buffered panes; pending timers'
+  output timestamps in a stateful stage), else the input watermark (it holds
+  nothing between micro-batches);
 * other stages run when they have new input.
+
+**Jobs.** Stages are engine data built lazily; a micro-batch runs as few jobs
+as the watermarks allow: a keyed stage's task needs its input watermark, so a
+keyed stage downstream of another one waits for a job running the first
+(``_harvest``); everything else runs in the micro-batch's last job with the
+leaves (one job per micro-batch for one GroupByKey). Results read more than
+once, or after the job that ran them, are cached for the micro-batch only. A
+micro-batch where nothing has rows or due timers runs no job at all.
 
 A commit record is written after every micro-batch. The stream is done when the
 sources are exhausted and every watermark is +inf (or nothing moves any more).
-The engine does the work (``map_stage``, ``shuffle``, ``union``...) plus a few
-streaming primitives (``LocalStreamOps``/``SparkStreamOps``).
+The engine does the work through its contract only (``execution.engine``:
+``rows``, ``map_stage``, ``shuffle``, ``union``, ``collect``...).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -44,39 +56,43 @@ from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
+from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import report
-from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import SCHEDULED_TAG
-from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 from beam_spark_inproc.worker.streaming import StreamingStep
 from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming import bucket_of
+from beam_spark_inproc.worker.streaming_state import STATE_REPORT
+from beam_spark_inproc.worker.streaming_state import StateFiles
+from beam_spark_inproc.worker.streaming_state import decode_report
+from beam_spark_inproc.worker.streaming_state import marker_rows
 
 _LOGGER = logging.getLogger(__name__)
 
 
 class StreamingExecutor:
-    def __init__(self, plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
+    def __init__(self, plan: p.SparkPlan, engine: Any, job_id: str,
                  store: CheckpointStore, cancelled: threading.Event,
                  on_reports: Callable[[list[dict]], None],
-                 after_micro_batch: Callable[[int], None] | None = None):
+                 after_micro_batch: Callable[[int], None] | None = None,
+                 attempt_channel: tuple = ()):
         self.plan = plan
         self.engine = engine
-        self.ops = ops
         self.job_id = job_id
         self.store = store
         self.cancelled = cancelled
         self.on_reports = on_reports
         self.after_micro_batch = after_micro_batch
+        self.attempt_channel = attempt_channel
         components = beam_runner_api_pb2.Components.FromString(plan.components)
         context = pipeline_context.PipelineContext(components)
         self._context = context
-        self._reads, _ = wire(plan)
+        self._reads, self._uses = wire(plan)
+        self._next_wm: dict[int, Timestamp] = {}
         # Stages reading side inputs: their main input waits until ready.
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
@@ -84,6 +100,7 @@ class StreamingExecutor:
         self.sources = {i: TestStreamSource(stage, context)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
+        self._coalesce = bundles_invisible(plan, context)
         n = len(plan.stages)
         self.input_wm = [MIN_TIMESTAMP] * n
         self.output_wm = [MIN_TIMESTAMP] * n
@@ -133,8 +150,8 @@ class StreamingExecutor:
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
         while not self.cancelled.is_set():
-            source_rows = {i: s.step() for i, s in self.sources.items()
-                           if not s.exhausted}
+            source_rows = {i: s.step_micro_batch(self._coalesce)
+                           for i, s in self.sources.items() if not s.exhausted}
             moved = self._run_micro_batch(source_rows)
             exhausted = all(s.exhausted for s in self.sources.values())
             if exhausted and not moved and self.residuals.pending:
@@ -163,177 +180,307 @@ class StreamingExecutor:
             self.cancelled.wait(min(due - time.time(), 0.1))
 
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
-        """Runs one micro-batch; returns whether anything ran or moved."""
-        now = self.now()
-        produced: dict[int, Any] = {}
-        # (stage, output tag) -> state buckets of the rows it produced in this
-        # micro-batch (-1: rows without a key); absent: no rows.
-        touched: dict[tuple[int, int], set[int]] = {}
-        persisted: list = []
-        moved = any(source_rows.values())
-        reports: list[bytes] = []
+        """Runs one micro-batch; returns whether anything ran or moved.
+
+        Stages are built in plan order as lazy engine data; a keyed stage's
+        task needs its watermarks, so when one reads (through stateless
+        stages) from a keyed stage built but not yet run, those run first
+        (``_harvest``: one job for all of them). The last job runs what is
+        left and the leaves together: one job per micro-batch for a pipeline
+        whose keyed stages do not follow each other. A stage reading side
+        inputs (its main input goes through the driver, ``side_inputs``) or
+        running a splittable DoFn (its residuals go to the driver's schedule,
+        ``residuals``) runs at once, in a job of its own.
+        """
+        self._now = self.now()
+        before = (list(self.input_wm), list(self.output_wm))
+        self._produced: dict[int, Any] = {}  # stage -> its data (lazy)
+        self._pending: list[int] = []  # keyed stages built, not run yet
+        self._settled: set[int] = set()  # watermarks final for this micro-batch
+        self._carried: set[int] = set()  # results whose control rows have a reader
+        self._harvested: set[int] = set()  # results whose control rows were taken
+        self._cached: list = []
+        self._reports: list[dict] = []
+        self._state_reports: list[dict] = []
+        ran = False
         for index, stage in enumerate(self.plan.stages):
             if stage.kind == p.TEST_STREAM_STAGE:
                 rows = source_rows.get(index)
                 if rows:
-                    produced[index] = self.ops.rows(rows)
-                    for tag, key, _ in rows:
-                        touched.setdefault((index, tag), set()).add(
-                            -1 if key is None else bucket_of(key))
+                    self._produced[index] = self.engine.rows(rows)
                 source = self.sources[index]
-                self.output_wm[index] = min(
+                self.input_wm[index] = self.output_wm[index] = min(
                     (source.watermark(t) for t in range(len(stage.outputs))),
                     default=MAX_TIMESTAMP)
+                self._settled.add(index)
                 continue
-            parts, buckets = self._inputs(index, stage, produced, touched)
-            next_wm = self._next_input_wm(index, stage)
-            result = None
+            eager = index in self.gates or bool(stage.split_input)
+            if (stage.grouped or stage.stateful or eager) and \
+                    self._waits_for_pending(index):
+                self._harvest(final=False)
+            parts = self._inputs(index, stage)
             if index in self.gates:
-                parts, buckets = self._gate(index, stage, parts, produced,
-                                            touched)
-            due = self.residuals.due(index, now) if stage.split_input else []
+                parts = self._gate(index, stage, parts)
+            due = (self.residuals.due(index, self._now) if stage.split_input
+                   else [])
             if due:
-                parts.append(self.ops.rows(due))
+                parts.append((None, self.engine.rows(due)))
             if stage.grouped or stage.stateful:
-                result = self._keyed(index, stage, parts, buckets, next_wm,
-                                       touched, reports)
-            elif parts:
-                data = parts[0] if len(parts) == 1 else self.engine.union(parts)
-                if stage.kind == p.RESHUFFLE_STAGE:
-                    # As the batch executor (re-encoding, pane reset included).
-                    result = reshuffle(self.engine, stage, self._context, data)
-                else:
-                    step = StreamingStep(
-                        input_watermark=self.input_wm[index],
-                        next_input_watermark=next_wm,
-                        output_watermark=self.output_wm[index],
-                        processing_time=now) if stage.split_input else None
-                    result = self.engine.map_stage(data, self._task(
-                        stage, step, self.gates.get(index)))
-                result = self.ops.persist(result)
-                rows, outputs = self.ops.collect(result)
-                reports.extend(d for t, _, d in rows if t == CONTROL_TAG)
-                self.residuals.add(index, [d for t, _, d in rows
-                                           if t == SCHEDULED_TAG],
-                                   now, self.output_wm[index])
-                touched.update(((index, t), b) for t, b in outputs.items())
-            if result is not None:
-                produced[index] = result
-                persisted.append(result)
-                moved = True
-            holds = min((s.hold for s in self.summaries[index].values()),
-                        default=MAX_TIMESTAMP)
-            if index in self.gates:
-                holds = min(holds, self.gates[index].hold)
-            holds = min(holds, self.residuals.hold(index))
-            new_out = min(next_wm, holds)
-            if (next_wm, new_out) != (self.input_wm[index], self.output_wm[index]):
-                moved = True
-            self.input_wm[index] = next_wm
-            self.output_wm[index] = max(self.output_wm[index], new_out)
+                ran |= self._keyed(index, stage, parts)
+                continue
+            if not parts:
+                continue
+            datas = [data for _, data in parts]
+            data = datas[0] if len(datas) == 1 else self.engine.union(datas)
+            if stage.kind == p.RESHUFFLE_STAGE:
+                # As the batch executor (re-encoding, pane reset included).
+                result = reshuffle(self.engine, stage, self._context, data)
+            elif stage.split_input:
+                result = self._splittable(index, stage, data)
+            else:
+                result = self.engine.map_stage(data, self._task(
+                    stage, gate=self.gates.get(index)))
+            self._produced[index] = self._maybe_cache(index, result)
+            ran = True
+        self._harvest(final=True)
+        for index in range(len(self.plan.stages)):
+            self._settle(index)
         self._impulse_done = True
-        self.ops.unpersist(persisted)
-        decoded = [report.decode(r) for r in reports if r]
-        self.committed_metrics.add(decoded)
-        self.on_reports(decoded)
-        self._commit()
+        for data in self._cached:
+            self.engine.uncache(data)
+        self.committed_metrics.add(self._reports)  # in the commit record
+        self._commit()  # then its metrics count as committed
+        self.on_reports(self._reports)
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
         self.micro_batch += 1
-        return moved
+        return (ran or any(source_rows.values())
+                or (list(self.input_wm), list(self.output_wm)) != before)
 
+    # -- building ---------------------------------------------------------
     def _task(self, stage: p.StagePlan, step: StreamingStep | None = None,
-              gate: SideInputGate | None = None):
-        if gate is None:
-            return StageTask(self.job_id, stage, (), streaming=step)
-        return StageTask(
-            self.job_id, stage,
-            tuple(self.engine.side_input(s) for s in gate.state()),
-            streaming=step, side_input_version=gate.version)
+              state_files: StateFiles | None = None,
+              gate: SideInputGate | None = None) -> StageTask:
+        side_inputs, version = (), 0
+        if gate is not None:
+            side_inputs = tuple(self.engine.side_input(s) for s in gate.state())
+            version = gate.version
+        return StageTask(self.job_id, stage, side_inputs, streaming=step,
+                         attempt_channel=self.attempt_channel,
+                         side_input_version=version, state_files=state_files)
 
-    def _gate(self, index: int, stage: p.StagePlan, parts: list,
-              produced: dict, touched: dict) -> tuple[list, set[int]]:
+    def _step(self, index: int) -> StreamingStep:
+        return StreamingStep(
+            input_watermark=self.input_wm[index],
+            next_input_watermark=self._next_wm[index],
+            output_watermark=self.output_wm[index], processing_time=self._now)
+
+    def _splittable(self, index: int, stage: p.StagePlan, data) -> Any:
+        """Runs a splittable DoFn's stage now (a job): its self-checkpointed
+        residuals go to the driver's schedule, its control rows are taken."""
+        self._settle_writers(index, stage)
+        self._next_wm[index] = self._next_input_wm(index, stage)
+        result = self._maybe_cache(index, self.engine.map_stage(
+            data, self._task(stage, self._step(index),
+                             gate=self.gates.get(index))), eager=True)
+        with self._job():
+            scheduled, control = self.engine.collect(
+                self.engine.select(result, SCHEDULED_TAG, 0, True))
+        self._take(control)
+        self._harvested.add(index)
+        self.residuals.add(index, scheduled, self._now, self.output_wm[index])
+        return result
+
+    def _gate(self, index: int, stage: p.StagePlan, parts: list) -> list:
         """The main-input rows of a stage with side inputs that are ready now
-        (``side_inputs``): the new ones join those pushed back before."""
+        (``side_inputs``): the new ones join those pushed back before; each
+        part is collected once (a job), its control rows taken."""
         gate = self.gates[index]
         for i, side_input in enumerate(stage.side_inputs):
             for writer, tag in self._reads[(index, side_input.buffer_id)]:
-                if (writer, tag) in touched:
-                    gate.add_side(i, self.engine.collect(self.engine.select(
-                        produced[writer], tag, 0, False))[0])
-        for part in parts:
-            for port in range(len(stage.inputs)):
-                gate.add_main(port, self.engine.collect(
-                    self.engine.select(part, port, port, False))[0])
+                if writer in self._produced:
+                    with self._job():
+                        chunks, control = self.engine.collect(self.engine.select(
+                            self._produced[writer], tag, 0, self._carry(writer)))
+                    self._take(control)
+                    gate.add_side(i, chunks)
+        for port, part in parts:
+            with self._job():
+                chunks, control = self.engine.collect(part)
+            self._take(control)
+            gate.add_main(port, chunks)
+        self._settle_writers(index, stage)
         watermarks = [min((self._writer_wm(w, t) for w, t in
                            self._reads[(index, si.buffer_id)]),
                           default=MAX_TIMESTAMP) for si in stage.side_inputs]
         rows = gate.release(watermarks)
-        buckets = {bucket_of(key) for _, key, _ in rows if key is not None}
-        return ([self.ops.rows(rows)] if rows else []), buckets
+        return [(None, self.engine.rows(rows))] if rows else []
 
-    def _inputs(self, index: int, stage: p.StagePlan, produced: dict,
-                touched: dict) -> tuple[list, set[int]]:
-        """This micro-batch's input parts, and the state buckets they touch."""
-        parts, buckets = [], set()
+    def _writers(self, index: int, stage: p.StagePlan, side: bool = False):
+        """(input port, writer, its output tag) of a stage's main inputs;
+        with ``side``, its side inputs' writers too (port None)."""
+        for tag, port in enumerate(stage.inputs):
+            if port.buffer_id == translations.IMPULSE_BUFFER:
+                continue
+            for writer, writer_tag in self._reads[(index, port.buffer_id)]:
+                yield tag, writer, writer_tag
+        for side_input in stage.side_inputs if side else ():
+            for writer, writer_tag in self._reads[(index, side_input.buffer_id)]:
+                yield None, writer, writer_tag
+
+    def _settle_writers(self, index: int, stage: p.StagePlan) -> None:
+        for _, writer, _ in self._writers(index, stage, side=True):
+            self._settle(writer)
+
+    def _carry(self, writer: int) -> bool:
+        """Whether a reader of ``writer`` carries its control rows on: the
+        first reader of a result whose control rows nobody took."""
+        w = self.plan.stages[writer]
+        carry = writer not in self._carried and writer not in self._harvested \
+            and not (w.grouped or w.stateful)
+        self._carried.add(writer)
+        return carry
+
+    def _take(self, control: list) -> None:
+        """Control rows that reached the driver: bundles' reports and keyed
+        stages' state reports (``_harvest``)."""
+        for payload in control:
+            if payload:
+                decoded = report.decode(payload)
+                if STATE_REPORT in decoded:
+                    self._state_reports.append(decoded)
+                else:
+                    self._reports.append(decoded)
+
+    @contextlib.contextmanager
+    def _job(self):
+        with self.engine.job('beam-pipeline-' + self.job_id[:8],
+                             f'Beam stream {self.job_id[:8]} micro-batch '
+                             f'{self.micro_batch}'):
+            yield
+
+    def _maybe_cache(self, index: int, result: Any, eager: bool = False) -> Any:
+        """A result read more than once, or read after the job that ran it
+        (a keyed stage's, or one run at once: ``eager``), is cached for the
+        micro-batch."""
+        stage = self.plan.stages[index]
+        if self._uses[index] > 1 or (self._uses[index] and (
+                eager or stage.grouped or stage.stateful)):
+            result = self.engine.cache(result)
+            self._cached.append(result)
+        return result
+
+    def _inputs(self, index: int, stage: p.StagePlan) -> list:
+        """This micro-batch's input parts of a stage, as (port, data) (empty:
+        nothing to do).
+
+        Each result's control rows go on with its first reader only; a keyed
+        stage's are taken when it runs (``_harvest``)."""
+        parts = []
         for tag, port in enumerate(stage.inputs):
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 if not self._impulse_done:
-                    parts.append(self.engine.select(
-                        self.engine.impulse(), 0, tag, False))
+                    parts.append((tag, self.engine.select(
+                        self.engine.impulse(), 0, tag, False)))
+        for tag, writer, writer_tag in self._writers(index, stage):
+            if writer not in self._produced:
                 continue
             new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
-            for writer, writer_tag in self._reads[(index, port.buffer_id)]:
-                if (writer, writer_tag) in touched:
-                    parts.append(self.engine.select(
-                        produced[writer], writer_tag, new_tag, False))
-                    buckets |= touched[(writer, writer_tag)]
-        return parts, buckets - {-1}
+            parts.append((tag, self.engine.select(
+                self._produced[writer], writer_tag, new_tag,
+                self._carry(writer))))
+        return parts
 
-    def _keyed(self, index: int, stage: p.StagePlan, parts: list,
-                 touched_buckets: set[int], next_wm: Timestamp, touched: dict,
-                 reports: list) -> Any:
+    def _waits_for_pending(self, index: int) -> bool:
+        """Whether a stage's input watermark depends on a keyed stage built
+        in this micro-batch and not run yet."""
+        stage = self.plan.stages[index]
+        for _, writer, _ in self._writers(index, stage, side=True):
+            if writer in self._pending:
+                return True
+            w = self.plan.stages[writer]
+            if writer not in self._settled and not (w.grouped or w.stateful) \
+                    and self._waits_for_pending(writer):
+                return True
+        return False
+
+    def _keyed(self, index: int, stage: p.StagePlan, parts: list) -> bool:
+        """Builds a keyed stage if it has new rows or due timers; else its
+        watermarks settle at once."""
+        self._settle_writers(index, stage)
+        next_wm = self._next_input_wm(index, stage)
         summaries = self.summaries[index]
-        now = self.now()
-        data = (parts[0] if len(parts) == 1 else self.engine.union(parts)) \
-            if parts else None
         due = {b for b, s in summaries.items()
-               if s.event_timer <= next_wm or s.processing_timer <= now}
-        load = touched_buckets | due
-        if not load and data is None:
-            return None
-        paths: dict[str, set[int]] = {}  # each bucket from its current version
-        for b in load:
-            if b in self.versions[index]:
-                paths.setdefault(self.versions[index][b], set()).add(b)
-        if paths:
-            state = self.ops.read_state(paths)
-            data = state if data is None else self.engine.union([data, state])
-        step = StreamingStep(
-            input_watermark=self.input_wm[index], next_input_watermark=next_wm,
-            output_watermark=self.output_wm[index], processing_time=now)
-        result = self.ops.persist(self.engine.map_stage(
-            self.engine.shuffle(data, e.KEYED),
-            self._task(stage, step, self.gates.get(index))))
-        new: dict[int, Summary] = {}
-        rows, outputs = self.ops.collect(result)
-        touched.update(((index, t), b) for t, b in outputs.items())
-        for tag, key, payload in rows:
-            if tag == CONTROL_TAG:
-                reports.append(payload)
-            else:
-                new.setdefault(int(key), Summary()).add(Summary.decode(payload))
-        path = self.store.state_path(index, self.micro_batch)
-        if new:
-            self.ops.write_state(result, path)
-        for bucket in load:
-            if bucket in new:
-                summaries[bucket] = new[bucket]
-                self.versions[index][bucket] = path
-            else:
+               if s.event_timer <= next_wm or s.processing_timer <= self._now}
+        if not parts and not due:
+            self._settle(index)
+            return False
+        datas = [data for _, data in parts]
+        if due:
+            datas.append(self.engine.rows(marker_rows(due)))
+        data = datas[0] if len(datas) == 1 else self.engine.union(datas)
+        self._next_wm[index] = next_wm
+        files = StateFiles(
+            stage=stage.name,
+            current=tuple(sorted(self.versions[index].items())),
+            folder=self.store.state_path(index, self.micro_batch))
+        result = self.engine.map_stage(
+            self.engine.shuffle(data, e.BUCKETED),
+            self._task(stage, self._step(index), files, self.gates.get(index)))
+        self._produced[index] = self._maybe_cache(index, result)
+        self._pending.append(index)
+        return True
+
+    # -- running ----------------------------------------------------------
+    def _harvest(self, final: bool) -> None:
+        """One job: runs the pending keyed stages (and, if ``final``, the
+        leaves); takes their control rows: bundles' reports and the state
+        buckets' new summaries and files."""
+        datas = [self._produced[i] for i in self._pending]
+        if final:
+            datas += [self._produced[i] for i in self._produced
+                      if self._uses[i] == 0 and i not in self._pending
+                      and i not in self.sources]
+        if datas:
+            data = datas[0] if len(datas) == 1 else self.engine.union(datas)
+            with self._job():
+                _, control = self.engine.collect(data, elements=False)
+            self._take(control)
+        names = {s.name: i for i, s in enumerate(self.plan.stages)}
+        for decoded in self._state_reports:
+            self._new_state(names[decoded['stage']], decode_report(decoded))
+        self._state_reports = []
+        for index in self._pending:
+            self._settle(index)
+        self._pending = []
+
+    def _new_state(self, index: int, buckets: dict) -> None:
+        summaries, versions = self.summaries[index], self.versions[index]
+        for bucket, (summary, path) in buckets.items():
+            if summary is None:
                 summaries.pop(bucket, None)
-                self.versions[index].pop(bucket, None)
-        return result
+                versions.pop(bucket, None)
+            else:
+                summaries[bucket] = summary
+                versions[bucket] = path
+
+    def _settle(self, index: int) -> None:
+        """The stage's watermarks after this micro-batch (writers first)."""
+        if index in self._settled:
+            return
+        stage = self.plan.stages[index]
+        self._settle_writers(index, stage)
+        next_wm = self._next_wm.pop(index, None)
+        if next_wm is None:
+            next_wm = self._next_input_wm(index, stage)
+        holds = min((s.hold for s in self.summaries[index].values()),
+                    default=MAX_TIMESTAMP)
+        if index in self.gates:
+            holds = min(holds, self.gates[index].hold)
+        holds = min(holds, self.residuals.hold(index))
+        self.input_wm[index] = next_wm
+        self.output_wm[index] = max(self.output_wm[index], min(next_wm, holds))
+        self._settled.add(index)
 
     def _commit(self) -> None:
         self.store.commit(self.micro_batch, {

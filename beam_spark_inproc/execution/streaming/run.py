@@ -14,7 +14,7 @@ from beam_spark_inproc.worker import report
 _LOGGER = logging.getLogger(__name__)
 
 
-def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
+def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                checkpoint_location: str | None,
                translate: Callable[[BaseException], BaseException],
                run_metrics,
@@ -22,9 +22,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
                ) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
-    ``ops``: the engine's streaming primitives (``debug.streaming``,
-    ``spark.streaming``), chosen by the runner with the engine;
-    ``run_metrics``: the run's ``metrics.RunMetrics``."""
+    ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
+    goes to every task)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
         if store.resume is not None:
@@ -35,8 +34,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, ops: Any, job_id: str,
         raise
     result = StreamingPipelineResult(run_metrics)
     executor = StreamingExecutor(
-        plan, engine, ops, job_id, store, result.cancelled,
-        result.add_reports, after_micro_batch)
+        plan, engine, job_id, store, result.cancelled,
+        result.add_reports, after_micro_batch, run_metrics.channel)
     result.executor = executor
 
     def body() -> None:

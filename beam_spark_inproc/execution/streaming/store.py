@@ -5,12 +5,14 @@ removed when the pipeline ends)::
 
     pipeline.json              which pipeline owns the folder (stage names and
                                transforms); another pipeline is refused
-    state/stage-S/mb-N/        Parquet written by the engine in micro-batch N:
-                               the state rows (key, data, bucket) of the buckets
-                               stage S touched in N, and only those
+    state/stage-S/mb-N/        Parquet files written by stage S's tasks in
+                               micro-batch N (``worker.streaming_state``): the
+                               state rows of the buckets S touched in N, only
+                               those, a file per task attempt (only the
+                               committed attempt's files are referenced)
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
-                               for each stage and bucket the folder holding its
+                               for each stage and bucket the file holding its
                                current version and its summary (keys, hold,
                                earliest timers)
 
@@ -210,5 +212,12 @@ class CheckpointStore:
 
 
 def _paths(record: dict) -> set[str]:
-    return {os.path.abspath(b['path']) for stage in record.get('stages', ())
+    """The state folders (``mb-N``) a commit record refers to: a bucket's
+    path is its Parquet file in one (written by the stage's task)."""
+    return {_folder(b['path']) for stage in record.get('stages', ())
             for b in stage.get('buckets', {}).values()}
+
+
+def _folder(path: str) -> str:
+    path = os.path.abspath(path)
+    return path if _MB.search(path) else os.path.dirname(path)

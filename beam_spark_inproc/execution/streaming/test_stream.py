@@ -1,5 +1,14 @@
-"""TestStream as a source: the driver replays the payload's events, one per
-micro-batch, as Beam's BundleBasedDirectRunner does (``direct.test_stream_impl``).
+"""TestStream as a source: the driver replays the payload's events as Beam's
+BundleBasedDirectRunner does (``direct.test_stream_impl``), one micro-batch at
+a time.
+
+A micro-batch takes one event, except: an element event takes the watermark
+event right after it along (its elements are judged against the watermark
+before it either way, and the same bundle fires the same panes); and where
+the pipeline cannot tell bundles apart (``coalesce_elements``: no GroupByKey
+trigger that counts elements or fires late panes, no stateful DoFn), a run of
+element events is one micro-batch, as the input available since the last
+micro-batch is on a real clock.
 
 * an element event becomes rows of the TestStream stage's output port for its
   tag, encoded as that port's consumers read them (``plan`` layouts);
@@ -14,6 +23,7 @@ from __future__ import annotations
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
+from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -57,6 +67,27 @@ class TestStreamSource:
     def watermark(self, port: int) -> Timestamp:
         return self.watermarks[self.stage.output_tags[port]]
 
+    def step_micro_batch(self, coalesce_elements: bool = False
+                         ) -> list[tuple[int, bytes | None, bytes]]:
+        """Applies the events of the next micro-batch (see the module doc);
+        returns the rows they add."""
+        def next_is(kind) -> bool:
+            return (self.position < len(self.events)
+                    and isinstance(self.events[self.position], kind))
+
+        first_is_elements = next_is(test_stream.ElementEvent)
+        rows = self.step()
+        if not first_is_elements:
+            return rows
+        taken = 1
+        while (coalesce_elements and taken < MAX_COALESCED_EVENTS
+               and next_is(test_stream.ElementEvent)):
+            rows += self.step()
+            taken += 1
+        if next_is(test_stream.WatermarkEvent):
+            rows += self.step()
+        return rows
+
     def step(self) -> list[tuple[int, bytes | None, bytes]]:
         """Applies the next event; returns the rows it adds (tag = port)."""
         if self.position == len(self.events):
@@ -90,6 +121,37 @@ class TestStreamSource:
             return []
         raise ValueError(f'TestStream {self.stage.labels[0]!r}: unknown event '
                          f'{event!r}')
+
+
+# Element events one micro-batch takes at most (so a long TestStream still
+# commits, and can be cancelled, as it goes).
+MAX_COALESCED_EVENTS = 1000
+
+
+def bundles_invisible(plan: p.SparkPlan, context) -> bool:
+    """Whether the pipeline's output cannot depend on how TestStream element
+    events are cut into bundles: every GroupByKey fires on the watermark only
+    (Beam's default trigger or AfterWatermark without early or late firings)
+    with no allowed lateness (a late element would fire a pane per bundle), and
+    no stateful DoFn (it sees the order of a key's elements)."""
+    for stage in plan.stages:
+        if stage.stateful:
+            return False
+        for port in stage.inputs:
+            if port.grouping is None:
+                continue
+            windowing = context.windowing_strategies[
+                port.grouping.windowing_strategy_id]
+            fn = windowing.triggerfn
+            if windowing.allowed_lateness != 0:
+                return False
+            if isinstance(fn, trigger.DefaultTrigger):
+                continue
+            if isinstance(fn, trigger.AfterWatermark) and not fn.early \
+                    and not fn.late:
+                continue
+            return False
+    return True
 
 
 def _encoder(port: p.OutputPort, context):

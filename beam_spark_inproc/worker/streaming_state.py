@@ -1,0 +1,207 @@
+"""A streaming keyed stage's state I/O, done by its own task (no extra Spark job).
+
+The stage's input is shuffled ``BUCKETED`` (``execution.engine``): every state
+bucket (``crc32(key) % STATE_BUCKETS``) lies wholly in one partition, its rows
+sorted by key. The task gets ``StateFiles``: for each bucket the Parquet file
+holding its current version (from the commit record), and the folder where this
+micro-batch's new versions go. So the task, not the driver, reads and writes:
+
+* **read**: when the rows of a bucket start, the bucket's rows ``(key, data,
+  bucket)`` are read from its file; each key's state row (``STATE_TAG``) is put
+  in front of the key's new rows, and the keys of the bucket that got no new
+  rows follow at the bucket's end (their timers may be due). A ``MARKER_TAG``
+  row (the driver adds one per bucket whose timers are due) makes a bucket run
+  without new rows; it goes no further.
+* **write**: the state rows the stage's input functions forward
+  (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
+  task, ``part-<uuid>.parquet`` in the micro-batch's folder (a retried or
+  speculative attempt writes its own file; only the file named by the attempt
+  Spark committed is ever read). The per-bucket summaries they forward are
+  merged and sent with the file's path as one control row (``state_report``):
+  every bucket the task ran, with its summary and file, or none (no state left).
+
+State I/O grows with the buckets a micro-batch touches, not with the state held.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import uuid
+from typing import Callable, Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.worker.rows import DATA
+from beam_spark_inproc.worker.rows import KEY
+from beam_spark_inproc.worker.rows import MARKER_TAG
+from beam_spark_inproc.worker.rows import STATE_TAG
+from beam_spark_inproc.worker.rows import SUMMARY_TAG
+from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.rows import BatchBuilder
+from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.worker.streaming import STATE_BUCKETS
+from beam_spark_inproc.worker.streaming import Summary
+from beam_spark_inproc.worker.streaming import bucket_of
+
+STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
+                          ('bucket', pa.int32())])
+_WRITE_ROWS = 8192  # state rows per Parquet row group
+# The key of the control row's dict that tells a state report from a bundle's.
+STATE_REPORT = 'state_buckets'
+
+
+def _marker_keys() -> tuple[bytes, ...]:
+    """One key per bucket (``bucket_of(key) == bucket``), for marker rows."""
+    found: dict[int, bytes] = {}
+    i = 0
+    while len(found) < STATE_BUCKETS:
+        key = b'\x00beam-spark-inproc-marker-%d' % i
+        found.setdefault(bucket_of(key), key)
+        i += 1
+    return tuple(found[b] for b in range(STATE_BUCKETS))
+
+
+MARKER_KEYS = _marker_keys()
+
+
+def marker_rows(buckets) -> list[tuple[int, bytes, bytes]]:
+    return [(MARKER_TAG, MARKER_KEYS[b], b'') for b in sorted(buckets)]
+
+
+@dataclasses.dataclass(frozen=True)
+class StateFiles:
+    """Where a streaming keyed stage's task reads and writes its state."""
+    stage: str
+    current: tuple = ()  # (bucket, Parquet file of its current version) pairs
+    folder: str = ''  # where this micro-batch's new versions go
+
+
+def read_file(path: str) -> dict[int, dict[bytes, bytes]]:
+    """{bucket: {key: state}} of one state file."""
+    table = pq.read_table(path)
+    out: dict[int, dict[bytes, bytes]] = {}
+    for key, data, bucket in zip(*(table.column(c).to_pylist()
+                                   for c in ('key', 'data', 'bucket'))):
+        out.setdefault(bucket, {})[key] = data
+    return out
+
+
+def decode_report(report: dict) -> dict[int, tuple[Optional[Summary], str]]:
+    """{bucket: (its summary and file, or (None, '') when nothing is left)}."""
+    return {b: (Summary.decode(s) if s is not None else None, path)
+            for b, (s, path) in report[STATE_REPORT].items()}
+
+
+class StateIO:
+    """One task's state reads and writes (see the module doc)."""
+
+    def __init__(self, files: StateFiles):
+        self.files = files
+        self._current = dict(files.current)
+        self._read: dict[str, dict[int, dict[bytes, bytes]]] = {}
+        self._ran: set[int] = set()
+        self._summaries: dict[int, Summary] = {}
+        self._path = ''
+        self._writer = None
+        self._pending: list[tuple[bytes, bytes]] = []
+
+    # -- read -------------------------------------------------------------
+    def _bucket_state(self, bucket: int) -> dict[bytes, bytes]:
+        path = self._current.get(bucket)
+        if path is None:
+            return {}
+        if path not in self._read:
+            self._read[path] = read_file(path)
+        return dict(self._read[path].get(bucket, {}))
+
+    def merged(self, batches) -> Iterator[pa.RecordBatch]:
+        """The input batches with each key's state row in front of its rows."""
+        out: list[pa.RecordBatch] = []
+        builder = BatchBuilder(out.append)
+        bucket, state, key_now = None, {}, None
+
+        def end_bucket():
+            for k in sorted(state):  # keys with no new rows: timers may be due
+                builder.add(STATE_TAG, k, state[k])
+            state.clear()
+
+        for columns in column_slices(batches, TAG, KEY, DATA):
+            for tag, key, data in zip(*columns):
+                if key is None:
+                    builder.add(tag, key, data)
+                    continue
+                if key != key_now:
+                    key_now = key
+                    b = bucket_of(key)
+                    if b != bucket:
+                        end_bucket()
+                        bucket = b
+                        self._ran.add(b)
+                        state = self._bucket_state(b)
+                    saved = state.pop(key, None)
+                    if saved is not None:
+                        builder.add(STATE_TAG, key, saved)
+                if tag != MARKER_TAG:
+                    builder.add(tag, key, data)
+            yield from out
+            out.clear()
+        end_bucket()
+        builder.flush()
+        yield from out
+
+    # -- write ------------------------------------------------------------
+    def forward(self, forward: Callable) -> Callable:
+        """``forward`` with state and summary rows kept here."""
+        def add(tag: int, key, data: bytes) -> None:
+            if tag == STATE_TAG:
+                self._pending.append((key, data))
+                if len(self._pending) >= _WRITE_ROWS:
+                    self._flush()
+            elif tag == SUMMARY_TAG:
+                self._summaries.setdefault(int(key), Summary()).add(
+                    Summary.decode(data))
+            else:
+                forward(tag, key, data)
+        return add
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        if self._writer is None:
+            os.makedirs(self.files.folder, exist_ok=True)
+            self._path = os.path.join(self.files.folder,
+                                      f'part-{uuid.uuid4().hex}.parquet')
+            self._writer = pq.ParquetWriter(self._path, STATE_SCHEMA)
+        keys = [k for k, _ in self._pending]
+        self._writer.write_table(pa.Table.from_arrays(
+            [pa.array(keys, pa.binary()),
+             pa.array([d for _, d in self._pending], pa.binary()),
+             pa.array([bucket_of(k) for k in keys], pa.int32())],
+            schema=STATE_SCHEMA))
+        self._pending.clear()
+
+    def finish(self, forward: Callable) -> None:
+        """Closes the file; reports every bucket the task ran."""
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        if not self._ran and not self._summaries:
+            return
+        buckets = {b: (None, '') for b in self._ran}
+        for b, summary in self._summaries.items():
+            buckets[b] = (summary.encode(), self._path)
+        forward(CONTROL_TAG, None, pickle.dumps(
+            {'stage': self.files.stage, STATE_REPORT: buckets}))
+
+
+def with_state_io(read: Callable) -> Callable:
+    """Wraps a streaming stage's input function (``stage_task``) with its
+    task's state reads and writes."""
+    def elements(task, entry, batches, forward) -> Iterator:
+        io = StateIO(task.state_files)
+        yield from read(task, entry, io.merged(batches), io.forward(forward))
+        io.finish(forward)
+    return elements

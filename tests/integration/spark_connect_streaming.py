@@ -1,0 +1,50 @@
+"""Streaming pipelines over Spark Connect (issue #13, item 9): the micro-batch
+loop runs in the Connect client, each micro-batch Spark jobs on the server
+through DataFrame APIs only; keyed state is written and read by the server's
+Python workers under the client's checkpoint location (one machine here).
+
+Run by ``spark_connect_pipelines.main`` in the Connect client process, after
+the batch pipelines; each case's records must equal Beam's
+BundleBasedDirectRunner's on the same TestStream (``tests.streaming.oracle``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+# The client runs as a script from tests/integration: make ``tests`` importable.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+from tests.streaming import oracle  # noqa: E402
+from tests.streaming import test_triggers  # noqa: E402
+
+# A GroupByKey cascade (a pane of the first reaches the second in the
+# micro-batch of the watermark that fired it) and a stateful DoFn with timers.
+CASES = {
+    'two_groupings': test_triggers.two_groupings,
+    'stateful_timers': test_triggers.stateful_timers,
+}
+
+
+def run_all(session) -> dict:
+    from beam_spark_inproc import InProcessSparkRunner
+    status = {}
+    for name, build in sorted(CASES.items()):
+        began = time.monotonic()
+        entry = status[name] = {'ok': False}
+        try:
+            expected = oracle.direct(build)
+            got = oracle.run(build, InProcessSparkRunner(spark=session))
+            entry['records'] = len(got)
+            if got != expected:
+                raise AssertionError(f'over Connect: {got!r}\n'
+                                     f'BundleBasedDirectRunner: {expected!r}')
+            entry['ok'] = bool(expected)
+        except Exception as e:
+            entry['error'] = f'{type(e).__name__}: {e}'[-6000:]
+            entry['traceback'] = traceback.format_exc()[-6000:]
+        entry['seconds'] = round(time.monotonic() - began, 2)
+    return status
