@@ -157,7 +157,8 @@ class InProcessSparkRunner(PipelineRunner):
             cancel = functools.partial(
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
         if streaming:
-            return self._run_stream(plan, engine, job_id, options, attempt_host)
+            return self._run_stream(plan, engine, job_id, options, attempt_host,
+                                    settings)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
                                      live=run_metrics.live)
@@ -193,7 +194,7 @@ class InProcessSparkRunner(PipelineRunner):
                 if error is e:
                     raise
                 raise error from None
-            report.reissue(reports)
+            report.rewarn(reports)
             _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
                          len(plan.stages), time.monotonic() - start)
             result.finished(PipelineState.DONE)
@@ -216,13 +217,17 @@ class InProcessSparkRunner(PipelineRunner):
         return result
 
     def _run_stream(self, plan, engine, job_id: str, options,
-                    attempt_host: str | None):
-        """A stream: the micro-batch loop on a driver thread (returns at once)."""
+                    attempt_host: str | None, settings):
+        """A stream: the micro-batch loop on a driver thread (returns at once),
+        with the runtime SQL settings the runner relies on (``settings``) while
+        it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
         return run_stream(plan, engine, job_id,
                           options.view_as(SparkRunnerOptions).checkpoint_location,
                           lambda e: translate_error(e, plan),
-                          metrics.start(options, job_id, attempt_host))
+                          metrics.start(options, job_id, attempt_host),
+                          settings=settings,
+                          runtime_options=runtime_options(options))
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

@@ -204,6 +204,7 @@ class Executor:
         self._ran.update(stages)
         self._reports.extend(reports)
         decoded = [report.decode(r) for r in reports]
+        report.relog(decoded)
         self.progress.done(description, decoded)
         if self.after_job is not None:
             self.after_job(decoded)

@@ -137,7 +137,7 @@ class _Collect(logging.Handler):
 @contextlib.contextmanager
 def capture_logs(driver: tuple) -> Iterator[list]:
     """Records the log records the bundle's code emits in a worker process, to
-    be logged again on the driver (``reissue``), as Beam's Fn API logging
+    be logged again on the driver (``relog``), as Beam's Fn API logging
     service does for its SDK workers. Nothing in the driver's own process
     (``driver``: ``logs.driver_level()``; debug mode), where they are logged
     already. The worker's root level is the driver's (``logs.apply``)."""
@@ -181,9 +181,11 @@ def decode(data: bytes) -> dict:
     return pickle.loads(data)
 
 
-def reissue(reports: list[dict]) -> None:
-    """Re-issues workers' warnings on the driver (deduplicated across tasks)
-    and logs their log records again there (each one, by its logger)."""
+def relog(reports: list[dict]) -> None:
+    """Logs the workers' log records again on the driver (each one, by its
+    logger), as the reports arrive: after each Spark job in batch, after each
+    committed micro-batch in a stream (so a failed pipeline's earlier jobs and
+    a running stream's micro-batches are not silent)."""
     for r in reports:
         for name, level, message, path, lineno, func, exc_text in r.get('logs', ()):
             record = logging.LogRecord(name, level, path, lineno, message, None,
@@ -191,6 +193,11 @@ def reissue(reports: list[dict]) -> None:
             record.exc_text = exc_text
             record.beam_stage = r.get('stage', '')
             logging.getLogger(name).handle(record)
+
+
+def rewarn(reports: list[dict]) -> None:
+    """Re-issues workers' warnings on the driver, deduplicated across tasks
+    (once, when the pipeline ends)."""
     seen = set()
     for r in reports:
         for category, message, filename, lineno in r.get('warnings', ()):

@@ -35,6 +35,7 @@ import apache_beam as beam
 from apache_beam.pvalue import AsDict
 from apache_beam.pvalue import AsList
 from apache_beam.pvalue import AsSingleton
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 from apache_beam.transforms import window
@@ -284,10 +285,11 @@ USER_SETTINGS = {'spark.sql.adaptive.enabled': 'true',
                  'spark.sql.execution.arrow.maxBytesPerBatch': None}
 
 
-def runtime_settings(session) -> dict:
+def runtime_settings(session, streaming: bool = False) -> dict:
     """A user's session with its own values: the settings each of the runner's
     queries saw (read where the engine collects), and the session's values
-    before and after the run (classic Spark and Connect alike)."""
+    before and after the run (classic Spark and Connect alike); ``streaming``:
+    the same pipeline fed by a TestStream, run as a stream."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark.engine import SparkEngine
@@ -307,9 +309,16 @@ def runtime_settings(session) -> dict:
                 session.conf.set(key, value)
         before = values()
         SparkEngine.collect = spying
+        elements = [('a', 1), ('b', 2), ('a', 3)]
         with beam.Pipeline(runner=InProcessSparkRunner(spark=session),
-                           options=PipelineOptions(['--spark_small_data_kb=0'])) as p:
-            assert_that(p | beam.Create([('a', 1), ('b', 2), ('a', 3)])
+                           options=PipelineOptions(
+                               ['--spark_small_data_kb=0']
+                               + ['--streaming'] * streaming)) as p:
+            source = (TestStream().add_elements(elements[:2])
+                      .add_elements(elements[2:])
+                      | beam.WindowInto(window.FixedWindows(60)) if streaming
+                      else beam.Create(elements))
+            assert_that(p | source
                         | beam.GroupByKey()
                         | beam.MapTuple(lambda k, vs: (k, sum(vs))),
                         equal_to([('a', 4), ('b', 2)]))

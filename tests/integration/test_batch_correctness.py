@@ -272,6 +272,30 @@ def test_dofn_log_records_reach_the_driver_once(engine):
     assert sorted(messages) == ['logged in a DoFn: %d' % i for i in (1, 2, 3)]
 
 
+def _fail_with(x, side):
+    raise ValueError('main input failed after its side input ran')
+
+
+@both
+def test_log_records_of_jobs_before_a_failure_reach_the_driver(engine):
+    # A side input is its own Spark job, ending before the stage that reads
+    # it fails: its records are logged as that job ends, not lost with the
+    # pipeline (they were relayed only when a pipeline succeeded).
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        with LogCapture() as seen, pytest.raises(Exception, match='side input ran'):
+            with beam.Pipeline(runner=engine()) as p:
+                side = p | 'Side' >> beam.Create([1, 2]) | beam.Map(_log_each)
+                _ = (p | 'Main' >> beam.Create([0])
+                     | beam.Map(_fail_with, beam.pvalue.AsList(side)))
+    finally:
+        root.setLevel(level)
+    messages = [r.getMessage() for r in seen.records if r.name == 'user.dofn']
+    assert sorted(messages) == ['logged in a DoFn: %d' % i for i in (1, 2)]
+
+
 class LogCapture(logging.Handler):
     """The records the driver's root logger handles while active."""
 

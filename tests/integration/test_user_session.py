@@ -20,6 +20,14 @@ def test_user_settings_set_for_the_run_and_restored(spark):
     assert entry['after'] == pipelines.USER_SETTINGS
 
 
+def test_user_settings_set_for_a_stream_and_restored(spark):
+    # The streaming loop's queries too (they ran on the user's values).
+    entry = pipelines.runtime_settings(spark, streaming=True)
+    assert entry['before'] == pipelines.USER_SETTINGS
+    assert entry['during'] and all(d == RUNTIME_SETTINGS for d in entry['during'])
+    assert entry['after'] == pipelines.USER_SETTINGS
+
+
 def test_settings_restored_after_a_failed_run(spark):
     key = 'spark.sql.adaptive.enabled'
     before = spark.conf.get(key, None)

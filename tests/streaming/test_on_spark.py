@@ -3,6 +3,8 @@ each one Spark jobs): a few pipelines against BundleBasedDirectRunner, and a
 user failure's error quality."""
 from __future__ import annotations
 
+import logging
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -77,3 +79,60 @@ def test_failed_attempt_metrics_reach_attempted_in_a_stream(spark):
     [counter] = result.metrics().query()['counters']
     assert counter.committed == 2  # the first micro-batch committed
     assert counter.attempted == 3  # plus the failed attempt's count
+
+
+class _LogThenFail(beam.DoFn):
+    def process(self, x):
+        if x == 3:
+            raise RuntimeError('fails on purpose after logging')
+        logging.getLogger('user.dofn').info('logged in a stream: %s', x)
+        yield x
+
+
+def test_log_records_of_committed_micro_batches_reach_the_driver(spark):
+    """Workers' log records are logged on the driver as each micro-batch
+    commits: a stream that fails later has logged its earlier micro-batches'
+    records (they were relayed only when a stream ended well)."""
+    from tests.integration.test_batch_correctness import LogCapture
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)  # the driver's level goes to the workers
+    try:
+        with LogCapture() as seen:
+            p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                              options=options)
+            _ = (p | TestStream().add_elements([1, 2]).advance_processing_time(1)
+                 .add_elements([3]) | beam.ParDo(_LogThenFail()))
+            result = p.run()
+            with pytest.raises(PipelineExecutionError, match='after logging'):
+                result.wait_until_finish()
+    finally:
+        root.setLevel(level)
+    messages = [r.getMessage() for r in seen.records if r.name == 'user.dofn']
+    assert sorted(messages) == ['logged in a stream: 1', 'logged in a stream: 2']
+
+
+def _greetings(p):
+    from tests.integration.test_batch_correctness import _ValueOptions
+    greeting = _ValueOptions([]).greeting  # a RuntimeValueProvider
+
+    class Greet(beam.DoFn):
+        def setup(self):
+            self.at_setup = greeting.get()
+
+        def process(self, name):
+            yield '%s %s %s' % (self.at_setup, greeting.get(), name)
+
+    return p | TestStream().add_elements(['ann']) | beam.ParDo(Greet())
+
+
+def test_runtime_value_provider_in_a_stream(spark):
+    """A RuntimeValueProvider read in a streaming stage's workers gets the
+    option the pipeline runs with, else its default, as in batch (where
+    FnApiRunner's SDK harness serves them; BundleBasedDirectRunner gives the
+    default even when the option is set, so it is no oracle here)."""
+    for flags, word in (((), 'hello'), (('--greeting', 'hi'), 'hi')):
+        records = oracle.run(_greetings, InProcessSparkRunner(spark=spark), *flags)
+        assert [r[0] for r in records] == ['%s %s ann' % (word, word)]

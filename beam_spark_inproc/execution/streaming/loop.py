@@ -61,6 +61,7 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
+from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
@@ -79,8 +80,9 @@ class StreamingExecutor:
                  store: CheckpointStore, cancelled: threading.Event,
                  on_reports: Callable[[list[dict]], None],
                  after_micro_batch: Callable[[int], None] | None = None,
-                 attempt_channel: tuple = ()):
+                 attempt_channel: tuple = (), runtime_options: tuple = ()):
         self.plan = plan
+        self.runtime_options = runtime_options
         self.engine = engine
         self.job_id = job_id
         self.store = store
@@ -267,7 +269,9 @@ class StreamingExecutor:
             version = gate.version
         return StageTask(self.job_id, stage, side_inputs, streaming=step,
                          attempt_channel=self.attempt_channel,
-                         side_input_version=version, state_files=state_files)
+                         runtime_options=self.runtime_options,
+                         side_input_version=version, state_files=state_files,
+                         log_level=logs.driver_level())
 
     def _step(self, index: int) -> StreamingStep:
         return StreamingStep(

@@ -16,6 +16,7 @@ from typing import Callable
 from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.result import SparkPipelineResult
+from beam_spark_inproc.worker import report
 
 
 class StreamingPipelineResult(SparkPipelineResult):
@@ -42,6 +43,8 @@ class StreamingPipelineResult(SparkPipelineResult):
         thread.start()
 
     def add_reports(self, reports: list[dict]) -> None:
-        """A committed micro-batch's reports."""
+        """A committed micro-batch's reports (its workers' log records are
+        logged on the driver now)."""
         self.reports.extend(reports)
+        report.relog(reports)
         self._run_metrics.pusher.after_job(reports)

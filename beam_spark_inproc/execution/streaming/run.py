@@ -1,6 +1,7 @@
 """Starts a stream: checkpoint store, engine primitives, loop thread, result."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable
 
@@ -18,12 +19,16 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                checkpoint_location: str | None,
                translate: Callable[[BaseException], BaseException],
                run_metrics,
-               after_micro_batch: Callable[[int], None] | None = None
-               ) -> StreamingPipelineResult:
+               after_micro_batch: Callable[[int], None] | None = None,
+               settings: Callable[[], Any] = contextlib.nullcontext,
+               runtime_options: tuple = ()) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
-    goes to every task)."""
+    goes to every task). ``settings``: entered while the loop runs (the
+    runtime SQL settings on a user's session, ``spark.session``).
+    ``runtime_options``: the pipeline's options for RuntimeValueProvider in
+    workers (``StageTask.runtime_options``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
         if store.resume is not None:
@@ -35,7 +40,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     result = StreamingPipelineResult(run_metrics)
     executor = StreamingExecutor(
         plan, engine, job_id, store, result.cancelled,
-        result.add_reports, after_micro_batch, run_metrics.channel)
+        result.add_reports, after_micro_batch, run_metrics.channel,
+        runtime_options)
     result.executor = executor
 
     def body() -> None:
@@ -47,13 +53,14 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                 _LOGGER.info('Stream %s: resuming after committed micro-batch '
                              '%d in %s', job_id[:8],
                              store.resume['micro_batch'], store.root)
-            executor.run()
+            with settings():
+                executor.run()
         finally:
             try:
                 engine.release()
             finally:
                 store.close()
-        report.reissue(result.reports)
+        report.rewarn(result.reports)
         _LOGGER.info('Stream %s: %d micro-batches', job_id[:8],
                      executor.micro_batch)
 
