@@ -159,3 +159,39 @@ def test_resuming_a_stream_with_side_inputs_is_refused(tmp_path):
     assert run().wait_until_finish() == 'DONE'
     with pytest.raises(NotRestorableError, match=r"Add \(side inputs\)"):
         run()
+
+
+def test_files_of_attempts_not_committed_are_collected(tmp_path):
+    """A state folder holds a file per task attempt; only the committed
+    attempt's is named by the commit record. The others (a failed or
+    speculative attempt's) go at the next commit, or at once on restart."""
+    class Plan:
+        stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
+
+    root = str(tmp_path / 'ck')
+    store = CheckpointStore(Plan, root)
+
+    def write(n: int, *names: str) -> list[str]:
+        folder = store.state_path(0, n)
+        os.makedirs(folder, exist_ok=True)
+        for name in names:
+            open(os.path.join(folder, name), 'wb').close()
+        return [os.path.join(folder, name) for name in names]
+
+    def record(n: int, path: str) -> dict:
+        return {'micro_batch': n, 'stages': [
+            {'name': 'a', 'buckets': {'5': {'path': path}}}]}
+
+    kept, dead = write(0, 'part-kept.parquet', 'part-dead.parquet')
+    store.commit(0, record(0, kept))
+    # Micro-batch 0's own folder waits: an abandoned attempt may still write.
+    assert os.path.exists(dead)
+    newer, dead1 = write(1, 'part-new.parquet', 'part-dead1.parquet')
+    store.commit(1, {'micro_batch': 1, 'stages': [{'name': 'a', 'buckets': {
+        '5': {'path': kept}, '6': {'path': newer}}}]})
+    assert os.path.exists(kept) and not os.path.exists(dead)
+    assert os.path.exists(dead1)  # micro-batch 1's folder: the next commit's
+    again = CheckpointStore(Plan, root)  # restart: every attempt is dead
+    assert again.resume['micro_batch'] == 1
+    assert sorted(os.listdir(store.state_path(0, 1))) == ['part-new.parquet']
+    assert sorted(os.listdir(store.state_path(0, 0))) == ['part-kept.parquet']

@@ -31,8 +31,10 @@ stages differ is refused with the differences named (``describe_changes``).
 
 **Garbage.** After commit N, commit records older than the newest ``RETAIN``
 are deleted, and state folders none of the retained records refers to (the
-newest record carries the metrics so far): the folder's size follows the live
-state, not the stream's age.
+newest record carries the metrics so far), and in the folders they refer to
+the files they do not name (a failed or speculative task attempt's): the
+folder's size follows the live state, not the stream's age. A restart does
+the same at once for every folder up to the commit it resumes from.
 """
 from __future__ import annotations
 
@@ -140,6 +142,8 @@ class CheckpointStore:
         for path, micro_batch in self._state_folders():
             if micro_batch > last:
                 shutil.rmtree(path, ignore_errors=True)
+        if record is not None:  # attempts' files no record names, all of
+            self._collect_garbage(last, record, settled=True)  # them dead
         return record
 
     def _state_folders(self) -> list[tuple[str, int]]:
@@ -163,9 +167,15 @@ class CheckpointStore:
             os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
         self._collect_garbage(micro_batch, record)
 
-    def _collect_garbage(self, micro_batch: int, record: dict) -> None:
-        """Drops the commit records before the newest ``RETAIN`` and the state
-        folders none of the kept records refers to."""
+    def _collect_garbage(self, micro_batch: int, record: dict,
+                         settled: bool = False) -> None:
+        """Drops the commit records before the newest ``RETAIN``, the state
+        folders none of the kept records refers to, and in the others the
+        files none of them names (a failed or speculative task attempt's: a
+        file per attempt, only the committed attempt's is named). Folders of
+        ``micro_batch`` itself are left alone (unless ``settled``: on restart)
+        an attempt of its jobs that Spark abandoned may still be writing
+        there; the next commit collects them."""
         oldest = micro_batch - self.RETAIN + 1
         live = _paths(record)
         for n in self.commits():
@@ -179,9 +189,19 @@ class CheckpointStore:
                     live |= _paths(self.read_commit(n))
                 except (OSError, ValueError):
                     pass
+        folders: dict[str, set[str]] = {}
+        for path in live:
+            folders.setdefault(_folder(path), set()).add(path)
         for path, n in self._state_folders():
-            if n < micro_batch and os.path.abspath(path) not in live:
+            if n > micro_batch or (n == micro_batch and not settled):
+                continue
+            named = folders.get(os.path.abspath(path))
+            if named is None:
                 shutil.rmtree(path, ignore_errors=True)
+            elif os.path.abspath(path) not in named:  # files, not the folder
+                for name in os.listdir(path):
+                    if os.path.join(os.path.abspath(path), name) not in named:
+                        _remove(os.path.join(path, name))
 
     def commits(self) -> list[int]:
         return sorted(int(name[:-5]) for name in os.listdir(
@@ -212,10 +232,21 @@ class CheckpointStore:
 
 
 def _paths(record: dict) -> set[str]:
-    """The state folders (``mb-N``) a commit record refers to: a bucket's
-    path is its Parquet file in one (written by the stage's task)."""
-    return {_folder(b['path']) for stage in record.get('stages', ())
+    """The state files a commit record names (absolute): a bucket's path is
+    its Parquet file in a state folder ``mb-N`` (written by the stage's
+    task), or the folder itself."""
+    return {os.path.abspath(b['path']) for stage in record.get('stages', ())
             for b in stage.get('buckets', {}).values()}
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
 
 
 def _folder(path: str) -> str:
