@@ -1,9 +1,13 @@
 """A stream for the restart tests, runnable as a script (a driver to kill).
 
 ``python -m tests.streaming.restart_pipeline OUT CHECKPOINT [--kill MARKER]
-[--spark]``: windowed GroupByKey sums and a stateful DoFn with event-time
-timers (``test_triggers.BufferUntilTimer``), both written by Beam's
-``fileio.WriteToFiles`` into OUT. With ``--kill``, the driver SIGKILLs itself
+[--spark] [--variant timers|side|sdf]``: ``timers`` (``build``): windowed
+GroupByKey sums and a stateful DoFn with event-time timers
+(``test_triggers.BufferUntilTimer``); ``side``: each element with its window's
+sum as a side input (elements wait in the driver for the side input's
+window to close); ``sdf``: windowed sums over an unbounded splittable DoFn
+(``Ticks``: ``defer_remainder`` residuals held by the driver). Each writes
+with Beam's ``fileio.WriteToFiles`` into OUT. With ``--kill``, the driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
 into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
 and whose commit record is not written. Prints the committed counters as JSON.
@@ -18,12 +22,17 @@ import sys
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
+from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Timestamp
 
 from tests.streaming.test_triggers import BufferUntilTimer
 
@@ -75,11 +84,75 @@ def build(p: beam.Pipeline, out: str, marker: str = '') -> None:
     _ = written | 'Kill' >> beam.Map(_kill_once, marker)
 
 
-def run(runner, out: str, checkpoint: str, marker: str = '') -> dict:
+def _write(lines, out: str, marker: str) -> None:
+    written = lines | fileio.WriteToFiles(
+        path=out, file_naming=fileio.default_file_naming('out', '.txt'))
+    _ = written | 'Kill' >> beam.Map(_kill_once, marker)
+
+
+def build_side(p: beam.Pipeline, out: str, marker: str = '') -> None:
+    windowed = (p | events() | 'Count' >> beam.Map(_count)
+                | 'Window' >> beam.WindowInto(window.FixedWindows(10)))
+    totals = (windowed | beam.Values()
+              | beam.CombineGlobally(sum).without_defaults())
+    _write(windowed | 'Share' >> beam.Map(
+        lambda kv, total: f'share {kv[0]} {kv[1]} {total}',
+        beam.pvalue.AsSingleton(totals)), out, marker)
+
+
+TICKS, TICKS_PER_BUNDLE = 60, 4
+
+
+class _TickRange(beam.transforms.core.RestrictionProvider):
+    def initial_restriction(self, element):
+        return OffsetRange(0, TICKS)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class Ticks(beam.DoFn):
+    """An unbounded source: tick i at event time i, a few per bundle, then
+    its watermark to the next tick and a residual resuming in 10 ms."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element,
+                tracker=beam.DoFn.RestrictionParam(_TickRange()),
+                estimator=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        position = tracker.current_restriction().start
+        for i in range(position, min(position + TICKS_PER_BUNDLE, TICKS)):
+            if not tracker.try_claim(i):
+                return
+            yield window.TimestampedValue((f'k{i % KEYS}', i), i)
+        estimator.set_watermark(Timestamp(position + TICKS_PER_BUNDLE))
+        if position + TICKS_PER_BUNDLE < TICKS:
+            tracker.defer_remainder(Duration.of(0.01))
+
+
+def build_sdf(p: beam.Pipeline, out: str, marker: str = '') -> None:
+    _write(p | beam.Impulse() | beam.ParDo(Ticks())
+           | 'Count' >> beam.Map(_count)
+           | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+           | beam.GroupByKey()
+           | 'Sum' >> beam.Map(lambda kv: f'sum {kv[0]} {sum(kv[1])}'),
+           out, marker)
+
+
+VARIANTS = {'timers': build, 'side': build_side, 'sdf': build_sdf}
+# Elements the Count step sees in a fault-free run of each variant.
+ELEMENTS = {'timers': STEPS * PER_STEP, 'side': STEPS * PER_STEP, 'sdf': TICKS}
+
+
+def run(runner, out: str, checkpoint: str, marker: str = '',
+        variant: str = 'timers') -> dict:
     options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=runner, options=options)
-    build(p, out, marker)
+    VARIANTS[variant](p, out, marker)
     result = p.run()
     assert result.wait_until_finish() == 'DONE', result.state
     counters = result.metrics().query(
@@ -104,11 +177,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument('checkpoint')
     parser.add_argument('--kill', default='')
     parser.add_argument('--spark', action='store_true')
+    parser.add_argument('--variant', default='timers', choices=sorted(VARIANTS))
     args = parser.parse_args(argv)
     from beam_spark_inproc import InProcessSparkRunner
     os.environ[DRIVER_PID] = str(os.getpid())
     runner = InProcessSparkRunner(debug=not args.spark)
-    print(json.dumps(run(runner, args.out, args.checkpoint, args.kill)))
+    print(json.dumps(run(runner, args.out, args.checkpoint, args.kill,
+                         args.variant)))
 
 
 if __name__ == '__main__':

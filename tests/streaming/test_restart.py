@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -139,26 +140,43 @@ def test_stage_key_ignores_the_order_fusion_named_the_parts_in():
     assert stage_key('ref_B') == 'ref_B'
 
 
-def test_resuming_a_stream_with_side_inputs_is_refused(tmp_path):
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-    from apache_beam.options.pipeline_options import StandardOptions
-    from apache_beam.testing.test_stream import TestStream
-
-    from beam_spark_inproc.execution.streaming.restart import NotRestorableError
-
-    def run():
-        options = PipelineOptions([f'--checkpoint_location={tmp_path}'])
-        options.view_as(StandardOptions).streaming = True
-        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
-        side = p | 'Side' >> beam.Create([10])
-        _ = (p | TestStream().add_elements([1, 2])
-             | 'Add' >> beam.Map(lambda x, s: x + s, beam.pvalue.AsSingleton(side)))
-        return p.run()
-
-    assert run().wait_until_finish() == 'DONE'
-    with pytest.raises(NotRestorableError, match=r"Add \(side inputs\)"):
-        run()
+@pytest.mark.parametrize('variant', ['side', 'sdf'])
+def test_driver_held_state_survives_a_restart(tmp_path, variant):
+    """A side input (main-input elements pushed back in the driver until their
+    window's side value is ready) or a splittable DoFn (its residual and due
+    time in the driver): the driver is killed mid-micro-batch and the stream
+    run again: the output files and committed metrics equal a fault-free
+    run's. The killed run's last commit record names the driver's state, and
+    it held something (without restoring it, windows are missing)."""
+    base = tmp_path / 'fault-free'
+    counters = restart_pipeline.run(
+        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'),
+        variant=variant)
+    files = restart_pipeline.outputs(str(base / 'out'))
+    assert counters == {'elements': restart_pipeline.ELEMENTS[variant]}
+    assert len(_by_window(files)) == 6  # windows [0, 10) .. [50, 60)
+    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
+    marker = str(tmp_path / 'killed')
+    first = _driver(out, checkpoint, marker, 1, '--variant', variant)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    partial = restart_pipeline.outputs(out)
+    assert partial and len(_by_window(partial)) < 6
+    store = CheckpointStore.__new__(CheckpointStore)
+    store.root = checkpoint
+    record = store.read_commit(store.commits()[-1])
+    with open(record['driver_state'], 'rb') as f:
+        held = pickle.load(f)
+    if variant == 'side':
+        [gate] = [kept['gate'] for kept in held.values()]
+        assert gate['pending'] and gate['sides'][0]['chunks']
+    else:
+        [residuals] = [kept['residuals'] for kept in held.values()]
+        assert len(residuals) == 1
+    second = _driver(out, checkpoint, marker, 3, '--variant', variant)
+    assert second.returncode == 0, second.stderr[-3000:]
+    got = restart_pipeline.outputs(out)
+    assert _by_window(got) == _by_window(files)
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
 
 
 def test_files_of_attempts_not_committed_are_collected(tmp_path):

@@ -52,6 +52,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
+from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
@@ -487,7 +488,10 @@ class StreamingExecutor:
         self._settled.add(index)
 
     def _commit(self) -> None:
+        held = restart.driver_state(self)  # before the record naming it
         self.store.commit(self.micro_batch, {
+            'driver_state': (None if held is None else
+                             self.store.write_driver_state(self.micro_batch, held)),
             'micro_batch': self.micro_batch,
             'stages': [{
                 'name': stage.name,

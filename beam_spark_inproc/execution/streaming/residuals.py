@@ -20,8 +20,8 @@ watermark its estimator reported. ``ResidualSchedule`` keeps them per stage:
 
 A bounded splittable read (a file read) inside a stream simply leaves no
 residual. Runner-initiated splits (``try_split``) are not used in a stream.
-Pending residuals are kept in the driver; the commit record counts them
-(restoring them on restart belongs to the restart work, issue #14).
+Pending residuals are kept in the driver and go with every commit record
+(``restart``: ``checkpoint``/``restore``, due times and watermarks included).
 """
 from __future__ import annotations
 
@@ -75,6 +75,15 @@ class ResidualSchedule:
     def next_due(self) -> float:
         return min((r.due for rs in self._pending.values() for r in rs),
                    default=float('inf'))
+
+    def checkpoint(self, stage: int) -> list:
+        return [(r.due, r.input_transform, r.element, r.watermark.micros)
+                for r in self._pending.get(stage, [])]
+
+    def restore(self, stage: int, saved: list) -> None:
+        self._pending[stage] = [
+            Residual(due, transform, element, Timestamp(micros=micros))
+            for due, transform, element, micros in saved]
 
     def counts(self) -> dict[str, int]:
         """For the commit record: pending residuals per stage."""

@@ -19,6 +19,14 @@ again with the same ``--checkpoint_location`` resumes after the newest one:
   docs/streaming.md).
 * **committed metrics**: the consolidated metrics of every committed
   micro-batch, so ``metrics()`` of the resumed run counts each element once.
+* **what the driver holds** for stages (``driver_state``): side-input values
+  and fired windows with the main-input elements pushed back behind them
+  (``side_inputs``), splittable DoFns' pending residuals with their due times
+  and watermarks (``residuals``). Written as a file (``driver/N.pickle``, a
+  pickle of bytes, windows and numbers, keyed by ``stage_key``) before the
+  commit record, which names it. Due times are processing times: TestStream's
+  clock, restored with its position, or the wall clock (a residual due while
+  the driver was down runs at once).
 
 The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
@@ -27,6 +35,7 @@ produced again (state folders of uncommitted micro-batches are removed first).
 from __future__ import annotations
 
 import base64
+import pickle
 from typing import Any, Protocol
 
 from apache_beam.portability.api import metrics_pb2
@@ -84,27 +93,33 @@ class CommittedMetrics:
         return reports
 
 
-class NotRestorableError(ValueError):
-    """A checkpoint this pipeline's stream cannot resume from (yet)."""
+def driver_state(executor: Any) -> bytes | None:
+    """What the driver holds for ``executor``'s stages (see the module doc),
+    or None when it holds nothing for any stage (no side inputs, no
+    splittable DoFn)."""
+    stages = {}
+    for index, stage in enumerate(executor.plan.stages):
+        kept = {}
+        if index in executor.gates:
+            kept['gate'] = executor.gates[index].checkpoint()
+        if stage.split_input:
+            kept['residuals'] = executor.residuals.checkpoint(index)
+        if kept:
+            stages[stage_key(stage.name)] = kept
+    return pickle.dumps(stages, protocol=4) if stages else None
 
 
-def check_restorable(plan: Any, root: str) -> None:
-    """Side-input values, pushed-back elements and splittable DoFns' pending
-    residuals live in the driver, not in the commit record: resuming such a
-    stream would lose them. Refused before anything runs, nothing changed."""
-    found = [f'{", ".join(stage.labels) or stage.name} ({what})'
-             for stage in plan.stages
-             for what in (['side inputs'] if stage.side_inputs else [])
-             + (['a splittable DoFn'] if stage.split_input else [])]
-    if found:
-        raise NotRestorableError(
-            f'--checkpoint_location {root!r} holds committed micro-batches of '
-            'this pipeline, but resuming a stream with side inputs or '
-            'splittable DoFns is not supported yet (their driver-held state '
-            'is not in the commit record; issue #14): '
-            + '; '.join(found) + '. Its committed state was left as it is; remove '
-            'the folder or '
-            'give another location to start the stream afresh.')
+def _restore_driver_state(executor: Any, index_of: dict, path: str) -> None:
+    # The checkpoint location is the pipeline's own (``store``): trusted as
+    # its code is.
+    with open(path, 'rb') as f:
+        stages = pickle.load(f)
+    for key, kept in stages.items():
+        i = index_of[key]
+        if 'gate' in kept:
+            executor.gates[i].restore(kept['gate'])
+        if 'residuals' in kept:
+            executor.residuals.restore(i, kept['residuals'])
 
 
 def restore(executor: Any, record: dict) -> None:
@@ -130,5 +145,7 @@ def restore(executor: Any, record: dict) -> None:
     for old, position in record['sources'].items():
         executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
             position)
+    if record.get('driver_state'):
+        _restore_driver_state(executor, index_of, record['driver_state'])
     executor.micro_batch = record['micro_batch'] + 1
     executor._impulse_done = True

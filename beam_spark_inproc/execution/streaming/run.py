@@ -31,8 +31,6 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     workers (``StageTask.runtime_options``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
-        if store.resume is not None:
-            restart.check_restorable(plan, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()

@@ -26,7 +26,8 @@ blocked tasks in Python):
 Windows that end wait for the watermark even when an early pane fired: Beam's
 ``sideinputs_test.test_multi_triggered_gbk_side_input`` expects the element to
 see the early and the on-time pane. The pushed-back elements and side-input
-values are kept in the driver, not yet in the checkpoint (restart is issue #14).
+values are kept in the driver and go with every commit record (``restart``:
+``checkpoint``/``restore``), so a restarted stream has them as committed.
 A stateful DoFn's main input (rows keyed for the state shuffle) is pushed back
 the same way: released elements get their key again (the producer's key
 coder). Side inputs of a stage reading a GroupByKey are rejected in a stream
@@ -100,6 +101,15 @@ class _Side:
         if latest.size():
             self._latest = latest.get()
 
+    def checkpoint(self) -> dict:
+        return {'chunks': list(self._chunks), 'latest': self._latest,
+                'fired': list(self.fired)}
+
+    def restore(self, saved: dict) -> None:
+        self._chunks = list(saved['chunks'])
+        self._latest = saved['latest']
+        self.fired = set(saved['fired'])
+
     def ready(self, window, watermark: Timestamp) -> bool:
         side_window = self.window_mapping(window)
         if watermark >= MAX_TIMESTAMP or watermark >= side_window.end:
@@ -165,6 +175,22 @@ class SideInputGate:
                 self._main[port].encode_to_stream(wv, out, True)
             rows.append((port, None, out.get()))
         return rows
+
+    def checkpoint(self) -> dict:
+        """What the gate holds (for the commit record, ``restart``): each side
+        input's values and fired windows, the pushed-back elements encoded
+        with their port's coder."""
+        return {'sides': [side.checkpoint() for side in self.sides],
+                'pending': [(port, self._main[port].encode_nested(wv))
+                            for port, wv in self.pending],
+                'version': self.version}
+
+    def restore(self, saved: dict) -> None:
+        for side, kept in zip(self.sides, saved['sides']):
+            side.restore(kept)
+        self.pending = [(port, self._main[port].decode_nested(data))
+                        for port, data in saved['pending']]
+        self.version = saved['version']
 
     def state(self) -> list[tuple]:
         """Each side input's state entries (as batch serves them)."""

@@ -10,6 +10,10 @@ removed when the pipeline ends)::
                                state rows of the buckets S touched in N, only
                                those, a file per task attempt (only the
                                committed attempt's files are referenced)
+    driver/N.pickle            what the driver holds for stages after micro-batch
+                               N (side-input values, pushed-back elements,
+                               splittable DoFns' residuals; ``restart``),
+                               written before commit N, which names it
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
                                for each stage and bucket the file holding its
@@ -142,6 +146,9 @@ class CheckpointStore:
         for path, micro_batch in self._state_folders():
             if micro_batch > last:
                 shutil.rmtree(path, ignore_errors=True)
+        for n, path in self._driver_files():
+            if n > last:
+                _remove(path)
         if record is not None:  # attempts' files no record names, all of
             self._collect_garbage(last, record, settled=True)  # them dead
         return record
@@ -161,6 +168,25 @@ class CheckpointStore:
     def state_path(self, stage: int, micro_batch: int) -> str:
         return os.path.join(self.root, 'state', f'stage-{stage}',
                             f'mb-{micro_batch}')
+
+    def _driver_files(self) -> list[tuple[int, str]]:
+        folder = os.path.join(self.root, 'driver')
+        return [(int(m.group(1)), os.path.join(folder, name))
+                for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+                for m in [re.fullmatch(r'(\d+)\.pickle(\.tmp)?', name)] if m]
+
+    def write_driver_state(self, micro_batch: int, data: bytes) -> str:
+        """Writes what the driver holds after ``micro_batch`` (before its
+        commit record, which names the returned path)."""
+        folder = os.path.join(self.root, 'driver')
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f'{micro_batch}.pickle')
+        with open(path + '.tmp', 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + '.tmp', path)
+        return path
 
     def commit(self, micro_batch: int, record: dict) -> None:
         self._write_json(
@@ -192,6 +218,9 @@ class CheckpointStore:
         folders: dict[str, set[str]] = {}
         for path in live:
             folders.setdefault(_folder(path), set()).add(path)
+        for n, path in self._driver_files():
+            if n < oldest:
+                _remove(path)
         for path, n in self._state_folders():
             if n > micro_batch or (n == micro_batch and not settled):
                 continue
