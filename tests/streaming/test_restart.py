@@ -96,6 +96,11 @@ def test_driver_killed_mid_micro_batch_then_restarted(tmp_path, fault_free, tear
     leftovers = [n for n in os.listdir(os.path.join(checkpoint, 'commits'))
                  if not n.endswith('.json')]
     assert leftovers == []
+    # Beam's temporary files: the committed ones were moved by their panes,
+    # the dead micro-batch's removed on restart (a fault-free run leaves none).
+    temporary = [os.path.join(d, n) for d, _, names in os.walk(out)
+                 for n in names if '.temp' in d]
+    assert temporary == []
 
 
 def test_recover_removes_what_was_not_committed(tmp_path):

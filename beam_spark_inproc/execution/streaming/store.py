@@ -5,6 +5,9 @@ removed when the pipeline ends)::
 
     pipeline.json              which pipeline owns the folder (stage names and
                                transforms); another pipeline is refused
+    sinks.json                 file sinks' temporary folders of every run
+                               (``file_sinks``: a restart removes what
+                               uncommitted micro-batches wrote there)
     state/stage-S/mb-N/        Parquet files written by stage S's tasks in
                                micro-batch N (``worker.streaming_state``): the
                                state rows of the buckets S touched in N, only
@@ -48,6 +51,7 @@ import re
 import shutil
 import tempfile
 
+from beam_spark_inproc.execution.streaming import file_sinks
 from beam_spark_inproc.planning import plan as p
 
 
@@ -125,6 +129,14 @@ class CheckpointStore:
         else:
             self._write_json(owner, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
+        # File sinks' temporary files of uncommitted micro-batches (file_sinks).
+        earlier = file_sinks.remember(self.root, file_sinks.temp_directories(
+            getattr(plan, 'components', b'')))
+        if earlier:
+            committed_at = float('-inf') if self.resume is None else \
+                os.path.getmtime(os.path.join(
+                    self.root, 'commits', f'{self.resume["micro_batch"]}.json'))
+            file_sinks.remove_uncommitted(earlier, committed_at)
 
     # -- restart ------------------------------------------------------------
     def _recover(self) -> dict | None:
