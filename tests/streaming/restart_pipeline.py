@@ -91,8 +91,11 @@ def _write(lines, out: str, marker: str) -> None:
 
 
 def build_side(p: beam.Pipeline, out: str, marker: str = '') -> None:
+    # Allowed lateness: the gate keeps a window's side value 20 s after the
+    # main input's watermark passed the window (``side_inputs.drop_expired``).
     windowed = (p | events() | 'Count' >> beam.Map(_count)
-                | 'Window' >> beam.WindowInto(window.FixedWindows(10)))
+                | 'Window' >> beam.WindowInto(window.FixedWindows(10),
+                                              allowed_lateness=20))
     totals = (windowed | beam.Values()
               | beam.CombineGlobally(sum).without_defaults())
     _write(windowed | 'Share' >> beam.Map(

@@ -177,3 +177,51 @@ def test_a_fired_pane_makes_the_global_window_ready():
     assert sorted(r[0] for r in records) == [('a', ('x',)), ('b', ('y',))]
     direct = oracle.direct(_fired_global)
     assert sorted(r[0] for r in direct) == [('a', ('x', 'y')), ('b', ('x', 'y'))]
+
+
+def _side_window_per_step(p):
+    """Six windows; each step brings a side value and a main element of the
+    next window and moves both watermarks past it. The main input is windowed
+    before a Reshuffle, so the gate sees its windows and releases each element
+    as soon as its side window is complete."""
+    stream = TestStream(output_tags={'main', 'side'})
+    for i in range(6):
+        stream = (stream
+                  .add_elements([window.TimestampedValue(i, 10 * i + 1)],
+                                tag='side')
+                  .add_elements([window.TimestampedValue(f'm{i}', 10 * i + 2)],
+                                tag='main')
+                  .advance_watermark_to(10 * i + 10, tag='side')
+                  .advance_watermark_to(10 * i + 10, tag='main'))
+    stream = (stream.advance_watermark_to_infinity(tag='side')
+              .advance_watermark_to_infinity(tag='main'))
+    tagged = p | stream
+    main = (tagged['main'] | 'MainWindow' >> beam.WindowInto(
+        window.FixedWindows(10)) | beam.Reshuffle())
+    side = tagged['side'] | 'SideWindow' >> beam.WindowInto(
+        window.FixedWindows(10))
+    return main | beam.Map(lambda x, values: (x, sorted(values)),
+                           beam.pvalue.AsList(side))
+
+
+def test_side_input_values_of_closed_windows_are_dropped(monkeypatch):
+    """A side window's values go once the main input's watermark passed its
+    end plus the main input's allowed lateness (no main-input element can
+    read it any more): the gate holds one or two windows, not all six. The
+    output equals BundleBasedDirectRunner's."""
+    from beam_spark_inproc.execution.streaming import side_inputs
+    held = []
+    drop = side_inputs.SideInputGate.drop_expired
+
+    def recording(gate, watermark):
+        drop(gate, watermark)
+        side = gate.sides[0]
+        held.append(len({w for wv in side_inputs.decode_all(
+            side._impl, side.chunks) for w in wv.windows}))
+
+    monkeypatch.setattr(side_inputs.SideInputGate, 'drop_expired', recording)
+    expected = oracle.direct(_side_window_per_step)
+    assert [r[0] for r in expected] == [(f'm{i}', (i,)) for i in range(6)]
+    assert oracle.run(_side_window_per_step,
+                      InProcessSparkRunner(debug=True)) == expected
+    assert len(held) >= 6 and max(held) <= 2, held

@@ -301,6 +301,9 @@ class StreamingExecutor:
         (``side_inputs``): the new ones join those pushed back before; each
         part is collected once (a job), its control rows taken."""
         gate = self.gates[index]
+        # Before this micro-batch's elements: none is later than the input
+        # watermark the stage had (the side inputs' included: conservative).
+        gate.drop_expired(self.input_wm[index])
         for i, side_input in enumerate(stage.side_inputs):
             for writer, tag in self._reads[(index, side_input.buffer_id)]:
                 if writer in self._produced:

@@ -23,6 +23,10 @@ blocked tasks in Python):
   (``execution.side_inputs.state_entries``, as batch); the others wait, and the
   earliest of their timestamps holds the stage's output watermark.
 
+A side window's values are dropped once no main-input element can read them
+(``drop_expired``: the main input's watermark, and the pushed-back elements'
+timestamps, past the window's end plus the main input's allowed lateness).
+
 Windows that end wait for the watermark even when an early pane fired: Beam's
 ``sideinputs_test.test_multi_triggered_gbk_side_input`` expects the element to
 see the early and the on-time pane. The pushed-back elements and side-input
@@ -44,6 +48,8 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms import sideinputs
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
 from apache_beam.utils.windowed_value import WindowedValue
@@ -68,7 +74,7 @@ class _Side:
         self.coder = context.coders[side_input.coder_id]
         self._impl = self.coder.get_impl()
         payload = beam_runner_api_pb2.ParDoPayload.FromString(
-            components.transforms[side_input.transform_id].spec.payload)
+            _transform(components, side_input.transform_id).spec.payload)
         spec = payload.side_inputs[side_input.tag].window_mapping_fn
         self.window_mapping = (pickler.loads(spec.payload) if spec.payload
                                else sideinputs._global_window_mapping_fn)
@@ -110,11 +116,52 @@ class _Side:
         self._latest = saved['latest']
         self.fired = set(saved['fired'])
 
+    def drop_expired(self, cutoff: Timestamp) -> bool:
+        """Drops the values of windows (not the global one) whose
+        ``max_timestamp()`` is before ``cutoff``; returns whether any went."""
+        kept, dropped = create_OutputStream(), False
+        for wv in decode_all(self._impl, self._chunks):
+            live = [w for w in wv.windows if isinstance(w, GlobalWindow)
+                    or w.max_timestamp() >= cutoff]
+            if len(live) < len(wv.windows):
+                dropped = True
+            if live:
+                self._impl.encode_to_stream(
+                    wv if len(live) == len(wv.windows) else _in(wv, live),
+                    kept, True)
+        if dropped:
+            self._chunks = [kept.get()] if kept.size() else []
+            self.fired = {w for w in self.fired if isinstance(w, GlobalWindow)
+                          or w.max_timestamp() >= cutoff}
+        return dropped
+
     def ready(self, window, watermark: Timestamp) -> bool:
         side_window = self.window_mapping(window)
         if watermark >= MAX_TIMESTAMP or watermark >= side_window.end:
             return True
         return isinstance(side_window, GlobalWindow) and side_window in self.fired
+
+
+def _transform(components, unique_name: str):
+    """The ParDo a ``SideInput`` names (by its unique name: the plan's
+    components key transforms by id)."""
+    for transform in components.transforms.values():
+        if transform.unique_name == unique_name:
+            return transform
+    raise KeyError(f'transform {unique_name!r} is not in the pipeline')
+
+
+def _main_input_lateness(stage: p.StagePlan, components) -> Duration:
+    """The allowed lateness of the ParDo's main input (its windowing)."""
+    if not stage.side_inputs:
+        return Duration(0)
+    transform = _transform(components, stage.side_inputs[0].transform_id)
+    payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+    [main] = [pcoll for tag, pcoll in transform.inputs.items()
+              if tag not in payload.side_inputs]
+    strategy = components.windowing_strategies[
+        components.pcollections[main].windowing_strategy_id]
+    return Duration(micros=strategy.allowed_lateness * 1000)
 
 
 def _in(wv, windows: list):
@@ -138,6 +185,8 @@ class SideInputGate:
             self._key_of[port] = key_extractor(coder, coder.key_coder())
         self.pending: list[tuple[int, Any]] = []  # (input port, windowed value)
         self.version = 0  # bumped when a side input's value changes
+        self.lateness = _main_input_lateness(stage, components)
+        self._cutoff = MIN_TIMESTAMP  # side windows before it were dropped
 
     @property
     def hold(self) -> Timestamp:
@@ -176,6 +225,27 @@ class SideInputGate:
             rows.append((port, None, out.get()))
         return rows
 
+    def drop_expired(self, main_watermark: Timestamp) -> None:
+        """Drops side-input values no main-input element can read any more:
+        a main-input window W is droppable (too late) once the main input's
+        watermark passed ``W.max_timestamp() + allowed lateness``; Beam's
+        window mappings map W to the side window holding W's end, so a side
+        window whose ``max_timestamp()`` is before ``watermark - lateness``
+        serves no element still to come. Pushed-back elements count by their
+        timestamps (``hold``), not their windows: a WindowInto fused into the
+        stage assigns the windows the ParDo sees after the gate, each holding
+        its element's timestamp. A late element (past the allowed lateness,
+        which a ParDo does not drop) finds no values for a dropped window."""
+        start = min(main_watermark, self.hold)
+        cutoff = (MAX_TIMESTAMP if start >= MAX_TIMESTAMP
+                  else start - self.lateness)
+        if cutoff <= self._cutoff:
+            return
+        self._cutoff = cutoff
+        for side in self.sides:
+            if side.drop_expired(cutoff):
+                self.version += 1
+
     def checkpoint(self) -> dict:
         """What the gate holds (for the commit record, ``restart``): each side
         input's values and fired windows, the pushed-back elements encoded
@@ -183,7 +253,7 @@ class SideInputGate:
         return {'sides': [side.checkpoint() for side in self.sides],
                 'pending': [(port, self._main[port].encode_nested(wv))
                             for port, wv in self.pending],
-                'version': self.version}
+                'version': self.version, 'cutoff': self._cutoff.micros}
 
     def restore(self, saved: dict) -> None:
         for side, kept in zip(self.sides, saved['sides']):
@@ -191,6 +261,7 @@ class SideInputGate:
         self.pending = [(port, self._main[port].decode_nested(data))
                         for port, data in saved['pending']]
         self.version = saved['version']
+        self._cutoff = Timestamp(micros=saved.get('cutoff', MIN_TIMESTAMP.micros))
 
     def state(self) -> list[tuple]:
         """Each side input's state entries (as batch serves them)."""
