@@ -20,29 +20,19 @@ from apache_beam.testing.test_stream import TestStream
 from tests.cluster.test_faults import _executor_jvm
 from tests.cluster.test_faults import _first_time
 from tests.streaming import oracle
+from tests.streaming.test_triggers import BufferUntilTimer
 from tests.streaming.test_triggers import _timestamped
 
 
-class FaultyBuffer(beam.DoFn):
-    """``test_triggers.BufferUntilTimer`` with a fault in its timer callback."""
-    BUFFER = beam.transforms.userstate.BagStateSpec(
-        'buffer', beam.coders.VarIntCoder())
-    FLUSH = beam.transforms.userstate.TimerSpec(
-        'flush', beam.transforms.userstate.TimeDomain.WATERMARK)
+class FaultyBuffer(BufferUntilTimer):
+    """``test_triggers.BufferUntilTimer`` with a fault before its timer's
+    flush (after the state was read into the bundle, before it is written)."""
 
     def __init__(self, fault: str, marker: str):
         self._fault, self._marker = fault, marker
         self.fired = Metrics.counter('stream_faults', 'fired')
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                buffer=beam.DoFn.StateParam(BUFFER),
-                flush=beam.DoFn.TimerParam(FLUSH)):
-        buffer.add(element[1])
-        flush.set((timestamp.micros // 10_000_000 + 1) * 10)
-
-    @beam.transforms.userstate.on_timer(FLUSH)
-    def on_flush(self, key=beam.DoFn.KeyParam,
-                 buffer=beam.DoFn.StateParam(BUFFER)):
+    def _before_flush(self, key) -> None:
         self.fired.inc()
         if self._fault and key == 'a' and _first_time(self._marker):
             if self._fault == 'exit':
@@ -50,9 +40,6 @@ class FaultyBuffer(beam.DoFn):
             if self._fault == 'kill_executor':
                 os.kill(_executor_jvm(), signal.SIGKILL)
                 os._exit(3)
-        values = sorted(buffer.read())
-        buffer.clear()
-        yield key, values
 
 
 def build(fault: str = '', marker: str = '', reshuffle: bool = True):

@@ -138,9 +138,13 @@ class BufferUntilTimer(beam.DoFn):
     @beam.transforms.userstate.on_timer(FLUSH)
     def on_flush(self, key=beam.DoFn.KeyParam,
                  buffer=beam.DoFn.StateParam(BUFFER)):
+        self._before_flush(key)
         values = sorted(buffer.read())
         buffer.clear()
         yield key, values
+
+    def _before_flush(self, key) -> None:
+        """A subclass's hook (Beam refuses a subclass overriding ``on_flush``)."""
 
 
 def stateful_timers(p):
