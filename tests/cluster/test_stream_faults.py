@@ -13,7 +13,7 @@ tasks run after the fault, once). The duplicates once seen here (one
 micro-batch's records twice, issue #14) were recorded on the loop before that
 design (a persisted stateful result read by separate jobs: one collected its
 summaries, one wrote its state, later stages read its output, each able to
-recompute it after the fault); on this design they did not come back in 14
+recompute it after the fault); on this design they did not come back in 15
 runs of each fault at load 15-25.
 """
 from __future__ import annotations
