@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterator
+import itertools
+from typing import Iterator, Optional
 
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream
@@ -33,6 +34,7 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_spark_inproc.transforms import types
+from beam_spark_inproc.transforms.files import ParquetFiles
 from beam_spark_inproc.worker.rows import CHUNK_BYTES
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
@@ -51,12 +53,22 @@ def _prefix(windowed_coder, sample) -> bytes | None:
 
 @dataclasses.dataclass(frozen=True)
 class ArrowRows:
-    """Arrow batches of a source -> Beam row objects, a column at a time."""
+    """Arrow batches of a source -> Beam row objects, a column at a time.
+
+    With ``files``, a source batch holds task numbers and the data batches are
+    the files those tasks read with pyarrow (``files.ParquetFiles``)."""
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the source's columns, in the row type's order
+    files: Optional[ParquetFiles] = None
 
     def rows(self, batch: pa.RecordBatch, user_type=None) -> Iterator:
         """The batch's rows as ``user_type`` (default: the row type's own)."""
+        if self.files is not None:
+            return itertools.chain.from_iterable(
+                self._rows(data, user_type) for data in self.files.read(batch))
+        return self._rows(batch, user_type)
+
+    def _rows(self, batch: pa.RecordBatch, user_type) -> Iterator:
         if not batch.num_rows:
             return iter(())
         hints = dict(self.row_type._fields)
@@ -75,6 +87,7 @@ class ToBeamRows:
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the DataFrame's columns, in the row type's order
+    files: Optional[ParquetFiles] = None  # see ArrowRows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: list[pa.RecordBatch] = []
@@ -87,7 +100,7 @@ class ToBeamRows:
         yield from out
 
     def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
-        convert = ArrowRows(self.row_type, self.names)
+        convert = ArrowRows(self.row_type, self.names, self.files)
         row_impl = self.windowed_coder.wrapped_value_coder.get_impl()
         wv_impl = self.windowed_coder.get_impl()
         prefix = None

@@ -34,6 +34,7 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
+from beam_spark_inproc.transforms import files
 from beam_spark_inproc.transforms import spark_io
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.execution.executor import ArrowOutput
@@ -94,11 +95,16 @@ class _Context:
         port = self.stage.outputs[0]
         row_type = types.row_type(schema)
         names = tuple(f.name for f in schema)
+        # Local Parquet files of a bare scan: read by pyarrow in the tasks.
+        parquet = files.file_units(dataframe, schema, self.executor.parallelism)
+        if parquet is not None:
+            n = len(parquet.units)  # one row, the task's number, per partition
+            dataframe = self.session.range(0, n, 1, n)
         source = self.engine.arrow_source(dataframe)
         if port.layout == p.ARROW_LAYOUT:  # its one reader makes the rows
-            return ArrowOutput(source, ArrowRows(row_type, names))
+            return ArrowOutput(source, ArrowRows(row_type, names, parquet))
         return self.engine.map_stage(
-            source, ToBeamRows(self.coder(port.coder_id), row_type, names))
+            source, ToBeamRows(self.coder(port.coder_id), row_type, names, parquet))
 
     def to_dataframe(self, data, port: p.InputPort, schema):
         return self.engine.to_dataframe(

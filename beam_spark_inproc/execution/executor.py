@@ -221,6 +221,11 @@ class Executor:
 
     # --- for runner-native stages (``beam_spark_inproc.transforms.runtime``) ---
 
+    @property
+    def parallelism(self) -> int:
+        """The run's partitions per shuffle (also its split ways)."""
+        return self.split_ways
+
     def coder(self, coder_id: str):
         """The pipeline's coder of that id."""
         return self._context.coders[coder_id]
