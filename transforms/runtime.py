@@ -5,14 +5,16 @@ stage's URN up in ``HANDLERS`` (an unknown URN raises) and returns the stage's
 result in the runner's row format (``worker.rows``), like any stage's.
 
 * read: the source DataFrame's Arrow batches (``Engine.arrow_source``), lazy,
-  one task per partition of Spark's reader. When one plain stage alone reads
+  one task per partition of Spark's reader; a bare scan of local Parquet files
+  is read by pyarrow in the tasks instead (``files``). When one plain stage alone reads
   it (the planner's ``ARROW`` mode), the result is an ``ArrowOutput`` and that
   stage's own task makes the rows (``convert.ArrowRows``); else
   ``map_stage(ToBeamRows)`` makes rows of the runner's format;
 * write: the input's rows ``to_dataframe(ToArrow)`` written by Spark's writer, one
   job, at once (the result holds only the control rows of upstream bundles);
 * SQL: each input ``to_dataframe(ToArrow)`` as a temporary view, the query's
-  DataFrame ``map_stage(ToBeamRows)``: lazy.
+  DataFrame read as a read's is (an ``ArrowOutput`` for its one plain reader,
+  carrying the inputs' control rows, else ``map_stage(ToBeamRows)``): lazy.
 
 Upstream stages' reports (control rows) ride with their data. A write or a
 view consumes only the elements, so when this stage is the one carrying an
@@ -26,6 +28,7 @@ local SparkSession and its own in the driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Callable
 
@@ -198,7 +201,10 @@ def _sql(ctx: _Context, spec: dict) -> Any:
         raise spark_io._spark_error(ctx.label, e) from None
     out = ctx.to_beam(result, schema)
     if controls:
-        out = ctx.engine.union([out] + controls)
+        control = ctx.engine.union(controls)
+        if isinstance(out, ArrowOutput):  # its one reader passes them on
+            return dataclasses.replace(out, control=control)
+        out = ctx.engine.union([out, control])
     return ctx.outputs(out)
 
 

@@ -61,11 +61,14 @@ _SHUFFLES = {
 
 @dataclasses.dataclass(frozen=True)
 class ArrowOutput:
-    """What a runner-native read with an ``ARROW_LAYOUT`` output returns: its
-    source as engine data of Arrow batches (``Engine.arrow_source``) and the
-    converter its ``ARROW`` reader's task makes rows with (``StageTask.arrow_input``)."""
+    """What a runner-native read or query with an ``ARROW_LAYOUT`` output
+    returns: its source as engine data of Arrow batches (``Engine.arrow_source``),
+    the converter its ``ARROW`` reader's task makes rows with
+    (``StageTask.arrow_input``) and the control rows of the native stage's own
+    inputs (a query's upstream bundles' reports) for the reader to pass on."""
     data: Any
     rows: Any
+    control: Any = None
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
@@ -252,7 +255,7 @@ class Executor:
         """An ``ARROW`` stage's input: its one writer's ``ArrowOutput``."""
         writers = self._reads[(index, stage.inputs[0].buffer_id)]
         (writer, _), = writers
-        self._carried.add(writer)  # a source has no control rows to carry
+        self._carried.add(writer)  # its control rows, if any, come with it
         return self._results[writer]
 
     def _input(self, index: int, stage: p.StagePlan) -> Any:
@@ -270,10 +273,10 @@ class Executor:
             # ``beam_spark_inproc.transforms.runtime``.
             from beam_spark_inproc.transforms import runtime
             return runtime.build(self, index, stage)
-        arrow_input = None
+        arrow_input = control = None
         if stage.input_mode == p.ARROW:
             source = self._arrow_source(index, stage)
-            data, arrow_input = source.data, source.rows
+            data, arrow_input, control = source.data, source.rows, source.control
         else:
             data = self._input(index, stage)
         if stage.kind == p.RESHUFFLE_STAGE:
@@ -287,7 +290,10 @@ class Executor:
                          log_level=logs.driver_level(), arrow_input=arrow_input)
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._rounds(index, data, task)
-        return self.engine.map_stage(data, task)
+        result = self.engine.map_stage(data, task)
+        if control is not None:  # upstream reports of the query feeding it
+            result = self.engine.union([result, control])
+        return result
 
     def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
         return reshuffle(self.engine, stage, self._context, data)

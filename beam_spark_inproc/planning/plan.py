@@ -16,7 +16,7 @@ a stateful stage's input) or ``packed`` (a GroupByKey's input: a row holds
 elements of one key, many per row, so the shuffle moves a row per key and
 bundle rather than per element; written by ``worker.channel``'s
 ``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``) or
-``arrow`` (a runner-native read's output: the source DataFrame itself, one
+``arrow`` (a runner-native read's or query's output: the DataFrame itself, one
 column per field of the elements' schema, read only by an ``ARROW`` stage).
 """
 from __future__ import annotations
@@ -49,9 +49,10 @@ PLAIN = 'plain'  # rows in any order, fed as they come
 GROUPED = 'grouped'  # shuffled by key, sorted by (tag, key): GroupAlsoByWindow first
 KEYED = 'keyed'  # shuffled by key, sorted by (key, tag): a stateful stage, key after key
 SPLITTABLE = 'splittable'  # one element per message; may run in rounds (worker.sdf)
-# The stage's one input is a runner-native read's output (``ARROW_LAYOUT``): the
-# source's Arrow batches, made into Beam rows in bulk by the stage's own task
-# (``StageTask.arrow_input``), with no step between Spark's reader and the bundle.
+# The stage's one input is a runner-native read's or query's output
+# (``ARROW_LAYOUT``): the source's Arrow batches, made into Beam rows in bulk by
+# the stage's own task (``StageTask.arrow_input``), with no step between Spark's
+# reader (or query) and the bundle.
 ARROW = 'arrow'
 INPUT_MODES = (PLAIN, GROUPED, KEYED, SPLITTABLE, ARROW)
 

@@ -15,6 +15,7 @@ from apache_beam.utils import proto_utils
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.native import READ_URN
+from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
 
@@ -51,10 +52,11 @@ def plan_stages(
 
 
 def _arrow_inputs(stages: tuple[p.StagePlan, ...]) -> tuple[p.StagePlan, ...]:
-    """A runner-native read whose output only one plain stage reads, as its
-    only input: that stage takes the source's Arrow batches itself (``ARROW``
-    mode, the read's output port ``ARROW_LAYOUT``), so Spark's reader feeds the
-    bundle in one ``mapInArrow`` with no re-encoding step in between."""
+    """A runner-native read or SQL query whose output only one plain stage
+    reads, as its only input: that stage takes the source's Arrow batches
+    itself (``ARROW`` mode, the native stage's output port ``ARROW_LAYOUT``), so
+    Spark's reader or query feeds the bundle in one ``mapInArrow`` with no
+    re-encoding step in between."""
     readers: dict[bytes, list[int]] = {}
     for i, stage in enumerate(stages):
         for buffer_id in ([port.buffer_id for port in stage.inputs] +
@@ -62,7 +64,7 @@ def _arrow_inputs(stages: tuple[p.StagePlan, ...]) -> tuple[p.StagePlan, ...]:
             readers.setdefault(buffer_id, []).append(i)
     stages = list(stages)
     for i, stage in enumerate(stages):
-        if stage.native_urn != READ_URN or len(stage.outputs) != 1:
+        if stage.native_urn not in (READ_URN, SQL_URN) or len(stage.outputs) != 1:
             continue
         out = stage.outputs[0]
         reading = readers.get(out.buffer_id, [])

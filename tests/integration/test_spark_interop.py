@@ -174,8 +174,9 @@ def test_out_of_process_runners_fail_at_construction(spark, runner):
 
 
 def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
-    """The planner's ARROW mode: the one plain reader of a ReadFromSpark takes
-    its Arrow batches; a read with two readers keeps its own stage's rows."""
+    """The planner's ARROW mode: the one plain reader of a ReadFromSpark (or of
+    a SparkSql) takes its Arrow batches; a read with two readers keeps its own
+    stage's rows."""
     from beam_spark_inproc.planning import plan as plan_
     from beam_spark_inproc.planning.planner import plan_pipeline
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark))
@@ -184,10 +185,16 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
     shared = p | 'Shared' >> ReadFromSpark(query='SELECT 2 AS id', spark=spark)
     shared | 'One' >> beam.Map(lambda r: r.id)
     shared | 'Two' >> beam.Map(lambda r: r.id)
+    queried = shared | 'Sql' >> SparkSql('SELECT id + 1 AS id FROM PCOLLECTION',
+                                         spark=spark)
+    queried | 'UseSql' >> beam.Map(lambda r: r.id)
     stages = plan_pipeline(p.to_runner_api()).stages
     by_label = {label: s for s in stages for label in s.labels}
     assert by_label['Alone'].outputs[0].layout == plan_.ARROW_LAYOUT
     assert by_label['Use'].input_mode == plan_.ARROW
+    # A query's output too, with no ToBeamRows step before its one reader.
+    assert by_label['Sql'].outputs[0].layout == plan_.ARROW_LAYOUT
+    assert by_label['UseSql'].input_mode == plan_.ARROW
     assert by_label['Shared'].outputs[0].layout == plan_.CHUNKS
     assert {by_label['One'].input_mode, by_label['Two'].input_mode} == {plan_.PLAIN}
     from beam_spark_inproc.planning.describe import describe
