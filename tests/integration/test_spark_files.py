@@ -25,7 +25,8 @@ from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.convert import ArrowRows
 
 _TYPES = ('b tinyint, s smallint, i int, l long, f float, d double, ok boolean, '
-          'str string, raw binary, dec decimal(12,3), ts timestamp, day date, '
+          'str string, raw binary, dec decimal(12,3), ts timestamp, '
+          'local timestamp_ntz, day date, '
           'nested struct<x: int, y: string>, ints array<int>, '
           'words map<string, int>')
 
@@ -39,6 +40,7 @@ def _typed_rows(n: int = 300) -> list[tuple]:
             i % 100 - 50, i * 3 - 400, i * 1000, i * 2 ** 40, i / 8, i / 3, i % 2 == 0,
             f'w{i}-é', bytes([i % 256, 7]), decimal.Decimal(i * 1001) / 1000,
             base + datetime.timedelta(days=i, microseconds=i),
+            base.replace(tzinfo=None) - datetime.timedelta(hours=i * 5),
             datetime.date(1970, 1, 1) + datetime.timedelta(days=i * 11),
             (i, f'y{i}'), [i, i + 1, None], {f'k{i}': i})
         rows.append(tuple(None if null else v for v in values))
