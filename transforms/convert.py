@@ -19,7 +19,7 @@ bundle would pay anyway.  Elements read from Spark are in the global window at
 the minimum timestamp, as Beam's bounded sources emit them: every element
 shares one encoded windowed-value prefix, written once.
 
-Imported by workers: only pyarrow, Beam's coders and ``worker.rows``.
+Imported by workers: only pyarrow, Beam's coders, ``worker.rows`` and ``files``.
 """
 from __future__ import annotations
 
