@@ -21,6 +21,11 @@ formats, remote file systems, schema drift) keeps Spark's reader. The files
 input is its number (a ``session.range`` with one row per partition), and it
 reads its share with pyarrow, cast to the read's Arrow schema.
 
+Not carried over from Spark's reader: its file-source options
+(``ignoreCorruptFiles``, the datetime rebase of files written by Spark 2's legacy
+calendar). The driver reads the footers, so over Connect the client must see the
+files at the same paths (else Spark's reader reads them).
+
 Imported by workers: only pyarrow.
 """
 from __future__ import annotations
