@@ -105,14 +105,22 @@ class _Clock:
 
 
 def dump_state(state: trigger.InMemoryUnmergedState) -> bytes:
-    return cloudpickle.dumps((
-        {w: dict(t) for w, t in state.timers.items() if t},
-        {w: dict(s) for w, s in state.state.items()},
-        dict(state.global_state)))
+    """The key's trigger state as bytes: plain pickle (its values are the
+    key's elements, windows, timestamps, counts), cloudpickle only for what
+    plain pickle refuses (e.g. values of classes defined in ``__main__``
+    or locally)."""
+    parts = ({w: dict(t) for w, t in state.timers.items() if t},
+             {w: dict(s) for w, s in state.state.items()},
+             dict(state.global_state))
+    try:
+        return pickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
+    except Exception:  # pylint: disable=broad-except
+        return cloudpickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
 
 
 def load_state(data: bytes) -> trigger.InMemoryUnmergedState:
-    timers, values, global_state = cloudpickle.loads(data)
+    # Plain pickle reads cloudpickle's output too (cloudpickle is importable).
+    timers, values, global_state = pickle.loads(data)
     state = trigger.InMemoryUnmergedState()
     state.timers.update(timers)
     for window, tags in values.items():
@@ -136,6 +144,15 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
         self._clock = _Clock()
         self._driver = trigger.create_trigger_driver(
             self._windowing, False, clock=self._clock)
+        if isinstance(self._driver, trigger.GeneralTriggerDriver):
+            # Beam's driver wraps the state in a ``MergeableStateAdapter``
+            # whatever the WindowFn; for a WindowFn that never merges, the
+            # adapter maps each window to itself at a cost (a class built per
+            # combining-state read, a window-id map kept per key forever).
+            # Without it the state is keyed by the windows themselves, which
+            # also lets ``_expire`` drop a window once it is past its end
+            # plus allowed lateness.
+            self._driver.is_merging = self._windowing.windowfn.is_merging()
 
     def key_panes(self, key_bytes: bytes, state_data: Optional[bytes],
                   datas: list[bytes], step: StreamingStep, out,
