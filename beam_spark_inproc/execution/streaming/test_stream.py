@@ -24,13 +24,16 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger
-from apache_beam.transforms.window import GlobalWindows
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker.channel import key_extractor
+
+_GLOBAL = (GlobalWindow(),)
 
 
 class TestStreamSource:
@@ -40,10 +43,12 @@ class TestStreamSource:
 
     def __init__(self, stage: p.StagePlan, context):
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
-        coder = context.coders[payload.coder_id]
+        self._coder = context.coders[payload.coder_id]
         self.stage = stage
-        self.events = [test_stream.Event.from_runner_api(e, coder)
-                       for e in payload.events]
+        # The payload's events, decoded one at a time as they are replayed
+        # (Beam's ``Event.from_runner_api`` builds a TimestampedValue and a
+        # Timestamp per element up front).
+        self.events = list(payload.events)
         self.position = 0
         self.clock = 0.0  # seconds, as TestClock.time()
         self.watermarks = {tag: MIN_TIMESTAMP for tag in stage.output_tags}
@@ -71,20 +76,20 @@ class TestStreamSource:
                          ) -> list[tuple[int, bytes | None, bytes]]:
         """Applies the events of the next micro-batch (see the module doc);
         returns the rows they add."""
-        def next_is(kind) -> bool:
+        def next_is(kind: str) -> bool:
             return (self.position < len(self.events)
-                    and isinstance(self.events[self.position], kind))
+                    and self.events[self.position].HasField(kind))
 
-        first_is_elements = next_is(test_stream.ElementEvent)
+        first_is_elements = next_is('element_event')
         rows = self.step()
         if not first_is_elements:
             return rows
         taken = 1
         while (coalesce_elements and taken < MAX_COALESCED_EVENTS
-               and next_is(test_stream.ElementEvent)):
+               and next_is('element_event')):
             rows += self.step()
             taken += 1
-        if next_is(test_stream.WatermarkEvent):
+        if next_is('watermark_event'):
             rows += self.step()
         return rows
 
@@ -97,30 +102,32 @@ class TestStreamSource:
             return []
         event = self.events[self.position]
         self.position += 1
-        tag = getattr(event, 'tag', None)
-        tag = 'None' if tag is None else tag
-        if isinstance(event, test_stream.ElementEvent):
+        if event.HasField('element_event'):
+            tag = event.element_event.tag  # Beam writes 'None' for no tag
             if tag not in self.stage.output_tags:
                 return []
             port = self.stage.output_tags.index(tag)
-            values = []
-            for tv in event.timestamped_values:
-                if isinstance(tv.value, test_stream.WindowedValueHolder):
-                    values.append(tv.value.windowed_value)
-                else:
-                    values.append(GlobalWindows.windowed_value(
-                        tv.value, timestamp=tv.timestamp))
+            decode, values = self._coder.decode, []
+            for element in event.element_event.elements:
+                value = decode(element.encoded_element)
+                if isinstance(value, test_stream.WindowedValueHolder):
+                    values.append(value.windowed_value)
+                else:  # as GlobalWindows.windowed_value, without a Timestamp
+                    values.append(windowed_value.create(
+                        value, 1000 * element.timestamp, _GLOBAL))
             return self._encoders[port](port, values)
-        if isinstance(event, test_stream.WatermarkEvent):
+        if event.HasField('watermark_event'):
+            tag = event.watermark_event.tag
             if tag in self.watermarks:
-                self.watermarks[tag] = max(self.watermarks[tag],
-                                           event.new_watermark)
+                self.watermarks[tag] = max(
+                    self.watermarks[tag],
+                    Timestamp(micros=1000 * event.watermark_event.new_watermark))
             return []
-        if isinstance(event, test_stream.ProcessingTimeEvent):
-            self.clock += float(event.advance_by)
+        if event.HasField('processing_time_event'):
+            self.clock += event.processing_time_event.advance_duration / 1000
             return []
         raise ValueError(f'TestStream {self.stage.labels[0]!r}: unknown event '
-                         f'{event!r}')
+                         f'{event.WhichOneof("event")!r}')
 
 
 # Element events one micro-batch takes at most (so a long TestStream still
