@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import pickle
 import zlib
 from typing import Callable, Iterator, Optional
@@ -50,15 +51,35 @@ from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.rows import TAG
 from beam_spark_inproc.worker.rows import column_slices
 
-# Keys are spread over this many state buckets (crc32 of the key bytes; Spark
-# SQL's ``crc32`` gives the same number, so a bucket can be chosen in a query).
+# A keyed stage's input is shuffled into this many shards (crc32 of the key
+# bytes; Spark SQL's ``crc32`` gives the same number, so a shard can be chosen
+# in a query): each shard lies wholly in one partition, its rows sorted by key.
 STATE_BUCKETS = 64
+# A shard holds one or more state buckets (``crc32 % buckets``, ``buckets`` a
+# power-of-two multiple of ``STATE_BUCKETS``, so a bucket lies in one shard),
+# each a unit of state read and written. A stage starts with STATE_BUCKETS and
+# doubles them while it holds more than this many keys per bucket
+# (``bucket_count``; ``BEAM_SPARK_INPROC_KEYS_PER_BUCKET`` in the driver's
+# environment sets another): a micro-batch touching one key rewrites about
+# this many.
+KEYS_PER_BUCKET = 1024
+MAX_BUCKETS = 1 << 14
 # A key firing timers that set due timers again this many times is a bug.
 _MAX_TIMER_ROUNDS = 100_000
 
 
-def bucket_of(key: bytes) -> int:
-    return zlib.crc32(key) % STATE_BUCKETS
+def bucket_of(key: bytes, buckets: int = STATE_BUCKETS) -> int:
+    return zlib.crc32(key) % buckets
+
+
+def bucket_count(keys: int, buckets: int) -> int:
+    """The state buckets for a stage holding ``keys`` keys in ``buckets``
+    (never fewer: a split bucket's file stays valid for both halves)."""
+    per_bucket = int(os.environ.get('BEAM_SPARK_INPROC_KEYS_PER_BUCKET',
+                                    KEYS_PER_BUCKET))
+    while keys > buckets * per_bucket and buckets < MAX_BUCKETS:
+        buckets *= 2
+    return buckets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +177,8 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
 
     def key_panes(self, key_bytes: bytes, state_data: Optional[bytes],
                   datas: list[bytes], step: StreamingStep, out,
-                  summaries: dict[int, Summary]) -> Optional[bytes]:
+                  summaries: dict[int, Summary],
+                  buckets: int = STATE_BUCKETS) -> Optional[bytes]:
         """Encodes the key's panes into ``out``; returns its new state (or None)."""
         self._clock.now = step.processing_time
         key = self._key_impl.decode(key_bytes)
@@ -187,7 +209,7 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
         self._expire(state, watermark)
         if _is_empty(state):
             return None
-        summary = summaries.setdefault(bucket_of(key_bytes), Summary())
+        summary = summaries.setdefault(bucket_of(key_bytes, buckets), Summary())
         summary.add(_summary_of(state))
         return dump_state(state)
 
@@ -230,6 +252,8 @@ def streaming_grouped_input_elements(task, entry, batches,
     """
     ports = task.stage.inputs
     step: StreamingStep = task.streaming
+    buckets = (task.state_files.buckets if task.state_files is not None
+               else STATE_BUCKETS)
     summaries: dict[int, Summary] = {}
 
     def rows():
@@ -261,7 +285,7 @@ def streaming_grouped_input_elements(task, entry, batches,
                         transform_id=ports[other].transform_id, data=data)
         gabw = entry.groupings[ports[tag].transform_id]
         new_state = gabw.key_panes(key, state_data, by_port.get(tag, []), step,
-                                   out, summaries)
+                                   out, summaries, buckets)
         if new_state is not None:
             forward(STATE_TAG, key, new_state)
         if out.size() >= GROUPS_BYTES:

@@ -41,6 +41,7 @@ from beam_spark_inproc.worker.rows import SUMMARY_TAG
 from beam_spark_inproc.worker.rows import TAG
 from beam_spark_inproc.worker.rows import column_slices
 from beam_spark_inproc.worker.state_expiry import StateExpiry
+from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
 
@@ -81,6 +82,8 @@ def streaming_keyed_input_elements(task, entry, batches,
     """Elements and due timers for a streaming stateful stage (see module doc)."""
     ports = task.stage.inputs
     step = task.streaming
+    buckets = (task.state_files.buckets if task.state_files is not None
+               else STATE_BUCKETS)
     routing = entry.routing_state
     queue = entry.timer_queue
     summaries: dict[int, Summary] = {}
@@ -132,6 +135,6 @@ def streaming_keyed_input_elements(task, entry, batches,
         forward(STATE_TAG, key, cloudpickle.dumps((state, ordered, pending)))
         summary = _summary(queue) if queue is not None else Summary(keys=1)
         summary.event_timer = min(summary.event_timer, expiry.earliest(state))
-        summaries.setdefault(bucket_of(key), Summary()).add(summary)
+        summaries.setdefault(bucket_of(key, buckets), Summary()).add(summary)
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

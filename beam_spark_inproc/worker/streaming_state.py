@@ -1,17 +1,23 @@
 """A streaming keyed stage's state I/O, done by its own task (no extra Spark job).
 
-The stage's input is shuffled ``BUCKETED`` (``execution.engine``): every state
-bucket (``crc32(key) % STATE_BUCKETS``) lies wholly in one partition, its rows
-sorted by key. The task gets ``StateFiles``: for each bucket the Parquet file
-holding its current version (from the commit record), and the folder where this
+The stage's input is shuffled ``BUCKETED`` (``execution.engine``): every shard
+(``crc32(key) % STATE_BUCKETS``) lies wholly in one partition, its rows sorted
+by key. A shard holds the stage's state buckets ``crc32(key) % buckets`` that
+are congruent to it (``buckets``, a power-of-two multiple of the shards, grows
+with the keys the stage holds: ``worker.streaming.bucket_count``). The task
+gets ``StateFiles``: the bucket count, for each bucket the Parquet file holding
+its current version (from the commit record), and the folder where this
 micro-batch's new versions go. So the task, not the driver, reads and writes:
 
-* **read**: when the rows of a bucket start, the bucket's rows ``(key, data,
-  bucket)`` are read from its file; each key's state row (``STATE_TAG``) is put
-  in front of the key's new rows, and the keys of the bucket that got no new
-  rows follow at the bucket's end (their timers may be due). A ``MARKER_TAG``
-  row (the driver adds one per bucket whose timers are due) makes a bucket run
-  without new rows; it goes no further.
+* **read**: the first time a shard's rows meet a bucket, the bucket's rows
+  ``(key, data, hash)`` are taken from its file (the rows whose ``hash``, the
+  key's crc32, falls in the bucket: a file written before the buckets doubled
+  holds both halves of a bucket); each key's state row (``STATE_TAG``) is put
+  in front of the key's new rows, and the keys of the shard's buckets that got
+  no new rows follow at the shard's end (their timers may be due). A
+  ``MARKER_TAG`` row (the driver adds one per bucket whose timers are due,
+  the bucket in its data) makes a bucket run without new rows; it goes no
+  further.
 * **write**: the state rows the stage's input functions forward
   (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
   task, ``part-<uuid>.parquet`` in the micro-batch's folder (a retried or
@@ -28,9 +34,11 @@ import dataclasses
 import os
 import pickle
 import uuid
+import zlib
 from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from beam_spark_inproc.worker.rows import CONTROL_TAG
@@ -47,14 +55,14 @@ from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
 
 STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
-                          ('bucket', pa.int32())])
+                          ('hash', pa.int64())])
 _WRITE_ROWS = 8192  # state rows per Parquet row group
 # The key of the control row's dict that tells a state report from a bundle's.
 STATE_REPORT = 'state_buckets'
 
 
 def _marker_keys() -> tuple[bytes, ...]:
-    """One key per bucket (``bucket_of(key) == bucket``), for marker rows."""
+    """One key per shard (``bucket_of(key) == shard``), for marker rows."""
     found: dict[int, bytes] = {}
     i = 0
     while len(found) < STATE_BUCKETS:
@@ -68,7 +76,9 @@ MARKER_KEYS = _marker_keys()
 
 
 def marker_rows(buckets) -> list[tuple[int, bytes, bytes]]:
-    return [(MARKER_TAG, MARKER_KEYS[b], b'') for b in sorted(buckets)]
+    """A row per bucket to run, in its shard, the bucket in its data."""
+    return [(MARKER_TAG, MARKER_KEYS[b % STATE_BUCKETS], b'%d' % b)
+            for b in sorted(buckets)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,16 +87,15 @@ class StateFiles:
     stage: str
     current: tuple = ()  # (bucket, Parquet file of its current version) pairs
     folder: str = ''  # where this micro-batch's new versions go
+    buckets: int = STATE_BUCKETS  # the stage's state buckets (a power of two)
 
 
-def read_file(path: str) -> dict[int, dict[bytes, bytes]]:
-    """{bucket: {key: state}} of one state file."""
-    table = pq.read_table(path)
-    out: dict[int, dict[bytes, bytes]] = {}
-    for key, data, bucket in zip(*(table.column(c).to_pylist()
-                                   for c in ('key', 'data', 'bucket'))):
-        out.setdefault(bucket, {})[key] = data
-    return out
+def read_bucket(table: pa.Table, bucket: int, buckets: int) -> dict[bytes, bytes]:
+    """{key: state} of one bucket in a state file's table."""
+    rows = table.filter(pc.equal(
+        pc.bit_wise_and(table.column('hash'), buckets - 1), bucket))
+    return dict(zip(rows.column('key').to_pylist(),
+                    rows.column('data').to_pylist()))
 
 
 def decode_report(report: dict) -> dict[int, tuple[Optional[Summary], str]]:
@@ -101,7 +110,7 @@ class StateIO:
     def __init__(self, files: StateFiles):
         self.files = files
         self._current = dict(files.current)
-        self._read: dict[str, dict[int, dict[bytes, bytes]]] = {}
+        self._read: dict[str, pa.Table] = {}
         self._ran: set[int] = set()
         self._summaries: dict[int, Summary] = {}
         self._path = ''
@@ -110,45 +119,59 @@ class StateIO:
 
     # -- read -------------------------------------------------------------
     def _bucket_state(self, bucket: int) -> dict[bytes, bytes]:
+        self._ran.add(bucket)
         path = self._current.get(bucket)
         if path is None:
             return {}
         if path not in self._read:
-            self._read[path] = read_file(path)
-        return dict(self._read[path].get(bucket, {}))
+            self._read[path] = pq.read_table(path)
+        return read_bucket(self._read[path], bucket, self.files.buckets)
 
     def merged(self, batches) -> Iterator[pa.RecordBatch]:
         """The input batches with each key's state row in front of its rows."""
         out: list[pa.RecordBatch] = []
         builder = BatchBuilder(out.append)
-        bucket, state, key_now = None, {}, None
+        buckets = self.files.buckets
+        shard, key_now = None, None
+        loaded: dict[int, dict[bytes, bytes]] = {}  # the shard's buckets met
 
-        def end_bucket():
-            for k in sorted(state):  # keys with no new rows: timers may be due
-                builder.add(STATE_TAG, k, state[k])
-            state.clear()
+        def state_of(b: int) -> dict[bytes, bytes]:
+            if b not in loaded:
+                loaded[b] = self._bucket_state(b)
+            return loaded[b]
+
+        def end_shard():
+            for b in sorted(loaded):  # keys with no new rows: timers may be due
+                state = loaded[b]
+                for k in sorted(state):
+                    builder.add(STATE_TAG, k, state[k])
+            loaded.clear()
 
         for columns in column_slices(batches, TAG, KEY, DATA):
             for tag, key, data in zip(*columns):
                 if key is None:
                     builder.add(tag, key, data)
                     continue
+                if tag == MARKER_TAG:
+                    s = bucket_of(key)
+                    if s != shard:
+                        end_shard()
+                        shard = s
+                    state_of(int(data))  # the bucket runs; the row goes no further
+                    continue
                 if key != key_now:
                     key_now = key
-                    b = bucket_of(key)
-                    if b != bucket:
-                        end_bucket()
-                        bucket = b
-                        self._ran.add(b)
-                        state = self._bucket_state(b)
-                    saved = state.pop(key, None)
+                    h = zlib.crc32(key)
+                    if h % STATE_BUCKETS != shard:
+                        end_shard()
+                        shard = h % STATE_BUCKETS
+                    saved = state_of(h % buckets).pop(key, None)
                     if saved is not None:
                         builder.add(STATE_TAG, key, saved)
-                if tag != MARKER_TAG:
-                    builder.add(tag, key, data)
+                builder.add(tag, key, data)
             yield from out
             out.clear()
-        end_bucket()
+        end_shard()
         builder.flush()
         yield from out
 
@@ -179,7 +202,7 @@ class StateIO:
         self._writer.write_table(pa.Table.from_arrays(
             [pa.array(keys, pa.binary()),
              pa.array([d for _, d in self._pending], pa.binary()),
-             pa.array([bucket_of(k) for k in keys], pa.int32())],
+             pa.array([zlib.crc32(k) for k in keys], pa.int64())],
             schema=STATE_SCHEMA))
         self._pending.clear()
 

@@ -23,15 +23,17 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.store import describe_changes
 from beam_spark_inproc.execution.streaming.store import stage_key
+from beam_spark_inproc.worker.streaming import MAX_BUCKETS
 from tests.streaming import restart_pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _driver(out: str, checkpoint: str, marker: str, seed: int, *flags: str):
+def _driver(out: str, checkpoint: str, marker: str, seed: int, *flags: str,
+            env: dict | None = None):
     # Hash seeds 1 and 3 fuse this pipeline into differently named and ordered
     # stages (Beam's fusion iterates sets): the restart must match them.
-    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED=str(seed))
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED=str(seed), **(env or {}))
     return subprocess.run(
         [sys.executable, '-m', 'tests.streaming.restart_pipeline', out,
          checkpoint, '--kill', marker, *flags],
@@ -101,6 +103,29 @@ def test_driver_killed_mid_micro_batch_then_restarted(tmp_path, fault_free, tear
     temporary = [os.path.join(d, n) for d, _, names in os.walk(out)
                  for n in names if '.temp' in d]
     assert temporary == []
+
+
+def test_restart_finds_the_buckets_after_they_split(tmp_path, fault_free):
+    """With one key per bucket allowed, the keyed stages' buckets split in the
+    first micro-batch (64 -> the maximum); the restarted driver takes the
+    bucket count from the commit record and reads the same files."""
+    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
+    marker = str(tmp_path / 'killed')
+    env = {'BEAM_SPARK_INPROC_KEYS_PER_BUCKET': '0'}
+    first = _driver(out, checkpoint, marker, 1, env=env)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    commits = os.path.join(checkpoint, 'commits')
+    newest = max(int(n[:-5]) for n in os.listdir(commits) if n.endswith('.json'))
+    with open(os.path.join(commits, f'{newest}.json')) as f:
+        record = json.load(f)
+    assert {s.get('state_buckets') for s in record['stages'] if s['buckets']} \
+        == {MAX_BUCKETS}
+    second = _driver(out, checkpoint, marker, 3, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    files, counters = fault_free
+    got = restart_pipeline.outputs(out)
+    assert _by_window(got) == _by_window(files)
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
 
 
 def test_recover_removes_what_was_not_committed(tmp_path):

@@ -66,7 +66,9 @@ from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
+from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 from beam_spark_inproc.worker.streaming import StreamingStep
+from beam_spark_inproc.worker.streaming import bucket_count
 from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming_state import STATE_REPORT
 from beam_spark_inproc.worker.streaming_state import StateFiles
@@ -109,6 +111,8 @@ class StreamingExecutor:
         self.output_wm = [MIN_TIMESTAMP] * n
         self.summaries: list[dict[int, Summary]] = [{} for _ in range(n)]
         self.versions: list[dict[int, str]] = [{} for _ in range(n)]
+        # Each keyed stage's state bucket count (``worker.streaming``).
+        self.buckets: list[int] = [STATE_BUCKETS] * n
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.micro_batch = 0
         self._impulse_done = False
@@ -431,7 +435,8 @@ class StreamingExecutor:
         files = StateFiles(
             stage=stage.name,
             current=tuple(sorted(self.versions[index].items())),
-            folder=self.store.state_path(index, self.micro_batch))
+            folder=self.store.state_path(index, self.micro_batch),
+            buckets=self.buckets[index])
         result = self.engine.map_stage(
             self.engine.shuffle(data, e.BUCKETED),
             self._task(stage, self._step(index), files, self.gates.get(index)))
@@ -455,8 +460,12 @@ class StreamingExecutor:
                 _, control = self.engine.collect(data, elements=False)
             self._take(control)
         names = {s.name: i for i, s in enumerate(self.plan.stages)}
+        updated = set()
         for decoded in self._state_reports:
+            updated.add(names[decoded['stage']])
             self._new_state(names[decoded['stage']], decode_report(decoded))
+        for index in updated:  # once every task's report is in
+            self._split_buckets(index)
         self._state_reports = []
         for index in self._pending:
             self._settle(index)
@@ -471,6 +480,27 @@ class StreamingExecutor:
             else:
                 summaries[bucket] = summary
                 versions[bucket] = path
+
+    def _split_buckets(self, index: int) -> None:
+        """Doubles a stage's state buckets while it holds more keys per bucket
+        than ``KEYS_PER_BUCKET``: bucket b of n becomes b, b + n, ... of the
+        new count, each still read from b's file (whose rows carry their
+        key's hash, so a reader takes its own half) until a micro-batch
+        rewrites it; each half starts with b's summary (its hold and timers
+        hold or run both halves; its keys are shared out)."""
+        old = self.buckets[index]
+        summaries = self.summaries[index]
+        new = bucket_count(sum(s.keys for s in summaries.values()), old)
+        if new == old:
+            return
+        versions, parts = self.versions[index], new // old
+        self.summaries[index] = {
+            b + i * old: Summary(-(-s.keys // parts), s.hold, s.event_timer,
+                                 s.processing_timer)
+            for b, s in summaries.items() for i in range(parts)}
+        self.versions[index] = {b + i * old: path for b, path in versions.items()
+                                for i in range(parts)}
+        self.buckets[index] = new
 
     def _settle(self, index: int) -> None:
         """The stage's watermarks after this micro-batch (writers first)."""
@@ -500,6 +530,7 @@ class StreamingExecutor:
                 'name': stage.name,
                 'input_watermark': self.input_wm[i].micros,
                 'output_watermark': self.output_wm[i].micros,
+                'state_buckets': self.buckets[i],
                 'buckets': {str(b): {'path': self.versions[i][b],
                                      'keys': s.keys, 'hold': s.hold.micros,
                                      'event_timer': s.event_timer.micros,

@@ -142,6 +142,7 @@ def restore(executor: Any, record: dict) -> None:
             for b, s in stage['buckets'].items()}
         executor.versions[i] = {int(b): s['path']
                                 for b, s in stage['buckets'].items()}
+        executor.buckets[i] = stage.get('state_buckets', executor.buckets[i])
     for old, position in record['sources'].items():
         executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
             position)

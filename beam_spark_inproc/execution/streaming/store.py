@@ -23,7 +23,7 @@ removed when the pipeline ends)::
                                current version and its summary (keys, hold,
                                earliest timers)
 
-A bucket is ``crc32(key) % STATE_BUCKETS`` (``worker.streaming``). A micro-batch
+A bucket is ``crc32(key) % buckets`` (``worker.streaming.bucket_count``). A micro-batch
 reads the current versions of the buckets its input touches or whose timers are
 due, and writes new versions of those buckets only: state I/O grows with the
 keys touched, not the keys held. The commit record is written last (write to a

@@ -1,0 +1,130 @@
+"""State buckets that follow the state size (issue #13): a keyed stage starts
+with ``STATE_BUCKETS`` buckets and doubles them while it holds more than
+``KEYS_PER_BUCKET`` keys per bucket; a bucket's file written before a split is
+read by both halves, each taking its own keys. Checked on the debug engine
+against BundleBasedDirectRunner (panes, late data, timers) with a small
+``BEAM_SPARK_INPROC_KEYS_PER_BUCKET`` so that a few hundred keys split."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import trigger
+from apache_beam.transforms import window
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.worker import streaming
+from beam_spark_inproc.worker.rows import STATE_TAG
+from beam_spark_inproc.worker.rows import BatchBuilder
+from beam_spark_inproc.worker.streaming_state import StateFiles
+from beam_spark_inproc.worker.streaming_state import StateIO
+from beam_spark_inproc.worker.streaming_state import marker_rows
+from tests.streaming import oracle
+from tests.streaming.test_triggers import BufferUntilTimer
+
+KEYS = 400
+
+
+def test_bucket_count_doubles_while_over_the_keys_per_bucket(monkeypatch):
+    monkeypatch.delenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', raising=False)
+    per = streaming.KEYS_PER_BUCKET
+    assert streaming.bucket_count(0, 64) == 64
+    assert streaming.bucket_count(64 * per, 64) == 64
+    assert streaming.bucket_count(64 * per + 1, 64) == 128
+    assert streaming.bucket_count(1_000_000, 64) == 1024  # ~977 keys a bucket
+    assert streaming.bucket_count(10, 256) == 256  # never fewer
+    assert streaming.bucket_count(10**12, 64) == streaming.MAX_BUCKETS
+    monkeypatch.setenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', '2')
+    assert streaming.bucket_count(KEYS, 64) == 256
+
+
+def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
+    """A file written with 64 buckets, read with 128: bucket b and b + 64 each
+    get the keys whose crc32 says so, and a marker runs a bucket alone."""
+    keys = [b'key%d' % i for i in range(300)]
+    io = StateIO(StateFiles('s', (), str(tmp_path / 'old')))
+    forward = io.forward(lambda *row: None)
+    for k in keys:
+        forward(STATE_TAG, k, b'v' + k)
+    io.finish(lambda *row: None)
+    path, = glob.glob(str(tmp_path / 'old' / '*.parquet'))
+    assert sorted(pq.read_table(path).column('key').to_pylist()) == sorted(keys)
+    bucket = streaming.bucket_of(keys[0])
+    halves = {bucket: {}, bucket + 64: {}}
+    for b in halves:
+        reader = StateIO(StateFiles('s', ((b, path),), str(tmp_path / 'new'),
+                                    buckets=128))
+        rows = [r for batch in reader.merged(_batches(marker_rows([b])))
+                for r in zip(*(batch.column(c).to_pylist()
+                               for c in ('tag', 'key', 'data')))]
+        halves[b] = {key: data for _, key, data in rows}
+    assert halves[bucket] and halves[bucket + 64]
+    for b, got in halves.items():
+        assert got == {k: b'v' + k for k in keys
+                       if streaming.bucket_of(k, 128) == b}
+
+
+def _batches(rows):
+    out = []
+    builder = BatchBuilder(out.append)
+    for row in rows:
+        builder.add(*row)
+    builder.flush()
+    return out
+
+
+def _stream() -> TestStream:
+    """KEYS keys buffered in windows [0, 10) and [10, 20), then one key at a
+    time, a late element within the allowed lateness and one past it."""
+    s = TestStream().add_elements(
+        [window.TimestampedValue((f'k{i}', i), i % 20) for i in range(KEYS)])
+    s = s.advance_watermark_to(5)
+    for i in range(4):
+        s = s.add_elements([window.TimestampedValue((f'k{i * 7}', 1000 + i), 6)])
+        s = s.advance_processing_time(1)
+    s = s.advance_watermark_to(12)
+    s = s.add_elements([window.TimestampedValue(('k3', 2000), 3),  # late, kept
+                        window.TimestampedValue(('k5', 3000), 1)])
+    s = s.advance_watermark_to(25)
+    s = s.add_elements([window.TimestampedValue(('k8', 4000), 2)])  # dropped
+    return s.advance_watermark_to_infinity()
+
+
+def _grouped(p):
+    return (p | _stream()
+            | beam.WindowInto(window.FixedWindows(10),
+                              trigger=trigger.AfterWatermark(
+                                  late=trigger.AfterCount(1)),
+                              allowed_lateness=10,
+                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+
+
+def _stateful(p):
+    return (p | _stream() | beam.ParDo(BufferUntilTimer()))
+
+
+@pytest.mark.parametrize('build', [_grouped, _stateful])
+def test_split_buckets_keep_beams_results(build, tmp_path, monkeypatch):
+    monkeypatch.setenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', '2')
+    monkeypatch.setattr(CheckpointStore, 'RETAIN', 10**6)
+    checkpoint = str(tmp_path / 'ck')
+    got = oracle.run(build, InProcessSparkRunner(debug=True),
+                     f'--checkpoint_location={checkpoint}')
+    assert got == oracle.direct(build)
+    counts = []
+    for name in sorted(glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
+                       key=lambda n: int(os.path.basename(n).split('.')[0])):
+        with open(name) as f:
+            record = json.load(f)
+        counts.append(max(s.get('state_buckets', 0) for s in record['stages']))
+    # The first micro-batch wrote under 64 buckets, then they split: later
+    # micro-batches read the halves of its files.
+    assert counts[0] >= 256 and counts == sorted(counts), counts
