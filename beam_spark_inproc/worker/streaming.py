@@ -125,18 +125,21 @@ class _Clock:
         return self.now
 
 
-def dump_state(state: trigger.InMemoryUnmergedState) -> bytes:
-    """The key's trigger state as bytes: plain pickle (its values are the
-    key's elements, windows, timestamps, counts), cloudpickle only for what
-    plain pickle refuses (e.g. values of classes defined in ``__main__``
-    or locally)."""
-    parts = ({w: dict(t) for w, t in state.timers.items() if t},
-             {w: dict(s) for w, s in state.state.items()},
-             dict(state.global_state))
+def dumps(value) -> bytes:
+    """A key's state as bytes: plain pickle (elements, windows, timestamps,
+    counts, timers), cloudpickle only for what plain pickle refuses (a class
+    it cannot find by name, e.g. one shipped by value); ``pickle.loads``
+    reads both."""
     try:
-        return pickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
     except Exception:  # pylint: disable=broad-except
-        return cloudpickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
+        return cloudpickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
+def dump_state(state: trigger.InMemoryUnmergedState) -> bytes:
+    return dumps(({w: dict(t) for w, t in state.timers.items() if t},
+                  {w: dict(s) for w, s in state.state.items()},
+                  dict(state.global_state)))
 
 
 def load_state(data: bytes) -> trigger.InMemoryUnmergedState:
@@ -214,13 +217,22 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
         return dump_state(state)
 
     def _expire(self, state, watermark: Timestamp) -> None:
-        """Drops windows past their end plus allowed lateness (all at +inf)."""
+        """Drops windows past their end plus allowed lateness that have no
+        timer left (all at +inf).
+
+        Such a window takes no more elements (Beam's driver ignores them) and
+        nothing can fire it: dropping it cannot be seen. A window with a timer
+        is kept until the timer fired (a processing-time trigger can fire
+        after the window expired, as on Beam's DirectRunner). With a merging
+        WindowFn the state is keyed by Beam's window ids, not windows, and is
+        dropped at +inf only."""
         lateness = self._windowing.allowed_lateness
         for window in list(state.state):
             if watermark >= MAX_TIMESTAMP or (
                     isinstance(window, BoundedWindow) and
                     window.end < MAX_TIMESTAMP and
-                    watermark > window.end + lateness):
+                    watermark > window.end + lateness and
+                    not state.timers.get(window)):
                 state.state.pop(window, None)
                 state.timers.pop(window, None)
         if watermark >= MAX_TIMESTAMP:

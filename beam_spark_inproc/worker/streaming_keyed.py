@@ -24,9 +24,9 @@ for a later micro-batch.
 from __future__ import annotations
 
 import itertools
+import pickle
 from typing import Callable, Iterator
 
-import cloudpickle
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
@@ -44,6 +44,7 @@ from beam_spark_inproc.worker.state_expiry import StateExpiry
 from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
+from beam_spark_inproc.worker.streaming import dumps
 
 
 def _due(queue, watermark: Timestamp, now: float):
@@ -108,7 +109,7 @@ def streaming_keyed_input_elements(task, entry, batches,
         for tag, port_rows in itertools.groupby(key_rows, key=lambda r: r[1]):
             if tag == STATE_TAG:
                 for _, _, data in port_rows:
-                    state, ordered, pending = cloudpickle.loads(data)
+                    state, ordered, pending = pickle.loads(data)
                     servicer._state.update(state)
                     servicer._ordered_list_keys.update(ordered)
                     if queue is not None:
@@ -132,7 +133,7 @@ def streaming_keyed_input_elements(task, entry, batches,
         expiry.drop(state, ordered, step.next_input_watermark)
         if not state and not pending:
             continue
-        forward(STATE_TAG, key, cloudpickle.dumps((state, ordered, pending)))
+        forward(STATE_TAG, key, dumps((state, ordered, pending)))
         summary = _summary(queue) if queue is not None else Summary(keys=1)
         summary.event_timer = min(summary.event_timer, expiry.earliest(state))
         summaries.setdefault(bucket_of(key, buckets), Summary()).add(summary)

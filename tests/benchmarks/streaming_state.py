@@ -6,7 +6,8 @@ element each for one key (every event followed by a processing-time step, so
 each is its own micro-batch: 2, 4, ...), then the watermark goes to +inf. Per micro-batch it
 prints the wall time (from the commit records' times) and the state bytes
 written, so one can check that a micro-batch touching one key rewrites one
-bucket (about N/64 keys), not the whole state.
+bucket (N/B keys: B = 64 buckets doubled while over 1,024 keys a bucket, so
+at most ~1,000 keys), not the whole state.
 
     python tests/benchmarks/streaming_state.py --keys 10000 [--spark]
 """

@@ -128,3 +128,38 @@ def test_split_buckets_keep_beams_results(build, tmp_path, monkeypatch):
     # The first micro-batch wrote under 64 buckets, then they split: later
     # micro-batches read the halves of its files.
     assert counts[0] >= 256 and counts == sorted(counts), counts
+
+
+def _expiring(p):
+    s = (TestStream()
+         .add_elements([window.TimestampedValue((f'a{i}', i), 1)
+                        for i in range(20)])
+         .advance_processing_time(1)  # a micro-batch holding 20 keys
+         .advance_watermark_to(15)  # [0, 10) fires and expires
+         .add_elements([window.TimestampedValue(('b', 1), 21),
+                        window.TimestampedValue(('a1', 7), 2)])  # too late
+         .advance_watermark_to(25)
+         .advance_processing_time(1)
+         .advance_watermark_to_infinity())
+    return (p | s | beam.WindowInto(window.FixedWindows(10))
+            | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+
+
+def test_grouped_state_of_expired_windows_is_dropped(tmp_path, monkeypatch):
+    """A GroupByKey's key state goes once its windows are past their end and
+    fired (Beam's driver kept a window-id map per key forever, so every key
+    ever seen stayed in the state buckets until +inf)."""
+    monkeypatch.setattr(CheckpointStore, 'RETAIN', 10**6)
+    checkpoint = str(tmp_path / 'ck')
+    assert oracle.run(_expiring, InProcessSparkRunner(debug=True),
+                      f'--checkpoint_location={checkpoint}') \
+        == oracle.direct(_expiring)
+    held = []
+    for name in sorted(glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
+                       key=lambda n: int(os.path.basename(n).split('.')[0])):
+        with open(name) as f:
+            record = json.load(f)
+        held.append(sum(b['keys'] for s in record['stages']
+                        for b in s['buckets'].values()))
+    # 20 keys, none once [0, 10) fired (not only at +inf), then only 'b'.
+    assert held[0] == 20 and 0 in held[:-1] and 1 in held, held
