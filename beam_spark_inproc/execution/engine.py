@@ -19,9 +19,10 @@ Primitives:
   by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
   (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
-  (hash of the key's state bucket, ``worker.streaming.bucket_of``, sorted by
-  bucket, key, tag; rows without a key first: a streaming keyed stage's input,
-  each state bucket wholly in one partition);
+  (hash of the key's shard, ``worker.streaming.bucket_of`` with the default
+  ``STATE_BUCKETS``, sorted by shard, key, tag; rows without a key first: a
+  streaming keyed stage's input, each shard, so each of its state buckets,
+  wholly in one partition);
 * ``cache(data)``: computed once however often it is read; ``uncache(data)``
   frees it (a stream caches per micro-batch);
 * ``collect(data, elements)``: (element data, control data) on the driver; with

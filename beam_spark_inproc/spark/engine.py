@@ -61,8 +61,9 @@ class _Parts:
         self.schema = from_arrow_schema(SCHEMA)
         self.tag, self.key, self.data = f.col(TAG), f.col(KEY), f.col(DATA)
         self.is_control = self.tag == CONTROL_TAG
-        # A row's state bucket (Spark SQL's crc32 is zlib's: the bucket the
-        # worker computes, ``worker.streaming.bucket_of``).
+        # A row's shard (Spark SQL's crc32 is zlib's: the shard the worker
+        # computes, ``worker.streaming.bucket_of``; a stage's state buckets
+        # are a multiple of the shards, each bucket in one shard).
         self.bucket = (f.crc32(self.key) % STATE_BUCKETS).cast('int')
         self._keep: dict[tuple[int, bool], object] = {}
         self._retag: dict[int, object] = {}
