@@ -147,7 +147,7 @@ class InProcessSparkRunner(PipelineRunner):
                     and not any(s.kind == NATIVE_STAGE for s in plan.stages)):
                 from beam_spark_inproc.spark.small import SmallDataEngine
                 engine = SmallDataEngine(
-                    spark, make_engine,
+                    spark, make_engine, parallelism,
                     max_bytes=int(opts.spark_small_data_kb * 1024),
                     settings=settings)
                 settings = contextlib.nullcontext  # entered by the engine

@@ -19,9 +19,9 @@ is tiny, running stages on it here; anything else is Spark's:
   are not rebound to the driver's modules). When its output grows past the
   limits, or it runs longer than ``max_seconds`` (0.3 s: a watchdog raises in
   the bundle's thread), the run is dropped (its bundles are retried on
-  Spark, as a failed task attempt's would be) and the stage runs on Spark: one Spark partition per
-  ``Local`` partition, shuffled input shuffled again by Spark; so do all
-  later stages of the run;
+  Spark, as a failed task attempt's would be) and the stage runs on Spark, its
+  input spread over the run's parallelism (``to_spark``: input of a key
+  shuffle shuffled again by Spark); so do all later stages of the run;
 * ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
   the runner's runtime SQL settings on the session (``session.runtime_settings``)
   and gets the job's description, so a run that stays in the driver makes no
@@ -44,6 +44,7 @@ from typing import Optional
 import pyarrow as pa
 
 from beam_spark_inproc.debug.engine import LocalEngine
+from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import stage_task
 from beam_spark_inproc.worker.rows import SCHEMA
@@ -86,9 +87,9 @@ class _TooBig(BaseException):
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
-    def __init__(self, session, make_spark_engine, max_rows: int = MAX_ROWS,
-                 max_bytes: int = MAX_BYTES, settings=contextlib.nullcontext,
-                 max_seconds: float = MAX_SECONDS):
+    def __init__(self, session, make_spark_engine, parallelism: int = 1,
+                 max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
+                 settings=contextlib.nullcontext, max_seconds: float = MAX_SECONDS):
         # The SparkEngine (it ships the driver's code) is made on first use.
         self._make_spark_engine = make_spark_engine
         self._spark_engine = None
@@ -98,6 +99,8 @@ class SmallDataEngine:
         self._exit = contextlib.ExitStack()
         self._jobs: list[tuple[str, str]] = []
         self._session = session
+        self._parallelism = parallelism
+        self._schema = None
         self._local = LocalEngine(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
@@ -117,19 +120,40 @@ class SmallDataEngine:
         return rows <= self._max_rows and nbytes <= self._max_bytes
 
     def to_spark(self, data):
-        """Spark's DataFrame of ``data`` (a DataFrame as it is)."""
+        """Spark's DataFrame of ``data`` (a DataFrame as it is).
+
+        Rows a key shuffle made (GROUP, KEYED, BUCKETED) are shuffled again by
+        Spark, which puts each key where its later steps expect it. Any other
+        rows (a stage's output, a round-robin shuffle's) are spread over the
+        run's ``parallelism`` as they are: contiguous slices, one partition
+        each, so a stage handed over runs on every core (a few seeds a FlatMap
+        expands: in one partition the whole stage was one task)."""
         if not isinstance(data, Local):
             return data
-        parts = [part for part in data.partitions if part]
-        if not parts:
+        batches = [b for part in data.partitions for b in part if b.num_rows]
+        if not batches:
             return self._spark.union([])
-        frames = [self._session.createDataFrame(
-            pa.Table.from_batches(part, schema=SCHEMA), self._spark._parts.schema
-        ).coalesce(1) for part in parts]
-        frame = self._spark.union(frames)
-        if data.shuffled is not None:
-            frame = self._spark.shuffle(frame, data.shuffled)
-        return frame
+        table = pa.Table.from_batches(batches, schema=SCHEMA)
+        if data.shuffled not in (None, e.SPREAD):
+            frame = self._session.createDataFrame(
+                table, self._spark_schema()).coalesce(1)
+            return self._spark.shuffle(frame, data.shuffled)
+        # createDataFrame of Arrow data makes a partition per batch on classic
+        # Spark (``coalesce`` caps Connect's local relation the same way).
+        table = table.combine_chunks()
+        ways = max(1, min(self._parallelism, table.num_rows))
+        step = -(-table.num_rows // ways)
+        table = pa.Table.from_batches(
+            [batch for start in range(0, table.num_rows, step)
+             for batch in table.slice(start, step).to_batches()], schema=SCHEMA)
+        return self._session.createDataFrame(
+            table, self._spark_schema()).coalesce(ways)
+
+    def _spark_schema(self):
+        if self._schema is None:
+            from pyspark.sql.pandas.types import from_arrow_schema
+            self._schema = from_arrow_schema(SCHEMA)
+        return self._schema
 
     # -- the engine contract -------------------------------------------------------
     def impulse(self):
@@ -141,8 +165,9 @@ class SmallDataEngine:
         return self._spark.union([self.to_spark(d) for d in datas])
 
     def select(self, data, tag: int, new_tag: int, control: bool):
-        if isinstance(data, Local):
-            return Local(self._local.select(data.partitions, tag, new_tag, control))
+        if isinstance(data, Local):  # rows stay where a shuffle put them
+            return Local(self._local.select(data.partitions, tag, new_tag, control),
+                         data.shuffled)
         return self._spark.select(data, tag, new_tag, control)
 
     def shuffle(self, data, how: str):

@@ -605,9 +605,16 @@ BENCHMARKS = {b.name: b for b in (
               fixed_size=10),
 )}
 
-ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
+ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'direct', 'direct_mp',
+           'dask', 'rdd', 'arrow')
+DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
+# This runner with small data in the driver on/off (A/B of its default).
+SMALL_DATA_ARGS = {'inproc_small': ['--spark_small_data_kb=64'],
+                   'inproc_nosmall': ['--spark_small_data_kb=0']}
 ENGINE_TITLES = {
     'inproc': 'this runner',
+    'inproc_small': 'this runner, small data on',
+    'inproc_nosmall': 'this runner, small data off',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -758,8 +765,9 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if engine == 'inproc':
-            return InProcessSparkRunner(spark=self.spark), PipelineOptions(list(extra_args))
+        if engine == 'inproc' or engine in SMALL_DATA_ARGS:
+            return InProcessSparkRunner(spark=self.spark), PipelineOptions(
+                SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
         if engine == 'direct':
             return FnApiRunner(), PipelineOptions([])
         if engine == 'direct_mp':
@@ -1066,8 +1074,10 @@ def parse_args(argv=None):
                         'once and skips the larger sizes (default 120)')
     parser.add_argument('--pipelines', nargs='+', default=list(BENCHMARKS),
                         choices=list(BENCHMARKS), help='which pipelines (default all)')
-    parser.add_argument('--engines', nargs='+', default=list(ENGINES), choices=ENGINES,
-                        help='which engines (default all)')
+    parser.add_argument('--engines', nargs='+', default=list(DEFAULT_ENGINES),
+                        choices=ENGINES, help='which engines (default: all but '
+                        'inproc_small/inproc_nosmall, this runner with small data in '
+                        'the driver forced on/off)')
     parser.add_argument('--chunks', type=int, default=32,
                         help='Create seeds the data is generated from (default 32)')
     parser.add_argument('--master', default='local[2]', help='Spark master (default local[2])')
