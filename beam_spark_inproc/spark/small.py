@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import logging
 import queue
 import threading
 from typing import Optional
@@ -235,6 +236,7 @@ class SmallDataEngine:
         shipped = serializer.dumps(task)
         watchdog = _Watchdog(self._max_seconds)
         stage_task.watch.callback = watchdog.watch
+        _BEAM_LOGGER.addFilter(_not_too_big)
         rows = nbytes = 0
         partitions = []
         try:
@@ -260,6 +262,7 @@ class SmallDataEngine:
         finally:
             stage_task.watch.callback = None
             watchdog.stop()
+            _BEAM_LOGGER.removeFilter(_not_too_big)
         return Local(partitions)
 
 
@@ -300,6 +303,15 @@ class _Watchdog:
         with self._lock:
             self._done = True
         self._timer.cancel()
+
+
+# Beam's DoFnRunner logs every exception leaving a DoFn, ``_TooBig`` too: a
+# run dropped for Spark is not an error to show.
+_BEAM_LOGGER = logging.getLogger('apache_beam.runners.common')
+
+
+def _not_too_big(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], _TooBig))
 
 
 def _may_run_here(task) -> bool:

@@ -3,6 +3,7 @@ gives them, no Spark job while data is tiny, Spark as soon as it is not, the
 pickling round trip and the user's error as on Spark."""
 from __future__ import annotations
 
+import logging
 import pickle
 import uuid
 
@@ -149,6 +150,15 @@ def test_handed_over_stage_runs_on_every_core(spark):
     seeds = {c.key.metric.name: c.committed for c in counters if c.committed}
     ways = session.parallelism(spark, None)
     assert seeds == {f'partition-{i}': 8 // ways for i in range(ways)}, seeds
+
+
+def test_hand_over_on_time_logs_no_error(spark, caplog):
+    """The watchdog stopping a driver run is no error of the user's: Beam's
+    DoFnRunner, which logs any exception leaving a DoFn, stays quiet."""
+    with caplog.at_level(logging.ERROR, logger='apache_beam'):
+        _, jobs = _jobs(spark, _heavy)
+    assert jobs >= 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 def test_off_runs_on_spark(spark):
