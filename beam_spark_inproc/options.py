@@ -9,11 +9,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 INLINE_SIDE_INPUT_MB = 8.0
 INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # Stages whose input and output are at most this many KB run in the driver
-# (``spark.small``); the environment variable sets another default. Off (0) by
-# default: with it on, P1 at 4M took 6.69 s against 4.29 s off (2026-11-24,
-# quiet machine; the hand-over to Spark of a stage that grows past the limits
-# costs parallelism, not localized yet: issue #15). 64 suits test suites.
-SMALL_DATA_KB = 0
+# (``spark.small``); the environment variable sets another default, 0 turns it
+# off. On since 2026-11-24 (session 8): the hand-over of a stage that grows past
+# the limits now keeps Spark's parallelism (before, P1 at 4M ran its whole
+# expanding stage as one task: 6.69 s on vs 4.29 s off); a large pipeline
+# starting from tiny data pays at most ``small.MAX_SECONDS`` of driver work.
+SMALL_DATA_KB = 64
 SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
 
 
@@ -64,8 +65,7 @@ class SparkRunnerOptions(PipelineOptions):
             '(and 5000 rows) of Beam-encoded elements run in the driver, in '
             'the same worker code after the same pickling, without Spark '
             'jobs; larger data goes to Spark. 0: every stage runs on Spark. '
-            f'Default: ${SMALL_DATA_ENV} if set, else {SMALL_DATA_KB:g} (off); '
-            '64 suits a suite of small pipeline tests. '
+            f'Default: ${SMALL_DATA_ENV} if set, else {SMALL_DATA_KB:g}. '
             'See docs/performance.md.')
         parser.add_argument(
             '--spark_profile_dir', default=None, metavar='DIR',

@@ -11,9 +11,9 @@ os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
 logging.getLogger('py4j').setLevel(logging.WARNING)
 
 # The project's tests check Spark's execution: tiny stages run on Spark here
-# and in the processes tests start, not in the driver (``spark.small``, off by
-# default, opt-in for users' test suites; its own tests in
-# tests/integration/test_small_data.py pass the option).
+# and in the processes tests start, not in the driver (``spark.small``, on by
+# default for users; its own tests in tests/integration/test_small_data.py pass
+# the option).
 os.environ.setdefault('BEAM_SPARK_INPROC_SMALL_DATA_KB', '0')
 
 SPARK_MASTER = os.environ.get('BEAM_SPARK_TEST_MASTER', 'local[2]')

@@ -161,6 +161,15 @@ def test_hand_over_on_time_logs_no_error(spark, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
+def test_on_by_default(spark, monkeypatch):
+    """Without the option or the variable (which the project's conftest sets
+    to 0 for its other tests) tiny stages run in the driver."""
+    from beam_spark_inproc.options import SMALL_DATA_ENV
+    monkeypatch.delenv(SMALL_DATA_ENV, raising=False)
+    _, jobs = _jobs(spark, _small, [])
+    assert jobs == 0
+
+
 def test_off_runs_on_spark(spark):
     _, jobs = _jobs(spark, _small, OFF)
     assert jobs >= 1
