@@ -54,6 +54,14 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _is_jvm(pid: int) -> bool:
+    try:
+        with open(f'/proc/{pid}/comm') as f:
+            return f.read().strip() == 'java'
+    except OSError:
+        return False
+
+
 def _descendants(pid: int) -> list[int]:
     children = {}
     for name in os.listdir('/proc'):
@@ -110,17 +118,22 @@ def main() -> None:
     print(f'keys={args.keys} rate={args.rate}/micro-batch master={args.master} '
           f'checkpoint={location}')
     print(f'{"t (s)":>7} {"micro-batch":>11} {"driver MB":>10} '
-          f'{"JVMs+Python workers MB":>23} {"checkpoint MB":>14}')
+          f'{"JVMs MB":>8} {"Python workers MB (n)":>22} '
+          f'{"largest worker MB":>17} {"checkpoint MB":>14} {"load":>5}')
     me = os.getpid()
     while time.time() - start < args.minutes * 60:
         state = result.wait_until_finish(duration=int(args.every * 1000))
         executor = getattr(result, 'executor', None)
-        others = sum(_rss_kb(pid) for pid in _descendants(me))
+        pids = _descendants(me)
+        jvms = [_rss_kb(pid) for pid in pids if _is_jvm(pid)]
+        workers = [_rss_kb(pid) for pid in pids if not _is_jvm(pid)]
         size = CheckpointStore.size(type('S', (), {'root': location})())
+        workers_mb = f'{sum(workers) / 1024:.0f} ({len(workers)})'
         print(f'{time.time() - start:7.0f} '
               f'{executor.micro_batch if executor else -1:>11} '
-              f'{_rss_kb(me) / 1024:10.0f} {others / 1024:23.0f} '
-              f'{size / 2**20:14.1f}', flush=True)
+              f'{_rss_kb(me) / 1024:10.0f} {sum(jvms) / 1024:8.0f} '
+              f'{workers_mb:>22} {max(workers, default=0) / 1024:17.0f} '
+              f'{size / 2**20:14.1f} {os.getloadavg()[0]:5.1f}', flush=True)
         if state != 'RUNNING':
             break
     result.cancel()

@@ -1,16 +1,26 @@
-"""Beam's Python Nexmark queries over ``generator`` events, as test pipelines.
+"""Beam's Python Nexmark queries over ``beam_spark_inproc.nexmark`` events.
 
-``pipeline(query, events)`` returns a ``build(p)`` function (the shape of
-``tests.integration.test_semantics.run_on``) that reads the events with
-``Create``, gives each its ``date_time`` as timestamp (as Beam's Nexmark
-launcher does), runs ``queries/query<N>.load`` and writes each result as one
-line naming its value, window, timestamp and pane. Results are Beam's model
-objects (printed as Nexmark's JSON) or dicts (printed with sorted keys).
+``pipeline(query, n)`` returns a ``build(p)`` function (the shape of
+``tests.integration.test_semantics.run_on``) that reads events ``0 .. n-1``
+with the bounded ``ReadEvents`` (each event's ``date_time`` as its timestamp,
+as Beam's Nexmark launcher does), runs ``queries/query<N>.load`` and writes
+each result as one line naming its value, window, timestamp and pane. Results
+are Beam's model objects (printed as Nexmark's JSON) or dicts (printed with
+sorted keys).
 
-``streaming_pipeline(query, events, per_step)`` is the same query reading the
-events as a stream (``generator.test_stream``: in order, the event-time
-watermark following them); ``run_stream`` runs a build as a stream and
-returns its lines.
+``streaming_pipeline(query, n, events_per_second, period)`` is the same query
+on the unbounded, paced ``ReadEvents`` (in order, the event-time watermark
+following them, ``events_per_second * period`` events per call);
+``test_stream_pipeline(query, n, per_step)`` reads the same events from a
+TestStream in the same steps (Beam's BundleBasedDirectRunner, the streaming
+reference, runs it; it does not run the paced splittable DoFn).
+``run_stream`` runs a build as a stream and returns its lines.
+
+Query 10 writes no file in Beam's Python version (its
+``open_writable_gcs_file`` is empty) and outputs nothing; ``query10_files``
+points it at a local folder and makes that function create the file it names,
+so the names written (a log file per window, shard and pane, an index per
+window) are the query's output.
 """
 from __future__ import annotations
 
@@ -21,13 +31,18 @@ import shutil
 import tempfile
 import uuid
 
+import contextlib
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.benchmarks.nexmark import nexmark_util
+from apache_beam.testing.benchmarks.nexmark.queries import query10
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
 
-from tests.nexmark import generator
+from beam_spark_inproc.nexmark import ReadEvents
+from beam_spark_inproc.nexmark import generator
 
 # The launcher's defaults (nexmark_launcher.py), at this data's scale.
 METADATA = {
@@ -64,8 +79,8 @@ def describe_window(w) -> str:
 
 
 def describe_pane(pane) -> str:
-    return 'pane(first=%s last=%s %s)' % (
-        pane.is_first, pane.is_last, pane.timing)
+    return 'pane(first=%s last=%s %s index=%d)' % (
+        pane.is_first, pane.is_last, pane.timing, pane.index)
 
 
 def load(query: int):
@@ -73,31 +88,71 @@ def load(query: int):
         'apache_beam.testing.benchmarks.nexmark.queries.query%d' % query).load
 
 
-def pipeline(query: int, events: list):
+def _query(query: int, read, p):
+    return (load(query)(read, METADATA, p.options)
+            | 'Describe' >> beam.ParDo(Describe())
+            | 'Rewindow' >> beam.WindowInto(window.GlobalWindows()))
+
+
+def pipeline(query: int, num_events: int):
     """build(p) -> PCollection of result lines, for ``run_on``."""
-    nexmark_util.setup_coder()
-
     def build(p):
-        read = (p
-                | 'Events' >> beam.Create(events)
-                | 'Timestamps' >> beam.Map(
-                    lambda e: window.TimestampedValue(e, e.date_time)))
-        return (load(query)(read, METADATA)
-                | 'Describe' >> beam.ParDo(Describe())
-                | 'Rewindow' >> beam.WindowInto(window.GlobalWindows()))
+        return _query(query, p | 'Events' >> ReadEvents(num_events), p)
     return build
 
 
-def streaming_pipeline(query: int, events: list, per_step: int):
-    """build(p) reading ``events`` as a stream, ``per_step`` at a time."""
+def streaming_pipeline(query: int, num_events: int, events_per_second: float,
+                       period: float = 0.05):
+    """build(p) reading the events from the paced, unbounded ReadEvents."""
+    def build(p):
+        return _query(query, p | 'Events' >> ReadEvents(
+            num_events, events_per_second=events_per_second, period=period), p)
+    return build
+
+
+def test_stream_pipeline(query: int, num_events: int, per_step: int):
+    """build(p) reading the events from a TestStream, ``per_step`` at a time."""
     nexmark_util.setup_coder()
+    events = list(generator.events(num_events))
 
     def build(p):
-        read = p | 'Events' >> generator.test_stream(events, per_step)
-        return (load(query)(read, METADATA)
-                | 'Describe' >> beam.ParDo(Describe())
-                | 'Rewindow' >> beam.WindowInto(window.GlobalWindows()))
+        return _query(query, p | 'Events' >> test_stream(events, per_step), p)
     return build
+
+
+test_stream_pipeline.__test__ = False  # not a pytest test
+
+
+def test_stream(events: list, per_step: int) -> TestStream:
+    """The events ``per_step`` at a time, in order, each step followed by the
+    event-time watermark moving to its last event's time (as the paced
+    ReadEvents does), then to +inf."""
+    stream = TestStream()
+    for start in range(0, len(events), per_step):
+        chunk = events[start:start + per_step]
+        stream = stream.add_elements(
+            [window.TimestampedValue(e, e.date_time) for e in chunk])
+        stream = stream.advance_watermark_to(chunk[-1].date_time)
+    return stream.advance_watermark_to_infinity()
+
+
+test_stream.__test__ = False  # not a pytest test
+
+
+@contextlib.contextmanager
+def query10_files(folder: str):
+    """Query 10 writing (empty) files into ``folder`` (see the module doc);
+    in this process only (the debug engine, Beam's in-process runners)."""
+    def create(options, filename):
+        open(filename, 'w').close()
+
+    saved = query10.output_path, query10.open_writable_gcs_file
+    query10.output_path = folder
+    query10.open_writable_gcs_file = create
+    try:
+        yield
+    finally:
+        query10.output_path, query10.open_writable_gcs_file = saved
 
 
 class _Lines(beam.DoFn):

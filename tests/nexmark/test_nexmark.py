@@ -23,7 +23,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_spark_inproc import InProcessSparkRunner
 from tests.integration.test_semantics import run_on
 from tests.nexmark import queries
-from tests.nexmark.generator import events
+from beam_spark_inproc.nexmark.generator import events
 
 N = 2000
 EVENTS = list(events(N))
@@ -37,7 +37,7 @@ def _debug():
 
 @pytest.mark.parametrize('query', [0, 1, 2, 3, 5, 7, 8, 11])
 def test_query_equals_fn_api_runner(query, tmp_path):
-    build = queries.pipeline(query, EVENTS)
+    build = queries.pipeline(query, N)
     options = OPTIONS.get(query)
     on_runner = run_on(_debug(), build, tmp_path / 'runner', options)
     expected = run_on(FnApiRunner(), build, tmp_path / 'fnapi', options)
@@ -176,7 +176,7 @@ HAND = {4: (expected_query4, _without_pane), 9: (expected_query9, _without_pane)
 def test_query_equals_hand_reference(query, tmp_path, monkeypatch):
     monkeypatch.setattr(query6, 'MovingMeanSellingPriceFn', MovingMeanSellingPrice)
     expected, view = HAND[query]
-    lines = run_on(_debug(), queries.pipeline(query, EVENTS), tmp_path)
+    lines = run_on(_debug(), queries.pipeline(query, N), tmp_path)
     assert view(lines) == expected() and lines
 
 
@@ -184,5 +184,5 @@ def test_query_equals_hand_reference(query, tmp_path, monkeypatch):
 def test_query_on_spark(query, tmp_path, spark):
     expected, view = HAND[query]
     lines = run_on(InProcessSparkRunner(spark=spark),
-                   queries.pipeline(query, EVENTS), tmp_path)
+                   queries.pipeline(query, N), tmp_path)
     assert view(lines) == expected() and lines

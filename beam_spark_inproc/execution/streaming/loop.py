@@ -177,12 +177,15 @@ class StreamingExecutor:
 
     def _wait_for_residuals(self) -> None:
         """Nothing moves but splittable DoFns' residuals wait for their resume
-        delay: let the clock reach the earliest (TestStream's clock jumps)."""
+        delay: let the clock reach the earliest (TestStream's clock jumps), or
+        on the wall clock the earliest processing-time timer if sooner."""
         due = self.residuals.next_due()
         if self.sources:
             for source in self.sources.values():
                 source.clock = max(source.clock, due)
             return
+        due = min(due, min((s.processing_timer for summaries in self.summaries
+                            for s in summaries.values()), default=due))
         while not self.cancelled.is_set() and time.time() < due:
             self.cancelled.wait(min(due - time.time(), 0.1))
 
