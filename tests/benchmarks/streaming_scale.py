@@ -5,13 +5,18 @@ default) in fixed windows of ``--window`` seconds of event time; each
 micro-batch adds ``--rate`` elements spread over all keys, with event times
 advancing ``--step`` seconds per micro-batch and the watermark following, so
 windows close and their state expires as the stream goes. Every
-``--every`` seconds it prints the driver's RSS, the JVMs' (driver and executors) and Python
-workers' RSS (``/proc``, summed over the processes under this driver), and the
-checkpoint folder's size, until ``--minutes`` have passed; then it cancels the
+``--every`` seconds it prints the driver's RSS, the JVMs' RSS (Spark's driver
+JVM and the executors', summed), the Python workers' proportional set size
+(PSS: the pyspark daemons and the workers they fork share pages, which RSS
+would count once per process) and their number, the largest worker's, the
+checkpoint folder's size and the load average, until ``--minutes`` have passed; then it cancels the
 stream. Not part of the test run.
 
-The source is a TestStream (events generated up front), so the element count
-is bounded by memory: ``--minutes`` x micro-batches per minute x ``--rate``.
+The source (``--source sdf``, the default) is an endless splittable DoFn
+(``KeyedElements``): ``--rate`` elements per call, one call per micro-batch,
+nothing generated ahead. ``--source test_stream`` generates ``--steps`` such
+micro-batches up front in a TestStream (bounded by memory and by the pipeline
+proto that carries them; the 5-minute run of the last session).
 
     python tests/benchmarks/streaming_scale.py --minutes 3 --keys 1000000
 """
@@ -23,11 +28,18 @@ import tempfile
 import time
 
 import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import userstate
 from apache_beam.transforms import window
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.core import WatermarkEstimatorProvider
+from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
@@ -43,11 +55,81 @@ class CountPerKey(beam.DoFn):
             yield kv[0], n
 
 
+class KeyedElements(beam.DoFn, RestrictionProvider, WatermarkEstimatorProvider):
+    """An endless source: call ``i`` (one per micro-batch) emits elements
+    ``i * rate .. (i + 1) * rate - 1`` as ``('key<n % keys>', n)`` at event
+    time ``i * step``, moves its watermark to ``(i + 1) * step`` and resumes
+    after what is left of ``period`` seconds. The restriction is the element
+    number range, so nothing is generated before it is needed."""
+
+    def __init__(self, keys: int, rate: int, step: int, period: float):
+        self.keys, self.rate, self.step, self.period = keys, rate, step, period
+
+    def initial_restriction(self, element) -> OffsetRange:
+        return OffsetRange(0, 2 ** 62)
+
+    def create_tracker(self, restriction) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction) -> int:
+        return restriction.size()
+
+    def initial_estimator_state(self, element, restriction):
+        return None
+
+    def create_watermark_estimator(self, state) -> ManualWatermarkEstimator:
+        return ManualWatermarkEstimator(state)
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(),
+                estimator=beam.DoFn.WatermarkEstimatorParam()):
+        started = time.monotonic()
+        first = tracker.current_restriction().start
+        call = first // self.rate
+        for n in range(first, (call + 1) * self.rate):
+            if not tracker.try_claim(n):
+                return
+            yield window.TimestampedValue((f'key{n % self.keys}', n),
+                                          call * self.step)
+        estimator.set_watermark(Timestamp((call + 1) * self.step))
+        tracker.defer_remainder(Duration.of(
+            max(0.0, self.period - (time.monotonic() - started))))
+
+
+def _test_stream(args) -> TestStream:
+    """The same elements generated up front (bounded by memory and by the
+    pipeline proto that carries them): ``--steps`` micro-batches."""
+    stream = TestStream()
+    n = 0
+    for step in range(args.steps):
+        elements = []
+        for _ in range(args.rate):
+            elements.append(window.TimestampedValue(
+                (f'key{n % args.keys}', n), step * args.step))
+            n += 1
+        stream = stream.add_elements(elements).advance_watermark_to(
+            (step + 1) * args.step)
+    return stream.advance_watermark_to_infinity()
+
+
 def _rss_kb(pid: int) -> int:
     try:
         with open(f'/proc/{pid}/status') as f:
             for line in f:
                 if line.startswith('VmRSS:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size: pages shared by forked Python workers (the
+    pyspark daemon's) counted once overall, not once per process."""
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            for line in f:
+                if line.startswith('Pss:'):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -85,8 +167,13 @@ def main() -> None:
     parser.add_argument('--keys', type=int, default=1_000_000)
     parser.add_argument('--rate', type=int, default=20_000,
                         help='elements per micro-batch')
+    parser.add_argument('--source', choices=['sdf', 'test_stream'],
+                        default='sdf')
+    parser.add_argument('--period', type=float, default=0.0,
+                        help='sdf: seconds per micro-batch at least (pacing)')
     parser.add_argument('--steps', type=int, default=60,
-                        help='micro-batches generated (the stream ends after)')
+                        help='test_stream: micro-batches generated (the '
+                        'stream ends after)')
     parser.add_argument('--step', type=int, default=10,
                         help='event-time seconds per micro-batch')
     parser.add_argument('--window', type=int, default=600)
@@ -95,30 +182,24 @@ def main() -> None:
     parser.add_argument('--master', default='local-cluster[2,1,2048]')
     args = parser.parse_args()
     location = tempfile.mkdtemp(prefix='bench-scale-')
-    stream = TestStream()
-    n = 0
-    for step in range(args.steps):
-        elements = []
-        for _ in range(args.rate):
-            elements.append(window.TimestampedValue(
-                (f'key{n % args.keys}', n), step * args.step))
-            n += 1
-        stream = stream.add_elements(elements).advance_watermark_to(
-            (step + 1) * args.step)
-    stream = stream.advance_watermark_to_infinity()
+    if args.source == 'sdf':
+        source = beam.Impulse() | beam.ParDo(
+            KeyedElements(args.keys, args.rate, args.step, args.period))
+    else:
+        source = _test_stream(args)
     from beam_spark_inproc.spark import session
     spark, _ = session.get_or_create(args.master, None, {})
     options = PipelineOptions([f'--checkpoint_location={location}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    _ = (p | stream | beam.WindowInto(window.FixedWindows(args.window))
+    _ = (p | source | beam.WindowInto(window.FixedWindows(args.window))
          | beam.ParDo(CountPerKey()))
     start = time.time()
     result = p.run()
     print(f'keys={args.keys} rate={args.rate}/micro-batch master={args.master} '
           f'checkpoint={location}')
     print(f'{"t (s)":>7} {"micro-batch":>11} {"driver MB":>10} '
-          f'{"JVMs MB":>8} {"Python workers MB (n)":>22} '
+          f'{"JVMs MB":>8} {"Python workers PSS MB (n)":>26} '
           f'{"largest worker MB":>17} {"checkpoint MB":>14} {"load":>5}')
     me = os.getpid()
     while time.time() - start < args.minutes * 60:
@@ -126,13 +207,13 @@ def main() -> None:
         executor = getattr(result, 'executor', None)
         pids = _descendants(me)
         jvms = [_rss_kb(pid) for pid in pids if _is_jvm(pid)]
-        workers = [_rss_kb(pid) for pid in pids if not _is_jvm(pid)]
+        workers = [_pss_kb(pid) for pid in pids if not _is_jvm(pid)]
         size = CheckpointStore.size(type('S', (), {'root': location})())
         workers_mb = f'{sum(workers) / 1024:.0f} ({len(workers)})'
         print(f'{time.time() - start:7.0f} '
               f'{executor.micro_batch if executor else -1:>11} '
               f'{_rss_kb(me) / 1024:10.0f} {sum(jvms) / 1024:8.0f} '
-              f'{workers_mb:>22} {max(workers, default=0) / 1024:17.0f} '
+              f'{workers_mb:>26} {max(workers, default=0) / 1024:17.0f} '
               f'{size / 2**20:14.1f} {os.getloadavg()[0]:5.1f}', flush=True)
         if state != 'RUNNING':
             break
