@@ -38,10 +38,7 @@ A mismatch prints ``MISMATCH`` and makes the script exit 1.
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
-import re
 import sys
 import tempfile
 import time

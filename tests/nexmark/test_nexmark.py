@@ -1,6 +1,8 @@
-"""Beam's Python Nexmark queries 0-9, 11 and 12 in batch on this runner.
+"""Beam's Python Nexmark queries 0-12 in batch on this runner.
 
-Over ``generator.events(N)``: equal to FnApiRunner where it runs the query;
+Over the bounded ``ReadEvents(N)`` (``beam_spark_inproc.nexmark``): equal to
+FnApiRunner where it runs the query (10: the files it writes into a local
+folder, ``queries.query10_files``);
 queries 4, 6 and 9 (``AuctionOrBidWindowFn``, a merging WindowFn with its own
 window type, which FnApiRunner keeps opaque and cannot merge) and 12 (a
 processing-time trigger, for which FnApiRunner has no clock) equal to results
@@ -44,6 +46,18 @@ def test_query_equals_fn_api_runner(query, tmp_path):
     assert on_runner == expected
     if query != 3:  # see test_query3_is_empty_on_both
         assert expected
+
+
+def test_query10_writes_the_files_fn_api_runner_writes(tmp_path):
+    from tests.nexmark.test_nexmark_streaming import _written
+    written = {}
+    for name, runner in (('runner', _debug()), ('fnapi', FnApiRunner())):
+        folder = tmp_path / (name + '-files')
+        folder.mkdir()
+        with queries.query10_files(str(folder)):
+            run_on(runner, queries.pipeline(10, N), tmp_path / name)
+        written[name] = _written(str(folder))
+    assert written['runner'] == written['fnapi'] and written['runner']
 
 
 def test_query3_is_empty_on_both():

@@ -292,9 +292,12 @@ class StreamingExecutor:
         residuals go to the driver's schedule, its control rows are taken."""
         self._settle_writers(index, stage)
         self._next_wm[index] = self._next_input_wm(index, stage)
-        result = self._maybe_cache(index, self.engine.map_stage(
+        # Cached even when nothing reads it (a leaf): the leaves' job would
+        # run the DoFn again, and the stage's side effects twice.
+        result = self.engine.cache(self.engine.map_stage(
             data, self._task(stage, self._step(index),
-                             gate=self.gates.get(index))), eager=True)
+                             gate=self.gates.get(index))))
+        self._cached.append(result)
         with self._job():
             scheduled, control = self.engine.collect(
                 self.engine.select(result, SCHEDULED_TAG, 0, True))
