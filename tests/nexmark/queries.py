@@ -156,14 +156,19 @@ def query10_files(folder: str):
 
 
 class _Lines(beam.DoFn):
-    """Writes each line to a file of its own (works in any process)."""
+    """Writes each line to a file of its own (works in any process; a file
+    appears whole, by a rename)."""
 
     def __init__(self, folder: str):
         self._folder = folder
 
     def process(self, line):
-        with open(os.path.join(self._folder, uuid.uuid4().hex), 'w') as f:
+        name = uuid.uuid4().hex
+        # Whole files only for a reader polling the folder meanwhile.
+        with open(os.path.join(self._folder, '.' + name), 'w') as f:
             f.write(line)
+        os.rename(os.path.join(self._folder, '.' + name),
+                  os.path.join(self._folder, name))
 
 
 def run_stream(runner, build, options: dict | None = None) -> list[str]:

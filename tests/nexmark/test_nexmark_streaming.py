@@ -190,6 +190,8 @@ def test_query10_writes_the_batch_files(tmp_path):
 def _counts(folder: str) -> list[dict]:
     found = []
     for name in os.listdir(folder):
+        if name.startswith('.'):
+            continue  # being written
         with open(os.path.join(folder, name)) as f:
             found.append(json.loads(f.read().split(' @ ', 1)[0]))
     return found
