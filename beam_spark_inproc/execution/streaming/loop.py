@@ -377,13 +377,13 @@ class StreamingExecutor:
                              f'{self.micro_batch}'):
             yield
 
-    def _maybe_cache(self, index: int, result: Any, eager: bool = False) -> Any:
+    def _maybe_cache(self, index: int, result: Any) -> Any:
         """A result read more than once, or read after the job that ran it
-        (a keyed stage's, or one run at once: ``eager``), is cached for the
-        micro-batch."""
+        (a keyed stage's; a splittable stage's is always cached,
+        ``_splittable``), is cached for the micro-batch."""
         stage = self.plan.stages[index]
         if self._uses[index] > 1 or (self._uses[index] and (
-                eager or stage.grouped or stage.stateful)):
+                stage.grouped or stage.stateful)):
             result = self.engine.cache(result)
             self._cached.append(result)
         return result
