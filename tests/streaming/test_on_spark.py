@@ -40,6 +40,17 @@ def test_unbounded_sdf_on_spark(spark):
         ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
 
 
+def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
+    """By hand: each tick recorded once. The splittable stage runs in a job
+    of its own (its residuals go to the driver); its result was not cached
+    when nothing read it (here the recording is fused into it), so the
+    micro-batch's last job ran it again: every tick was recorded twice."""
+    records = oracle.run(
+        lambda p: p | beam.Impulse() | beam.ParDo(test_sources._Ticks()),
+        InProcessSparkRunner(spark=spark))
+    assert sorted(r[0] for r in records) == list(range(test_sources._TOTAL))
+
+
 def test_user_failure_names_the_transform_and_spark_stays_usable(spark):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True

@@ -73,20 +73,6 @@ def test_unbounded_sdf_residuals_rerun_and_hold_the_watermark():
         ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
 
 
-def _ticks_recorded(p):
-    """The source's own stage records (nothing reads its output)."""
-    return p | beam.Impulse() | beam.ParDo(_Ticks())
-
-
-def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
-    """By hand: each tick recorded once. The splittable stage runs in a job
-    of its own (its residuals go to the driver); its result was not cached
-    when nothing read it, so the micro-batch's last job ran it again and its
-    side effects (here the recording fused into it) happened twice."""
-    records = oracle.run(_ticks_recorded, InProcessSparkRunner(spark=spark))
-    assert sorted(r[0] for r in records) == list(range(_TOTAL))
-
-
 def _two_test_streams(p):
     first = p | 'First' >> TestStream().add_elements(
         [window.TimestampedValue(('a', 1), 1)]).advance_watermark_to(
