@@ -113,6 +113,58 @@ def _unlift_timestamped_combines(proto: beam_runner_api_pb2.Pipeline) -> None:
                 transform.spec.Clear()
 
 
+# A Reshuffle the planner puts before a ParDo (``boundary_before``): it keeps
+# panes whatever the pipeline's compatibility version (``StagePlan.reset_panes``).
+PANES_BOUNDARY = 'beam_spark_inproc:panes_boundary'
+
+
+def boundary_before(proto: beam_runner_api_pb2.Pipeline,
+                    pardo_names: set[str]) -> beam_runner_api_pb2.Pipeline:
+    """A copy of ``proto`` with a runner-executed Reshuffle (a stage boundary
+    passing elements, windows, timestamps and panes as they are) in front of
+    the main input of each ParDo named.
+
+    Streaming: a ParDo reading side inputs that fusion put in the stage
+    consuming a GroupByKey gets its own stage, where its main input can wait
+    for the side inputs in the driver (``execution.streaming.side_inputs``):
+    in the grouped stage the panes are made inside Spark's task, too late to
+    wait. The boundary costs a round-robin shuffle of the panes."""
+    proto = copy.deepcopy(proto)
+    components = proto.components
+    parents = {child: parent for parent, t in components.transforms.items()
+               for child in t.subtransforms}
+    for transform_id, pardo in list(components.transforms.items()):
+        if (pardo.unique_name not in pardo_names
+                or pardo.spec.urn not in translations.PAR_DO_URNS):
+            continue
+        side_tags = proto_utils.parse_Bytes(
+            pardo.spec.payload, beam_runner_api_pb2.ParDoPayload).side_inputs
+        [tag] = [tag for tag in pardo.inputs if tag not in side_tags]
+        source = pardo.inputs[tag]
+        boundary_pcoll = f'{source}/{transform_id}/panes'
+        components.pcollections[boundary_pcoll].CopyFrom(
+            components.pcollections[source])
+        components.pcollections[boundary_pcoll].unique_name = boundary_pcoll
+        boundary_id = f'{transform_id}/PanesBeforeSideInputs'
+        boundary = components.transforms[boundary_id]
+        boundary.unique_name = f'{pardo.unique_name}/PanesBeforeSideInputs'
+        boundary.spec.urn = common_urns.composites.RESHUFFLE.urn
+        boundary.inputs['input'] = source
+        boundary.outputs['output'] = boundary_pcoll
+        boundary.annotations[PANES_BOUNDARY] = b'1'
+        if pardo.environment_id:
+            boundary.environment_id = pardo.environment_id
+        pardo.inputs[tag] = boundary_pcoll
+        parent = parents.get(transform_id)
+        siblings = (components.transforms[parent].subtransforms
+                    if parent is not None else proto.root_transform_ids)
+        ids = list(siblings)
+        ids.insert(ids.index(transform_id), boundary_id)
+        del siblings[:]
+        siblings.extend(ids)
+    return proto
+
+
 def fuse(
         pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False,
         streaming: bool = False,

@@ -16,6 +16,8 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
+from beam_spark_inproc.planning.phases import PANES_BOUNDARY
+from beam_spark_inproc.planning.phases import boundary_before
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
 
@@ -33,10 +35,20 @@ def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
 
     ``reshuffle_keeps_panes``: False for pipelines whose
     ``update_compatibility_version`` predates 2.65 (see ``plan.StagePlan.reset_panes``).
-    ``streaming``: TestStream stays a runner transform (``phases.fuse``).
+    ``streaming``: TestStream stays a runner transform (``phases.fuse``); a
+    ParDo reading side inputs in a stage that consumes a GroupByKey gets a
+    stage of its own (``phases.boundary_before``).
     """
     context, stages = fuse(pipeline_proto, is_drain, streaming)
-    return plan_stages(context, stages, reshuffle_keeps_panes)
+    plan = plan_stages(context, stages, reshuffle_keeps_panes)
+    if streaming:  # side inputs read where a GroupByKey's panes are made
+        readers = {side_input.transform_id for stage in plan.stages
+                   if stage.grouped for side_input in stage.side_inputs}
+        if readers:
+            context, stages = fuse(boundary_before(pipeline_proto, readers),
+                                   is_drain, streaming)
+            plan = plan_stages(context, stages, reshuffle_keeps_panes)
+    return plan
 
 
 def plan_stages(
@@ -208,7 +220,8 @@ def _plan_stage(context, stage: translations.Stage, layouts,
         return p.StagePlan(
             name=stage.name, kind=p.RESHUFFLE_STAGE, labels=tuple(labels),
             inputs=tuple(inputs), outputs=tuple(outputs),
-            reset_panes=not reshuffle_keeps_panes)
+            reset_panes=not reshuffle_keeps_panes and not any(
+                PANES_BOUNDARY in t.annotations for t in stage.transforms))
 
     native = [t for t in stage.transforms if t.spec.urn in NATIVE_URNS]
     if native:

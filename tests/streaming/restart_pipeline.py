@@ -7,7 +7,8 @@ GroupByKey sums and a stateful DoFn with event-time timers
 sum as a side input (elements wait in the driver for the side input's
 window to close); ``sdf``: windowed sums over an unbounded splittable DoFn
 (``Ticks``: ``defer_remainder`` residuals held by the driver). Each writes
-with Beam's ``fileio.WriteToFiles`` into OUT. With ``--kill``, the driver SIGKILLs itself
+with Beam's ``fileio.WriteToFiles`` into OUT; ``text``: lines written with
+Beam's ``WriteToText`` per window (killed when step 7's first element arrives). With ``--kill``, the driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
 into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
 and whose commit record is not written. Prints the committed counters as JSON.
@@ -145,9 +146,33 @@ def build_sdf(p: beam.Pipeline, out: str, marker: str = '') -> None:
            out, marker)
 
 
-VARIANTS = {'timers': build, 'side': build_side, 'sdf': build_sdf}
+def _kill_at(element, marker: str):
+    """Kills the driver the first time (MARKER absent) step 7's first element
+    arrives: windows before [30, 40) are written, the micro-batch is not
+    committed."""
+    if (marker and element[1] == 7 * PER_STEP
+            and not os.path.exists(marker)):
+        open(marker, 'w').close()
+        os.kill(int(os.environ.get(DRIVER_PID, os.getpid())), signal.SIGKILL)
+        os._exit(9)
+    return element
+
+
+def build_text(p: beam.Pipeline, out: str, marker: str = '') -> None:
+    # Beam's WriteToText on unbounded input: its windowed WriteImpl reads side
+    # inputs after a GroupByKey and names a file per window.
+    _ = (p | events() | 'Count' >> beam.Map(_count)
+         | 'Kill' >> beam.Map(_kill_at, marker)
+         | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+         | 'Line' >> beam.Map(lambda kv: f'text {kv[0]} {kv[1]}')
+         | beam.io.WriteToText(os.path.join(out, 'text'), num_shards=1))
+
+
+VARIANTS = {'timers': build, 'side': build_side, 'sdf': build_sdf,
+            'text': build_text}
 # Elements the Count step sees in a fault-free run of each variant.
-ELEMENTS = {'timers': STEPS * PER_STEP, 'side': STEPS * PER_STEP, 'sdf': TICKS}
+ELEMENTS = {'timers': STEPS * PER_STEP, 'side': STEPS * PER_STEP, 'sdf': TICKS,
+            'text': STEPS * PER_STEP}
 
 
 def run(runner, out: str, checkpoint: str, marker: str = '',

@@ -102,16 +102,33 @@ def test_streaming_flag_runs_a_bounded_pipeline_as_a_stream():
 
 
 def test_what_the_mode_cannot_run_is_rejected_naming_the_transforms():
+    # TestStreams served by a service: each one named, before any job.
     p = _pipeline()
-    stream = p | TestStream().add_elements([('a', 1)])
-    side = p | 'Side' >> beam.Create([1])
-    _ = (stream | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey()
-         | 'WithSide' >> beam.Map(lambda kv, s: kv, beam.pvalue.AsList(side)))
+    _ = p | 'Served' >> TestStream(endpoint='localhost:1')
+    _ = p | 'AlsoServed' >> TestStream(endpoint='localhost:2')
     with pytest.raises(UnsupportedPipelineError) as info:
         p.run()
     message = str(info.value)
-    assert "'WithSide'" in message and 'side input' in message
+    assert "'Served'" in message and "'AlsoServed'" in message
+    assert 'service' in message
     assert 'nothing was submitted to Spark' in message
+
+
+def _side_after_grouping(p):
+    stream = p | TestStream().add_elements([window.TimestampedValue(('a', 1), 1)])
+    side = p | 'Side' >> beam.Create([1])
+    return (stream | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey()
+            | 'WithSide' >> beam.Map(lambda kv, s: (kv[0], list(kv[1]), s),
+                                     beam.pvalue.AsList(side)))
+
+
+def test_side_input_after_a_group_by_key_is_not_rejected():
+    # It used to be (the ParDo was fused into the stage making the panes);
+    # the planner now gives it a stage of its own (test_side_inputs).
+    expected = oracle.direct(_side_after_grouping)
+    assert [r[0] for r in expected] == [('a', [1], [1])]
+    assert oracle.run(_side_after_grouping,
+                      InProcessSparkRunner(debug=True)) == expected
 
 
 def _many_keys(p):

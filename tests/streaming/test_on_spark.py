@@ -24,7 +24,9 @@ from tests.streaming.test_mode import Boom
     test_triggers.early_late_accumulating, test_triggers.two_groupings,
     test_triggers.stateful_timers,
     # side inputs shipped to Spark's workers, new values in later micro-batches
-    test_side_inputs._views], ids=lambda b: b.__name__)
+    test_side_inputs._views,
+    # a Reshuffle stage keeping panes between a GroupByKey and a side input's reader
+    test_side_inputs._grouped_with_side], ids=lambda b: b.__name__)
 def test_same_panes_as_direct_runner_on_spark(spark, build):
     expected = oracle.direct(build)
     assert expected

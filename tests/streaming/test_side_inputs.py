@@ -225,3 +225,60 @@ def test_side_input_values_of_closed_windows_are_dropped(monkeypatch):
     assert oracle.run(_side_window_per_step,
                       InProcessSparkRunner(debug=True)) == expected
     assert len(held) >= 6 and max(held) <= 2, held
+
+
+def _grouped_with_side(p):
+    """The side input is read by the ParDo that consumes a GroupByKey (the
+    planner gives it a stage of its own: ``phases.boundary_before``); early
+    panes, so the panes' timing and index must reach it unchanged."""
+    main, side = _tagged(p)
+    values = side | 'Values' >> beam.Map(lambda kv: kv[1])
+    return (main
+            | 'Key' >> beam.Map(lambda x: ('k', x))
+            | 'Early' >> beam.WindowInto(
+                window.FixedWindows(10),
+                trigger=trigger.AfterWatermark(early=trigger.AfterCount(1)),
+                accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+            | beam.GroupByKey()
+            | beam.Map(lambda kv, side: (kv[0], sorted(kv[1]), sorted(side)),
+                       beam.pvalue.AsList(values)))
+
+
+def test_side_input_read_after_a_group_by_key():
+    expected = oracle.direct(_grouped_with_side)
+    assert [r[0] for r in expected] and any(r[3] == 0 for r in expected)  # EARLY
+    assert oracle.run(_grouped_with_side,
+                      InProcessSparkRunner(debug=True)) == expected
+
+
+def test_windowed_write_to_text_in_a_stream(tmp_path):
+    """Beam's WriteToText on unbounded input reads its side inputs in the
+    stage consuming a GroupByKey: the same files, per window, as on
+    BundleBasedDirectRunner."""
+    import glob
+    import os
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    def files(runner, folder):
+        os.makedirs(folder)
+        p = beam.Pipeline(runner=runner,
+                          options=PipelineOptions(['--streaming']))
+        _ = (p | TestStream()
+             .add_elements([window.TimestampedValue('a', 1),
+                            window.TimestampedValue('b', 12)])
+             .advance_watermark_to(20)
+             .add_elements([window.TimestampedValue('c', 25)])
+             .advance_watermark_to_infinity()
+             | beam.WindowInto(window.FixedWindows(10))
+             | beam.io.WriteToText(os.path.join(folder, 'part'), num_shards=1))
+        assert p.run().wait_until_finish() == 'DONE'
+        found = {}
+        for name in glob.glob(os.path.join(folder, 'part*')):
+            with open(name) as f:
+                found[os.path.basename(name)] = f.read()
+        return found
+
+    expected = files(oracle.BundleBasedDirectRunner(), tmp_path / 'direct')
+    assert len(expected) == 3
+    assert files(InProcessSparkRunner(debug=True), tmp_path / 'runner') == expected

@@ -34,8 +34,10 @@ values are kept in the driver and go with every commit record (``restart``:
 ``checkpoint``/``restore``), so a restarted stream has them as committed.
 A stateful DoFn's main input (rows keyed for the state shuffle) is pushed back
 the same way: released elements get their key again (the producer's key
-coder). Side inputs of a stage reading a GroupByKey are rejected in a stream
-(``support``): there the panes, not the GroupByKey's input, would have to wait.
+coder). A ParDo reading side inputs never shares the stage that reads a
+GroupByKey (there the panes, made in the task, would have to wait): the planner
+gives it a stage of its own (``planning.phases.boundary_before``; ``support``
+rejects what still would).
 """
 from __future__ import annotations
 
