@@ -57,14 +57,19 @@ def _count(element):
     return element
 
 
-def _kill_once(result, marker: str):
-    if (marker and result.window.start == 20
-            and not os.path.exists(marker)):
+def _kill_driver_once(marker: str) -> None:
+    """SIGKILLs the driver unless MARKER exists (then it is left alone)."""
+    if marker and not os.path.exists(marker):
         open(marker, 'w').close()
         # The driver: this process on the debug engine, the Python process
         # that started Spark when this runs in a Spark worker.
         os.kill(int(os.environ.get(DRIVER_PID, os.getpid())), signal.SIGKILL)
         os._exit(9)
+
+
+def _kill_once(result, marker: str):
+    if result.window.start == 20:
+        _kill_driver_once(marker)
     return result
 
 
@@ -150,11 +155,8 @@ def _kill_at(element, marker: str):
     """Kills the driver the first time (MARKER absent) step 7's first element
     arrives: windows before [30, 40) are written, the micro-batch is not
     committed."""
-    if (marker and element[1] == 7 * PER_STEP
-            and not os.path.exists(marker)):
-        open(marker, 'w').close()
-        os.kill(int(os.environ.get(DRIVER_PID, os.getpid())), signal.SIGKILL)
-        os._exit(9)
+    if element[1] == 7 * PER_STEP:
+        _kill_driver_once(marker)
     return element
 
 
