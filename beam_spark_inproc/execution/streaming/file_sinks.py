@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import zlib
+from typing import Any, Callable
 
 from apache_beam.internal import pickler
 from apache_beam.io import fileio
@@ -72,19 +73,17 @@ def _names_the_move(data: bytes) -> bool:
     return False
 
 
-def remember(root: str, mine: list[str]) -> list[str]:
-    """Adds this run's folders to the checkpoint's list; returns the earlier
-    runs' folders."""
+def remember(root: str, mine: list[str],
+             write_json: Callable[[str, Any], None]) -> list[str]:
+    """Adds this run's folders to the checkpoint's list (written with the
+    store's ``write_json``); returns the earlier runs' folders."""
     path = os.path.join(root, SINKS)
     earlier: list[str] = []
     if os.path.exists(path):
         with open(path) as f:
             earlier = json.load(f)
     if set(mine) - set(earlier):
-        tmp = path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(sorted(set(earlier) | set(mine)), f)
-        os.replace(tmp, path)
+        write_json(path, sorted(set(earlier) | set(mine)))
     return sorted(set(earlier) - set(mine))
 
 

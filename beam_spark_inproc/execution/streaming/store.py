@@ -131,7 +131,7 @@ class CheckpointStore:
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
         # File sinks' temporary files of uncommitted micro-batches (file_sinks).
         earlier = file_sinks.remember(self.root, file_sinks.temp_directories(
-            getattr(plan, 'components', b'')))
+            getattr(plan, 'components', b'')), self._write_json)
         if earlier:
             committed_at = float('-inf') if self.resume is None else \
                 os.path.getmtime(os.path.join(
@@ -193,11 +193,7 @@ class CheckpointStore:
         folder = os.path.join(self.root, 'driver')
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f'{micro_batch}.pickle')
-        with open(path + '.tmp', 'wb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + '.tmp', path)
+        _write_atomically(path, data)
         return path
 
     def commit(self, micro_batch: int, record: dict) -> None:
@@ -264,12 +260,17 @@ class CheckpointStore:
 
     @staticmethod
     def _write_json(path: str, record) -> None:
-        tmp = path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(record, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _write_atomically(path, json.dumps(record, sort_keys=True).encode())
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all (``path.tmp``, synced, renamed)."""
+    tmp = path + '.tmp'
+    with open(tmp, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _paths(record: dict) -> set[str]:
