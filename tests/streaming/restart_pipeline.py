@@ -6,9 +6,10 @@ GroupByKey sums and a stateful DoFn with event-time timers
 (``test_triggers.BufferUntilTimer``); ``side``: each element with its window's
 sum as a side input (elements wait in the driver for the side input's
 window to close); ``sdf``: windowed sums over an unbounded splittable DoFn
-(``Ticks``: ``defer_remainder`` residuals held by the driver). Each writes
-with Beam's ``fileio.WriteToFiles`` into OUT; ``text``: lines written with
-Beam's ``WriteToText`` per window (killed when step 7's first element arrives). With ``--kill``, the driver SIGKILLs itself
+(``test_sources.Ticks``: ``defer_remainder`` residuals held by the driver).
+Each writes with Beam's ``fileio.WriteToFiles`` into OUT; ``text``: lines
+written with Beam's ``WriteToText`` per window (killed when step 7's first
+element arrives). With ``--kill``, the others' driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
 into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
 and whose commit record is not written. Prints the committed counters as JSON.
@@ -23,18 +24,14 @@ import sys
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.restriction_trackers import OffsetRange
-from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
-from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
-from apache_beam.utils.timestamp import Duration
-from apache_beam.utils.timestamp import Timestamp
 
+from tests.streaming.test_sources import Ticks
 from tests.streaming.test_triggers import BufferUntilTimer
 
 STEPS, PER_STEP, KEYS = 12, 8, 5
@@ -112,38 +109,9 @@ def build_side(p: beam.Pipeline, out: str, marker: str = '') -> None:
 TICKS, TICKS_PER_BUNDLE = 60, 4
 
 
-class _TickRange(beam.transforms.core.RestrictionProvider):
-    def initial_restriction(self, element):
-        return OffsetRange(0, TICKS)
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
-
-
-class Ticks(beam.DoFn):
-    """An unbounded source: tick i at event time i, a few per bundle, then
-    its watermark to the next tick and a residual resuming in 10 ms."""
-
-    @beam.DoFn.unbounded_per_element()
-    def process(self, element,
-                tracker=beam.DoFn.RestrictionParam(_TickRange()),
-                estimator=beam.DoFn.WatermarkEstimatorParam(
-                    ManualWatermarkEstimator.default_provider())):
-        position = tracker.current_restriction().start
-        for i in range(position, min(position + TICKS_PER_BUNDLE, TICKS)):
-            if not tracker.try_claim(i):
-                return
-            yield window.TimestampedValue((f'k{i % KEYS}', i), i)
-        estimator.set_watermark(Timestamp(position + TICKS_PER_BUNDLE))
-        if position + TICKS_PER_BUNDLE < TICKS:
-            tracker.defer_remainder(Duration.of(0.01))
-
-
 def build_sdf(p: beam.Pipeline, out: str, marker: str = '') -> None:
-    _write(p | beam.Impulse() | beam.ParDo(Ticks())
+    _write(p | beam.Impulse()
+           | beam.ParDo(Ticks(TICKS, TICKS_PER_BUNDLE, KEYS))
            | 'Count' >> beam.Map(_count)
            | 'Window' >> beam.WindowInto(window.FixedWindows(10))
            | beam.GroupByKey()

@@ -48,7 +48,7 @@ def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
     when nothing read it (here the recording is fused into it), so the
     micro-batch's last job ran it again: every tick was recorded twice."""
     records = oracle.run(
-        lambda p: p | beam.Impulse() | beam.ParDo(test_sources._Ticks()),
+        lambda p: p | beam.Impulse() | beam.ParDo(test_sources.Ticks()),
         InProcessSparkRunner(spark=spark))
     assert sorted(r[0] for r in records) == list(range(test_sources._TOTAL))
 

@@ -25,9 +25,17 @@ from tests.streaming import oracle
 _TOTAL = 12
 
 
-class _Restrictions(beam.transforms.core.RestrictionProvider):
+class Ticks(beam.DoFn, beam.transforms.core.RestrictionProvider):
+    """An unbounded source: emits tick i (``keys``: ``('k<i % keys>', i)``)
+    at event time i for i below ``total``, ``per_bundle`` per bundle, then
+    moves its watermark to the next tick and asks to resume in 10 ms. Its own
+    restriction provider: the tick range."""
+
+    def __init__(self, total: int = _TOTAL, per_bundle: int = 3, keys: int = 0):
+        self._total, self._per_bundle, self._keys = total, per_bundle, keys
+
     def initial_restriction(self, element):
-        return OffsetRange(0, _TOTAL)
+        return OffsetRange(0, self._total)
 
     def create_tracker(self, restriction):
         return OffsetRestrictionTracker(restriction)
@@ -35,29 +43,26 @@ class _Restrictions(beam.transforms.core.RestrictionProvider):
     def restriction_size(self, element, restriction):
         return restriction.size()
 
-
-class _Ticks(beam.DoFn):
-    """An unbounded source: emits i at event time i, three per bundle, then
-    moves its watermark to the next tick and asks to resume in 10 ms."""
-
     @beam.DoFn.unbounded_per_element()
     def process(
         self, element,
-        tracker=beam.DoFn.RestrictionParam(_Restrictions()),
+        tracker=beam.DoFn.RestrictionParam(),
         estimator=beam.DoFn.WatermarkEstimatorParam(
             ManualWatermarkEstimator.default_provider())):
         position = tracker.current_restriction().start
-        for i in range(position, min(position + 3, _TOTAL)):
+        end = position + self._per_bundle
+        for i in range(position, min(end, self._total)):
             if not tracker.try_claim(i):
                 return
-            yield window.TimestampedValue(i, i)
-        estimator.set_watermark(Timestamp(position + 3))
-        if position + 3 < _TOTAL:
+            yield window.TimestampedValue(
+                (f'k{i % self._keys}', i) if self._keys else i, i)
+        estimator.set_watermark(Timestamp(end))
+        if end < self._total:
             tracker.defer_remainder(Duration.of(0.01))
 
 
 def _ticks(p):
-    return (p | beam.Impulse() | beam.ParDo(_Ticks())
+    return (p | beam.Impulse() | beam.ParDo(Ticks())
             | beam.Map(lambda i: ('k', i))
             | beam.WindowInto(window.FixedWindows(4)) | beam.GroupByKey()
             | beam.MapTuple(lambda k, vs: sorted(vs)))
