@@ -112,28 +112,26 @@ def _test_stream(args) -> TestStream:
     return stream.advance_watermark_to_infinity()
 
 
-def _rss_kb(pid: int) -> int:
+def _proc_kb(pid: int, file: str, field: str) -> int:
+    """A ``field: N kB`` line of ``/proc/PID/FILE`` (0 once the process is gone)."""
     try:
-        with open(f'/proc/{pid}/status') as f:
+        with open(f'/proc/{pid}/{file}') as f:
             for line in f:
-                if line.startswith('VmRSS:'):
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _rss_kb(pid: int) -> int:
+    return _proc_kb(pid, 'status', 'VmRSS:')
 
 
 def _pss_kb(pid: int) -> int:
     """Proportional set size: pages shared by forked Python workers (the
     pyspark daemon's) counted once overall, not once per process."""
-    try:
-        with open(f'/proc/{pid}/smaps_rollup') as f:
-            for line in f:
-                if line.startswith('Pss:'):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return _proc_kb(pid, 'smaps_rollup', 'Pss:')
 
 
 def _is_jvm(pid: int) -> bool:
