@@ -218,6 +218,7 @@ def main() -> None:
     result.cancel()
     result.wait_until_finish()
     print('state', result.state)
+    spark.stop()
 
 
 if __name__ == '__main__':
