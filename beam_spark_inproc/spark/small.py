@@ -17,8 +17,12 @@ is tiny, running stages on it here; anything else is Spark's:
   that does not pickle fails as on Spark), in the same worker code
   (``StageTask``, Beam's ``BundleProcessor``; unlike debug mode the functions
   are not rebound to the driver's modules). When its output grows past the
-  limits, or it runs longer than ``max_seconds`` (0.3 s: a watchdog raises in
-  the bundle's thread), the run is dropped (its bundles are retried on
+  limits, or it runs longer than ``max_seconds`` (0.3 s), or its bundle has
+  moved more than ``max_elements`` elements between its operations (100,000:
+  a few seeds a FlatMap expands into millions are handed over after some
+  milliseconds rather than after 0.3 s of work that is thrown away; a watchdog
+  polls the operations' element counters and raises in the bundle's thread),
+  the run is dropped (its bundles are retried on
   Spark, as a failed task attempt's would be) and the stage runs on Spark, its
   input spread over the run's parallelism (``to_spark``: input of a key
   shuffle shuffled again by Spark); so do all later stages of the run;
@@ -40,6 +44,7 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from typing import Optional
 
 import pyarrow as pa
@@ -60,6 +65,13 @@ MAX_BYTES = 64 << 10
 # heavy work (ten seeds a FlatMap turns into millions of elements, combined
 # before they leave the stage).
 MAX_SECONDS = 0.3
+# ... and the elements a stage's bundle may move between its operations (the
+# sum of Beam's element counters of every operation's outputs): beyond it the
+# data is not small, however long the work takes (P1 at 4M: its 32 seeds'
+# stage had moved ~400k of them when the 0.3 s ran out).
+MAX_ELEMENTS = 100_000
+# How often the watchdog looks at the clock and the counters.
+_POLL_SECONDS = 0.01
 # After stopping a bundle, how long to wait for its thread before unblocking.
 _UNBLOCK_SECONDS = 2.0
 
@@ -90,7 +102,9 @@ class SmallDataEngine:
 
     def __init__(self, session, make_spark_engine, parallelism: int = 1,
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
-                 settings=contextlib.nullcontext, max_seconds: float = MAX_SECONDS):
+                 settings=contextlib.nullcontext,
+                 max_seconds: Optional[float] = None,
+                 max_elements: Optional[int] = None):
         # The SparkEngine (it ships the driver's code) is made on first use.
         self._make_spark_engine = make_spark_engine
         self._spark_engine = None
@@ -105,7 +119,9 @@ class SmallDataEngine:
         self._local = LocalEngine(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
-        self._max_seconds = max_seconds
+        # None: the module's limits as they are when the engine is made.
+        self._max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
+        self._max_elements = MAX_ELEMENTS if max_elements is None else max_elements
         self._driver = True  # off after a run here passed the limits
         self.stages_in_driver = 0
         self.stages_on_spark = 0
@@ -234,7 +250,7 @@ class SmallDataEngine:
         from pyspark.serializers import CloudPickleSerializer
         serializer = CloudPickleSerializer()
         shipped = serializer.dumps(task)
-        watchdog = _Watchdog(self._max_seconds)
+        watchdog = _Watchdog(self._max_seconds, self._max_elements)
         stage_task.watch.callback = watchdog.watch
         _BEAM_LOGGER.addFilter(_not_too_big)
         rows = nbytes = 0
@@ -267,28 +283,46 @@ class SmallDataEngine:
 
 
 class _Watchdog:
-    """Stops a bundle running in the driver past its time: raises ``_TooBig``
-    in its helper thread (at its next Python instruction); should that thread
-    end without a word, unblocks the consumer through the output queue."""
+    """Stops a bundle running in the driver past its time or its elements:
+    raises ``_TooBig`` in its helper thread (at its next Python instruction);
+    should that thread end without a word, unblocks the consumer through the
+    output queue."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, max_elements: int = MAX_ELEMENTS):
         self._lock = threading.Lock()
-        self._running: list = []  # (helper thread, output queue)
+        # (helper thread, output queue, BundleProcessor, its element count then)
+        self._running: list = []
         self._done = False
         self.expired = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._deadline = time.monotonic() + seconds
+        self._max_elements = max_elements
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._poll, name='beam-small-data-watchdog', daemon=True)
+        self._thread.start()
 
-    def watch(self, thread, out) -> None:
-        self._running[:] = [(thread, out)]
+    def watch(self, thread, out, processor=None) -> None:
+        with self._lock:
+            self._running[:] = [(thread, out, processor, _elements(processor))]
+
+    def _poll(self) -> None:
+        while not self._stopped.wait(_POLL_SECONDS):
+            with self._lock:
+                if self._done or not self._running:
+                    continue
+                _, _, processor, before = self._running[0]
+                if (time.monotonic() < self._deadline and
+                        _elements(processor) - before <= self._max_elements):
+                    continue
+            self._expire()
+            return
 
     def _expire(self) -> None:
         with self._lock:
             if self._done or not self._running:
                 return
             self.expired = True
-            thread, out = self._running[0]
+            thread, out = self._running[0][:2]
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(thread.ident), ctypes.py_object(_TooBig))
         thread.join(_UNBLOCK_SECONDS)
@@ -302,7 +336,19 @@ class _Watchdog:
     def stop(self) -> None:
         with self._lock:
             self._done = True
-        self._timer.cancel()
+        self._stopped.set()
+
+
+def _elements(processor) -> int:
+    """The elements a BundleProcessor's operations have output so far (Beam's
+    element counters, as its progress reports read them)."""
+    if processor is None:
+        return 0
+    total = 0
+    for op in list(processor.ops.values()):
+        for receiver in getattr(op, 'receivers', ()):
+            total += receiver.opcounter.element_counter.value()
+    return total
 
 
 # Beam's DoFnRunner logs every exception leaving a DoFn, ``_TooBig`` too: a

@@ -97,3 +97,55 @@ def summarize(directory: str) -> dict:
             by_category[key] = by_category.get(key, 0.0) + own
     return {'bundles': bundles, 'wall_seconds': wall, 'thread_cpu_seconds': cpu,
             'seconds_by_category': by_category}
+
+
+# ``BEAM_SPARK_INPROC_TASK_TIMES=DIR`` (in the workers' environment; a local
+# session's workers inherit the driver's): every task appends one JSON line to
+# ``DIR/tasks-<pid>.jsonl`` with where its time went, without cProfile's
+# slow-down (``tests/benchmarks/attribution.py`` reads them).
+TASK_TIMES_ENV = 'BEAM_SPARK_INPROC_TASK_TIMES'
+_last_task_end: dict = {}
+
+
+class TaskTimes:
+    """One task's marks: wall clock and the CPU of the process and threads."""
+
+    def __init__(self, directory: str, stage: str):
+        self.directory = directory
+        self.record: dict = {'stage': stage, 'pid': os.getpid()}
+        now, cpu = time.time(), time.process_time()
+        self.start_wall, self.start_cpu = now, cpu
+        self.main_cpu = time.thread_time()
+        previous = _last_task_end.get('cpu')
+        self.record.update(
+            start=now,
+            # CPU this process spent since its previous task ended: PySpark's
+            # reading and unpickling of this task (and anything idle threads did).
+            cpu_since_previous_task=None if previous is None else cpu - previous,
+            wall_since_previous_task=None if previous is None
+            else now - _last_task_end['wall'])
+
+    def mark(self, name: str) -> None:
+        self.record[name] = time.time() - self.start_wall
+        self.record[name + '_cpu'] = time.process_time() - self.start_cpu
+
+    def add(self, name: str, value) -> None:
+        self.record[name] = self.record.get(name, 0) + value
+
+    def finish(self) -> None:
+        end_wall, end_cpu = time.time(), time.process_time()
+        self.record.update(
+            wall=end_wall - self.start_wall,
+            process_cpu=end_cpu - self.start_cpu,
+            main_thread_cpu=time.thread_time() - self.main_cpu)
+        _last_task_end.update(cpu=end_cpu, wall=end_wall)
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, 'tasks-%d.jsonl' % os.getpid())
+        with open(path, 'a') as f:
+            f.write(json.dumps(self.record) + '\n')
+
+
+def task_times(stage: str):
+    """A ``TaskTimes`` when ``BEAM_SPARK_INPROC_TASK_TIMES`` is set, else None."""
+    directory = os.environ.get(TASK_TIMES_ENV)
+    return TaskTimes(directory, stage) if directory else None

@@ -59,7 +59,8 @@ _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
 # A driver-side caller (``spark.small``) may set ``watch.callback`` on its own
-# thread: it is called with each bundle's helper thread and output queue.
+# thread: it is called with each bundle's helper thread, output queue and
+# BundleProcessor.
 watch = threading.local()
 
 
@@ -216,6 +217,9 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
+    times = profiling.task_times(task.stage.name)
+    if times is not None:
+        batches = _counted(batches, times)
     if task.stage.input_mode == p.ARROW:  # a source's batches: no control rows
         batches, control = _holding_rows(batches), []
     else:
@@ -227,12 +231,37 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
             builder.add(*row)
         builder.flush()
         yield from passed
+        if times is not None:
+            times.finish()
         return
     # As Beam's SDK harness does: value providers read inside DoFns (also in
     # their setup, while the processor is built) see the pipeline's options.
     RuntimeValueProvider.set_runtime_options(dict(task.runtime_options))
     logs.apply(task.log_level)
-    yield from _Bundles(task, processors.acquire(task)).outputs(batches)
+    if times is not None:
+        times.mark('first_batch')
+    entry = processors.acquire(task)
+    if times is not None:
+        times.mark('processor_ready')
+    yield from _Bundles(task, entry, times).outputs(batches)
+
+
+def _counted(batches, times) -> Iterator[pa.RecordBatch]:
+    """The input batches, counted into ``times`` (``--`` task timing only)."""
+    for batch in batches:
+        times.add('input_batches', 1)
+        times.add('input_rows', batch.num_rows)
+        yield batch
+
+
+def _first_marked(inputs: Iterator, times) -> Iterator:
+    """The bundle's inputs, marking when the first one is handed over."""
+    first = True
+    for element in inputs:
+        if first:
+            times.mark('first_element')
+            first = False
+        yield element
 
 
 def _holding_rows(batches) -> Optional[Iterator]:
@@ -250,9 +279,10 @@ class _Bundles:
     batches into a small bounded queue (then ``done``, or the exception that
     ended them); ``outputs`` hands the batches to Spark as they come."""
 
-    def __init__(self, task: StageTask, entry: processors.Entry):
+    def __init__(self, task: StageTask, entry: processors.Entry, times=None):
         self.task = task
         self.entry = entry
+        self.times = times  # ``profiling.TaskTimes`` or None
         self.out: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
         self.done = object()
         self.cancelled = threading.Event()
@@ -333,13 +363,18 @@ class _Bundles:
         task, entry = self.task, self.entry
         profile = (profiling.BundleProfile(task.profile_dir, task.stage.name)
                    if task.profile_dir else None)
+        times, thread_cpu = self.times, time.thread_time()
         try:
             read = (_INPUTS if task.streaming is None
                     else _STREAMING_INPUTS)[task.stage.input_mode]
             if task.state_files is not None:
                 read = with_state_io(read)
-            residuals = self.one_bundle(
-                read(task, entry, batches, self.builder.add))
+            inputs = read(task, entry, batches, self.builder.add)
+            if times is not None:
+                inputs = _first_marked(inputs, times)
+            residuals = self.one_bundle(inputs)
+            if times is not None:
+                times.mark('bundle_done')
             if task.streaming is not None:
                 # The stream's driver schedules them (``sdf.scheduled``).
                 for residual in residuals:
@@ -360,6 +395,8 @@ class _Bundles:
             except _Cancelled:
                 pass
         finally:
+            if times is not None:
+                times.add('bundle_thread_cpu', time.thread_time() - thread_cpu)
             if profile:
                 profile.finish()
 
@@ -370,7 +407,7 @@ class _Bundles:
         thread.start()
         watcher = getattr(watch, 'callback', None)
         if watcher is not None:
-            watcher(thread, self.out)
+            watcher(thread, self.out, self.entry.processor)
         ok = False
         try:
             while True:
@@ -387,12 +424,17 @@ class _Bundles:
                     # The driver renders the user's error from this record.
                     item.add_note(failure.note())
                     raise item
+                if self.times is not None:
+                    self.times.add('output_batches', 1)
+                    self.times.add('output_rows', item.num_rows)
                 yield item
                 self.out.task_done()  # Spark has taken the batch and asks for more
             ok = True
         finally:
             self.cancelled.set()
             thread.join()
+            if self.times is not None:
+                self.times.finish()
             self.entry.factory.current = None
             if ok:
                 processors.release(self.entry)

@@ -161,6 +161,19 @@ def test_hand_over_on_time_logs_no_error(spark, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
+def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
+    """Four seeds a FlatMap turns into 1M elements: the watchdog hands the
+    stage over once its operations have moved ``MAX_ELEMENTS`` elements, not
+    only when ``MAX_SECONDS`` have passed (here an hour: before, the whole
+    stage ran in the driver, no Spark job); the result is FnApiRunner's."""
+    from beam_spark_inproc.spark import small
+    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _heavy(p)
+    _, jobs = _jobs(spark, _heavy)
+    assert jobs >= 1  # output 5 rows: only the element count hands it over
+
+
 def test_on_by_default(spark, monkeypatch):
     """Without the option or the variable (which the project's conftest sets
     to 0 for its other tests) tiny stages run in the driver."""
