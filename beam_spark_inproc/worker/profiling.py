@@ -7,7 +7,11 @@ under ``cProfile``; per bundle the worker writes ``<stage>-<pid>-<n>.prof``
 seconds of its thread, into that directory on the worker's machine.
 ``summarize`` adds them up by where the time went.
 
-cProfile slows Python code down, so shares from a profiled run are indicative.
+The profiles count the bundle thread's CPU time (``time.thread_time``), not
+wall time: on a loaded machine wall time charges whatever ran when the thread
+was descheduled (two workers' identical user functions had profiled 1.4-1.7x
+FnApiRunner's by wall time at load 13; by CPU time they are equal). cProfile
+slows Python code down, so shares from a profiled run are indicative.
 Calls from Python code into Beam's compiled (Cython) modules appear under the
 names of their methods, which ``category`` recognizes; calls made inside
 compiled code (e.g. coders used by Beam's operations) count as the caller's
@@ -46,7 +50,7 @@ class BundleProfile:
     def __init__(self, directory: str, stage: str):
         self.directory = directory
         self.stage = re.sub(r'[^A-Za-z0-9_.-]+', '_', stage)[-80:] or 'stage'
-        self.profile = cProfile.Profile()
+        self.profile = cProfile.Profile(time.thread_time)
         self.wall = time.perf_counter()
         self.cpu = time.thread_time()
         self.profile.enable()

@@ -62,6 +62,8 @@ def task_table(records: list, t0: float) -> list[str]:
              'main thread CPU | CPU before task | rows in | batches in | batches out |',
              '|---|---:|' + '---:|' * 13]
     for r in records:
+        if r['pid'] == os.getpid():
+            r = dict(r, stage='(driver) ' + r['stage'][-31:])
         lines.append('| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
             r['stage'][-40:], r['pid'], _fmt(r['start'] - t0), _fmt(r['wall']),
             _fmt(r.get('first_batch'), '.3f'), _fmt(r.get('processor_ready'), '.3f'),
@@ -88,14 +90,16 @@ def compare_profiles(harness, bench, n: int, top: int) -> list[str]:
         for path in glob.glob(os.path.join(folder, '*.prof')):
             stats = pstats.Stats(path) if stats is None else stats.add(path) or stats
         ours = _own_times(stats)
-    profiler = cProfile.Profile()
+    # CPU time of this thread, as the workers' bundle profiles count it: wall
+    # time would charge the load's descheduling to whatever was running.
+    profiler = cProfile.Profile(time.thread_time)
     profiler.enable()
     harness.run_beam(bench, n, 'direct')
     profiler.disable()
     theirs = _own_times(pstats.Stats(profiler))
     keys = sorted(set(ours) | set(theirs),
                   key=lambda k: -max(ours.get(k, 0), theirs.get(k, 0)))[:top]
-    lines = [f'cProfile own time (tottime), this runner\'s bundle threads (all tasks) '
+    lines = [f'cProfile own CPU time (tottime, thread CPU clock), this runner\'s bundle threads (all tasks) '
              f'vs FnApiRunner\'s whole run: total {sum(ours.values()):.2f} s vs '
              f'{sum(theirs.values()):.2f} s', '',
              '| function | this runner s | FnApiRunner s | difference |',
@@ -160,9 +164,11 @@ def main(argv=None) -> int:
                       + f'\n`uptime` before: {load}; after: {_uptime()}\n', flush=True)
                 if engine != 'inproc':
                     continue
-                # The driver's own tasks (small data in the driver) are driver CPU.
-                records = [r for r in _tasks(times_dir) if r['pid'] != os.getpid()]
+                # The driver's own tasks (small data in the driver, ``(driver)``)
+                # are listed; their CPU is the driver's, not the workers'.
+                records = _tasks(times_dir)
                 print('\n'.join(task_table(records, t0)))
+                records = [r for r in records if r['pid'] != os.getpid()]
                 in_tasks = sum(r['process_cpu'] for r in records)
                 before = sum(r.get('cpu_since_previous_task') or 0 for r in records)
                 bundle = sum(r.get('bundle_thread_cpu') or 0 for r in records)

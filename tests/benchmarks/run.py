@@ -605,8 +605,8 @@ BENCHMARKS = {b.name: b for b in (
               fixed_size=10),
 )}
 
-ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'direct', 'direct_mp',
-           'dask', 'rdd', 'arrow')
+ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly', 'direct',
+           'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
 SMALL_DATA_ARGS = {'inproc_small': ['--spark_small_data_kb=64'],
@@ -615,6 +615,7 @@ ENGINE_TITLES = {
     'inproc': 'this runner',
     'inproc_small': 'this runner, small data on',
     'inproc_nosmall': 'this runner, small data off',
+    'inproc_timeonly': 'this runner, small data handed over on time only',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -773,7 +774,7 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if engine == 'inproc' or engine in SMALL_DATA_ARGS:
+        if engine in ('inproc', 'inproc_timeonly') or engine in SMALL_DATA_ARGS:
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
         if engine == 'direct':
@@ -789,11 +790,20 @@ class Harness:
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
+        from beam_spark_inproc.spark import small
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
-        with beam.Pipeline(runner=runner, options=options) as p:
-            _ = (bench.beam(p, n, self)
-                 | 'WriteResult' >> beam.ParDo(make_write_result(path)))
+        # A/B of the small-data watchdog's element limit: before it, a stage
+        # in the driver was handed over to Spark on its time limit only.
+        max_elements = small.MAX_ELEMENTS
+        if engine == 'inproc_timeonly':
+            small.MAX_ELEMENTS = 1 << 62
+        try:
+            with beam.Pipeline(runner=runner, options=options) as p:
+                _ = (bench.beam(p, n, self)
+                     | 'WriteResult' >> beam.ParDo(make_write_result(path)))
+        finally:
+            small.MAX_ELEMENTS = max_elements
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())

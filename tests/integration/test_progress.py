@@ -104,3 +104,28 @@ def test_profile_category():
                     ).startswith('encode/decode')
     assert category('/x/site-packages/pyarrow/table.py', 'f').startswith('Arrow')
     assert category('/home/u/pipeline.py', 'parse') == 'user code and builtins it calls'
+
+
+def test_task_times_mark_each_task(tmp_path, monkeypatch):
+    """``BEAM_SPARK_INPROC_TASK_TIMES``: one record per task, its marks in
+    order (the debug engine runs the same tasks in this process)."""
+    import json
+
+    from beam_spark_inproc.worker import profiling
+    monkeypatch.setenv(profiling.TASK_TIMES_ENV, str(tmp_path))
+    with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
+        out = (p | beam.Create(list(range(500)))
+               | 'Square' >> beam.Map(_busy_square)
+               | beam.combiners.Count.Globally())
+        assert_that(out, equal_to([500]))
+    records = [json.loads(line) for path in tmp_path.glob('tasks-*.jsonl')
+               for line in path.read_text().splitlines()]
+    square = [r for r in records if 'Square' in r['stage']]
+    assert square, [r['stage'] for r in records]
+    for r in square:
+        assert 0 <= r['first_batch'] <= r['processor_ready'] <= r['first_element']
+        assert r['first_element'] <= r['bundle_done'] <= r['wall']
+        assert r['bundle_thread_cpu'] > 0 and r['process_cpu'] > 0
+        assert r['output_batches'] >= 1
+    # The Square stage read every element once (plus any control rows).
+    assert sum(r['input_rows'] for r in square) >= 500
