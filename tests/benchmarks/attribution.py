@@ -16,7 +16,9 @@ the pipelines are ``run.py``'s. Per run it prints ``uptime``'s load and:
    unpickling the task). The Python workers' CPU from ``/proc`` less the tasks'
    CPU is spent outside any task (worker start, imports, PySpark between tasks).
 2. FnApiRunner's CPU on the same pipeline (``/proc``, same run).
-3. ``--top``: a cProfile of this runner's bundle threads (``--spark_profile_dir``)
+3. ``--pyspark-tasks N``: PySpark's own cost per ``mapInArrow`` task (an
+   identity function over N partitions): the Python workers' CPU per task.
+4. ``--top``: a cProfile of this runner's bundle threads (``--spark_profile_dir``)
    and of FnApiRunner's whole run, function by function (own time, same sort),
    with the difference: what one does that the other does not.
 """
@@ -118,6 +120,28 @@ def compare_profiles(harness, bench, n: int, top: int) -> list[str]:
     return lines
 
 
+def pyspark_task_cost(spark, tasks: int) -> str:
+    """The Python workers' CPU per task of an identity ``mapInArrow``."""
+    def identity(batches):
+        yield from batches
+
+    frame = spark.range(0, tasks * 25, 1, tasks)
+    frame.mapInArrow(identity, frame.schema).count()  # workers up
+    table = bench_run._proc_table()
+    workers = [pid for pid in bench_run._descendants(table, os.getpid())
+               if table[pid][1].startswith('python')]
+    before = {pid: table[pid][2] for pid in workers}
+    start = time.perf_counter()
+    frame.mapInArrow(identity, frame.schema).count()
+    wall = time.perf_counter() - start
+    table = bench_run._proc_table()
+    cpu = sum(table[pid][2] - before.get(pid, 0.0)
+              for pid in bench_run._descendants(table, os.getpid())
+              if pid in table and table[pid][1].startswith('python'))
+    return (f'identity mapInArrow, {tasks} tasks: Python workers {cpu:.2f} CPU-s, '
+            f'{cpu / tasks * 1000:.1f} ms a task; wall {wall:.2f} s; `uptime`: {_uptime()}')
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--pipeline', default='P1', choices=list(bench_run.BENCHMARKS))
@@ -128,6 +152,9 @@ def main(argv=None) -> int:
                         help='unprofiled runs of each engine, interleaved')
     parser.add_argument('--top', type=int, default=0,
                         help='also compare cProfiles: this many functions (0: no)')
+    parser.add_argument('--pyspark-tasks', type=int, default=0,
+                        help='also measure PySpark\'s CPU per mapInArrow task '
+                        'over this many tasks (0: no)')
     parser.add_argument('--extra', action='append', default=[],
                         help='pipeline option for this runner (repeatable)')
     args = parser.parse_args(argv)
@@ -180,6 +207,8 @@ def main(argv=None) -> int:
                       f'tasks of a worker {before:.2f}; elsewhere (worker start, '
                       f'imports, first task) {python - in_tasks - before:.2f}',
                       flush=True)
+        if args.pyspark_tasks:
+            print('\n' + pyspark_task_cost(spark, args.pyspark_tasks), flush=True)
         if args.top:
             print('\n' + '\n'.join(compare_profiles(harness, bench, args.size, args.top)))
             print(f'\n`uptime`: {_uptime()}')
