@@ -310,7 +310,9 @@ class _Watchdog:
             with self._lock:
                 if self._done or not self._running:
                     continue
-                _, _, processor, before = self._running[0]
+                thread, _, processor, before = self._running[0]
+                if not thread.is_alive():  # between two partitions' bundles
+                    continue
                 if (time.monotonic() < self._deadline and
                         _elements(processor) - before <= self._max_elements):
                     continue

@@ -247,7 +247,8 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
 
 
 def _counted(batches, times) -> Iterator[pa.RecordBatch]:
-    """The input batches, counted into ``times`` (``--`` task timing only)."""
+    """The input batches, counted into ``times`` (task timing only:
+    ``profiling.task_times``)."""
     for batch in batches:
         times.add('input_batches', 1)
         times.add('input_rows', batch.num_rows)
