@@ -30,6 +30,7 @@ import glob
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -213,6 +214,7 @@ def main(argv=None) -> int:
             print('\n' + '\n'.join(compare_profiles(harness, bench, args.size, args.top)))
             print(f'\n`uptime`: {_uptime()}')
         harness.close()
+    shutil.rmtree(times_dir, ignore_errors=True)
     return 0
 
 
