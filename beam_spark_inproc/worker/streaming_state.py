@@ -10,9 +10,13 @@ its current version (from the commit record), and the folder where this
 micro-batch's new versions go. So the task, not the driver, reads and writes:
 
 * **read**: the first time a shard's rows meet a bucket, the bucket's rows
-  ``(key, data, hash)`` are taken from its file (the rows whose ``hash``, the
-  key's crc32, falls in the bucket: a file written before the buckets doubled
-  holds both halves of a bucket); each key's state row (``STATE_TAG``) is put
+  ``(key, data, hash)`` are taken from its file: only the file's row groups of
+  that bucket (a file holds every bucket its task wrote, each in row groups of
+  its own whose ``bucket`` column's statistics name it; the footer is read
+  once per file and task), then the rows whose ``hash``, the key's crc32,
+  falls in the bucket (a file written before the buckets doubled holds both
+  halves of a bucket; its schema's metadata says how many buckets it was
+  written with); each key's state row (``STATE_TAG``) is put
   in front of the key's new rows, and the keys of the shard's buckets that got
   no new rows follow at the shard's end (their timers may be due). A
   ``MARKER_TAG`` row (the driver adds one per bucket whose timers are due,
@@ -20,7 +24,8 @@ micro-batch's new versions go. So the task, not the driver, reads and writes:
   further.
 * **write**: the state rows the stage's input functions forward
   (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
-  task, ``part-<uuid>.parquet`` in the micro-batch's folder (a retried or
+  task, ``part-<uuid>.parquet`` in the micro-batch's folder, a bucket's rows
+  in row groups of their own (a retried or
   speculative attempt writes its own file; only the file named by the attempt
   Spark committed is ever read). The per-bucket summaries they forward are
   merged and sent with the file's path as one control row (``state_report``):
@@ -55,8 +60,11 @@ from beam_spark_inproc.worker.streaming import Summary
 from beam_spark_inproc.worker.streaming import bucket_of
 
 STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
-                          ('hash', pa.int64())])
-_WRITE_ROWS = 8192  # state rows per Parquet row group
+                          ('hash', pa.int64()), ('bucket', pa.int64())])
+# In a state file's schema metadata: the bucket count it was written with.
+_BUCKETS_METADATA = b'beam_spark_inproc.buckets'
+_WRITE_ROWS = 8192  # state rows held before they are written (a row group
+# per bucket among them)
 # The key of the control row's dict that tells a state report from a bundle's.
 STATE_REPORT = 'state_buckets'
 
@@ -91,11 +99,48 @@ class StateFiles:
 
 
 def read_bucket(table: pa.Table, bucket: int, buckets: int) -> dict[bytes, bytes]:
-    """{key: state} of one bucket in a state file's table."""
+    """{key: state} of one bucket in (row groups of) a state file's table."""
     rows = table.filter(pc.equal(
         pc.bit_wise_and(table.column('hash'), buckets - 1), bucket))
     return dict(zip(rows.column('key').to_pylist(),
                     rows.column('data').to_pylist()))
+
+
+class StateFile:
+    """A state file's footer, read once: which row groups hold which of the
+    buckets it was written with (files without a ``bucket`` column, written
+    before row groups followed buckets, are read whole)."""
+
+    def __init__(self, path: str):
+        self.file = pq.ParquetFile(path)
+        metadata = self.file.schema_arrow.metadata or {}
+        self.buckets = int(metadata.get(_BUCKETS_METADATA, 0))
+        self.groups: dict[int, list[int]] | None = None
+        names = self.file.schema_arrow.names
+        if self.buckets and 'bucket' in names:
+            column = names.index('bucket')
+            self.groups = {}
+            meta = self.file.metadata
+            for i in range(meta.num_row_groups):
+                stats = meta.row_group(i).column(column).statistics
+                if stats is None or not stats.has_min_max or \
+                        stats.min != stats.max:
+                    self.groups = None  # not one bucket a row group
+                    break
+                self.groups.setdefault(stats.min, []).append(i)
+
+    def read(self, bucket: int, buckets: int) -> dict[bytes, bytes]:
+        """{key: state} of ``bucket`` of ``buckets`` (never fewer than the
+        file was written with)."""
+        if self.groups is None:
+            table = self.file.read(columns=['key', 'data', 'hash'])
+        else:
+            groups = self.groups.get(bucket % self.buckets)
+            if not groups:
+                return {}
+            table = self.file.read_row_groups(
+                groups, columns=['key', 'data', 'hash'])
+        return read_bucket(table, bucket, buckets)
 
 
 def decode_report(report: dict) -> dict[int, tuple[Optional[Summary], str]]:
@@ -110,12 +155,13 @@ class StateIO:
     def __init__(self, files: StateFiles):
         self.files = files
         self._current = dict(files.current)
-        self._read: dict[str, pa.Table] = {}
+        self._read: dict[str, StateFile] = {}
         self._ran: set[int] = set()
         self._summaries: dict[int, Summary] = {}
         self._path = ''
         self._writer = None
-        self._pending: list[tuple[bytes, bytes]] = []
+        self._pending: dict[int, list[tuple[bytes, bytes, int]]] = {}
+        self._held = 0
 
     # -- read -------------------------------------------------------------
     def _bucket_state(self, bucket: int) -> dict[bytes, bytes]:
@@ -124,8 +170,8 @@ class StateIO:
         if path is None:
             return {}
         if path not in self._read:
-            self._read[path] = pq.read_table(path)
-        return read_bucket(self._read[path], bucket, self.files.buckets)
+            self._read[path] = StateFile(path)
+        return self._read[path].read(bucket, self.files.buckets)
 
     def merged(self, batches) -> Iterator[pa.RecordBatch]:
         """The input batches with each key's state row in front of its rows."""
@@ -178,10 +224,15 @@ class StateIO:
     # -- write ------------------------------------------------------------
     def forward(self, forward: Callable) -> Callable:
         """``forward`` with state and summary rows kept here."""
+        buckets = self.files.buckets
+
         def add(tag: int, key, data: bytes) -> None:
             if tag == STATE_TAG:
-                self._pending.append((key, data))
-                if len(self._pending) >= _WRITE_ROWS:
+                h = zlib.crc32(key)
+                self._pending.setdefault(h & (buckets - 1), []).append(
+                    (key, data, h))
+                self._held += 1
+                if self._held >= _WRITE_ROWS:
                     self._flush()
             elif tag == SUMMARY_TAG:
                 self._summaries.setdefault(int(key), Summary()).add(
@@ -191,20 +242,26 @@ class StateIO:
         return add
 
     def _flush(self) -> None:
+        """Writes the rows held, a row group per bucket (in bucket order)."""
         if not self._pending:
             return
         if self._writer is None:
             os.makedirs(self.files.folder, exist_ok=True)
             self._path = os.path.join(self.files.folder,
                                       f'part-{uuid.uuid4().hex}.parquet')
-            self._writer = pq.ParquetWriter(self._path, STATE_SCHEMA)
-        keys = [k for k, _ in self._pending]
-        self._writer.write_table(pa.Table.from_arrays(
-            [pa.array(keys, pa.binary()),
-             pa.array([d for _, d in self._pending], pa.binary()),
-             pa.array([zlib.crc32(k) for k in keys], pa.int64())],
-            schema=STATE_SCHEMA))
+            schema = STATE_SCHEMA.with_metadata(
+                {_BUCKETS_METADATA: b'%d' % self.files.buckets})
+            self._writer = pq.ParquetWriter(self._path, schema)
+        for bucket in sorted(self._pending):
+            rows = self._pending[bucket]
+            self._writer.write_table(pa.Table.from_arrays(
+                [pa.array([k for k, _, _ in rows], pa.binary()),
+                 pa.array([d for _, d, _ in rows], pa.binary()),
+                 pa.array([h for _, _, h in rows], pa.int64()),
+                 pa.array([bucket] * len(rows), pa.int64())],
+                schema=self._writer.schema), row_group_size=len(rows))
         self._pending.clear()
+        self._held = 0
 
     def finish(self, forward: Callable) -> None:
         """Closes the file; reports every bucket the task ran."""
