@@ -222,12 +222,15 @@ class InProcessSparkRunner(PipelineRunner):
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
+        opts = options.view_as(SparkRunnerOptions)
         return run_stream(plan, engine, job_id,
                           options.view_as(SparkRunnerOptions).checkpoint_location,
                           lambda e: translate_error(e, plan),
                           metrics.start(options, job_id, attempt_host),
                           settings=settings,
-                          runtime_options=runtime_options(options))
+                          runtime_options=runtime_options(options),
+                          profile_dir=os.path.abspath(opts.spark_profile_dir)
+                          if opts.spark_profile_dir else '')
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

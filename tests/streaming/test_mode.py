@@ -261,3 +261,19 @@ def test_metrics_are_committed_per_micro_batch_while_running(tmp_path):
     # one element per micro-batch of element events (every other one).
     assert all(c <= (commits + 1) // 2 for c, commits in seen)
     assert _counter(result) == 40
+
+
+def test_spark_profile_dir_profiles_a_streams_bundles(tmp_path):
+    """``--spark_profile_dir`` reaches a stream's tasks (it was dropped): each
+    bundle of each micro-batch writes its profile."""
+    from beam_spark_inproc.worker import profiling
+    folder = str(tmp_path / 'profiles')
+    stream = (TestStream().add_elements([('a', 1), ('b', 2)])
+              .advance_watermark_to(10).add_elements([('a', 3)])
+              .advance_watermark_to_infinity())
+    p = _pipeline(f'--spark_profile_dir={folder}')
+    _ = p | stream | beam.WindowInto(window.FixedWindows(5)) | beam.GroupByKey()
+    p.run().wait_until_finish()
+    summary = profiling.summarize(folder)
+    assert summary['bundles'] >= 3  # two micro-batches with elements, at least
+    assert summary['seconds_by_category']

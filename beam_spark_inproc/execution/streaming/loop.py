@@ -83,8 +83,10 @@ class StreamingExecutor:
                  store: CheckpointStore, cancelled: threading.Event,
                  on_reports: Callable[[list[dict]], None],
                  after_micro_batch: Callable[[int], None] | None = None,
-                 attempt_channel: tuple = (), runtime_options: tuple = ()):
+                 attempt_channel: tuple = (), runtime_options: tuple = (),
+                 profile_dir: str = ''):
         self.plan = plan
+        self.profile_dir = profile_dir
         self.runtime_options = runtime_options
         self.engine = engine
         self.job_id = job_id
@@ -279,7 +281,8 @@ class StreamingExecutor:
                          attempt_channel=self.attempt_channel,
                          runtime_options=self.runtime_options,
                          side_input_version=version, state_files=state_files,
-                         log_level=logs.driver_level())
+                         log_level=logs.driver_level(),
+                         profile_dir=self.profile_dir)
 
     def _step(self, index: int) -> StreamingStep:
         return StreamingStep(

@@ -21,14 +21,16 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                run_metrics,
                after_micro_batch: Callable[[int], None] | None = None,
                settings: Callable[[], Any] = contextlib.nullcontext,
-               runtime_options: tuple = ()) -> StreamingPipelineResult:
+               runtime_options: tuple = (),
+               profile_dir: str = '') -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
     goes to every task). ``settings``: entered while the loop runs (the
     runtime SQL settings on a user's session, ``spark.session``).
     ``runtime_options``: the pipeline's options for RuntimeValueProvider in
-    workers (``StageTask.runtime_options``)."""
+    workers (``StageTask.runtime_options``). ``profile_dir``: workers profile
+    each bundle into it (``worker.profiling``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
@@ -39,7 +41,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     executor = StreamingExecutor(
         plan, engine, job_id, store, result.cancelled,
         result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options)
+        runtime_options, profile_dir)
     result.executor = executor
 
     def body() -> None:
