@@ -106,16 +106,21 @@ def _is_splittable(stage: translations.Stage) -> bool:
 
 
 def _buffer_layouts(context, stages) -> dict[bytes, str]:
-    """PACKED for GroupByKey buffers, KEYED for stateful inputs, ELEMENTS for
-    Reshuffle and splittable inputs, else CHUNKS (KEYED rows serve every reader)."""
+    """PACKED for GroupByKey buffers and stateful inputs (a row holds many
+    elements of one key: a stateful stage reads a key's rows as one stream,
+    ``worker.keyed``), ELEMENTS for Reshuffle and splittable inputs, else
+    CHUNKS. A buffer read both by a stateful stage and by a reader that needs
+    one element per row is KEYED (one element per row with its key: it serves
+    every reader)."""
     layouts: dict[bytes, str] = {}
+    keyed: set[bytes] = set()
     for stage in stages:
         for t in stage.transforms:
             if t.spec.urn in DATA_URNS:
                 if stage.is_stateful() and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN and
                         t.spec.payload != translations.IMPULSE_BUFFER):
-                    layouts[t.spec.payload] = p.KEYED  # one element per row too
+                    keyed.add(t.spec.payload)
                 elif _buffer_kind(t.spec.payload) == 'group':
                     layouts.setdefault(t.spec.payload, p.PACKED)
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
@@ -123,6 +128,9 @@ def _buffer_layouts(context, stages) -> dict[bytes, str]:
                     # One element per row: a Reshuffle spreads them, a split
                     # restriction's unprocessed successors are resent one by one.
                     layouts.setdefault(t.spec.payload, p.ELEMENTS)
+    for buffer_id in keyed:
+        layouts[buffer_id] = (p.KEYED if layouts.get(buffer_id) == p.ELEMENTS
+                              else p.PACKED)
     return layouts
 
 

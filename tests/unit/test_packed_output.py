@@ -124,3 +124,54 @@ def test_packed_rows_are_bounded(monkeypatch):
     rows, decoded = _packed_rows(monkeypatch, elements, total=2048)
     assert sorted(decoded) == sorted(elements)
     assert len(rows) > 20
+
+
+class _Count(beam.DoFn):
+    COUNT = beam.transforms.userstate.ReadModifyWriteStateSpec(
+        'count', beam.coders.VarIntCoder())
+
+    def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
+        n = (count.read() or 0) + 1
+        count.write(n)
+        yield kv[0], n
+
+
+def _stateful_plan(reshuffled_too: bool = False):
+    pipeline = beam.Pipeline()
+    pairs = pipeline | beam.Create([0]) | beam.FlatMap(
+        lambda _: [(k, 1) for k in KEYS['untyped mixed']])
+    _ = pairs | beam.ParDo(_Count())
+    if reshuffled_too:  # the same buffer, one element per row for this reader
+        _ = pairs | beam.Reshuffle()
+    return plan_pipeline(pipeline.to_runner_api())
+
+
+def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
+    """A stateful stage reads a key's rows as one stream (``worker.keyed``),
+    so its input is written packed (a row per key and bundle, not per
+    element), with the key bytes the KEYED layout took from each element."""
+    plan = _stateful_plan()
+    stateful = [s for s in plan.stages if s.stateful]
+    assert len(stateful) == 1
+    buffers = {port.buffer_id for port in stateful[0].inputs}
+    writes = [port for stage in plan.stages for port in stage.outputs
+              if port.buffer_id in buffers]
+    assert [port.layout for port in writes] == [p.PACKED]
+    context = pipeline_context.PipelineContext(
+        beam_runner_api_pb2.Components.FromString(plan.components))
+    wire = context.coders[writes[0].coder_id]
+    safe = context.coders[writes[0].key_coder_id]
+    key_of = channel.key_extractor(safe, safe.key_coder())
+    encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
+                                     safe.wrapped_value_coder.key_coder())
+    for key in KEYS['untyped mixed']:
+        data = wire.encode(GlobalWindows.windowed_value((key, 1)))
+        assert encode_key(key) == key_of(data), key
+
+
+def test_a_stateful_input_also_read_one_element_per_row_stays_keyed():
+    plan = _stateful_plan(reshuffled_too=True)
+    stateful = [s for s in plan.stages if s.stateful]
+    buffers = {port.buffer_id for port in stateful[0].inputs}
+    assert [port.layout for stage in plan.stages for port in stage.outputs
+            if port.buffer_id in buffers] == [p.KEYED]
