@@ -12,9 +12,10 @@ Every PCollection crossing a stage boundary is a Spark DataFrame of rows
 An output's *layout* says how its ``data`` is cut into rows: ``chunks`` (many
 encoded elements per row, the cheap default), ``elements`` (one element per row,
 so a Reshuffle can spread them), ``keyed`` (one element per row plus its key:
-a stateful stage's input) or ``packed`` (a GroupByKey's input: a row holds
-elements of one key, many per row, so the shuffle moves a row per key and
-bundle rather than per element; written by ``worker.channel``'s
+a stateful stage's input that a Reshuffle or splittable stage also reads) or
+``packed`` (a GroupByKey's or stateful stage's input: a row holds elements of
+one key, many per row, so the shuffle moves a row per key and bundle rather
+than per element; written by ``worker.channel``'s
 ``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``) or
 ``arrow`` (a runner-native read's or query's output: the DataFrame itself, one
 column per field of the elements' schema, read only by an ``ARROW`` stage).
