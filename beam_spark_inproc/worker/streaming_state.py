@@ -10,10 +10,13 @@ its current version (from the commit record), and the folder where this
 micro-batch's new versions go. So the task, not the driver, reads and writes:
 
 * **read**: the first time a shard's rows meet a bucket, the bucket's rows
-  ``(key, data, hash)`` are taken from its file: only the file's row groups of
-  that bucket (a file holds every bucket its task wrote, each in row groups of
-  its own whose ``bucket`` column's statistics name it; the footer is read
-  once per file and task), then the rows whose ``hash``, the key's crc32,
+  ``(key, data, hash)`` are taken from its file: a file holds every bucket its
+  task wrote, its rows sorted by bucket in row groups of ``_GROUP_ROWS`` whose
+  ``bucket`` column's statistics give their range, so only the row groups that
+  may hold the bucket are read (the footer once per file and task; a file of
+  up to ``_WHOLE_FILE_BYTES`` is read whole once, which beats a read per
+  bucket when a small state is touched everywhere), then the rows whose
+  ``hash``, the key's crc32,
   falls in the bucket (a file written before the buckets doubled holds both
   halves of a bucket; its schema's metadata says how many buckets it was
   written with); each key's state row (``STATE_TAG``) is put
@@ -24,8 +27,7 @@ micro-batch's new versions go. So the task, not the driver, reads and writes:
   further.
 * **write**: the state rows the stage's input functions forward
   (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
-  task, ``part-<uuid>.parquet`` in the micro-batch's folder, a bucket's rows
-  in row groups of their own (a retried or
+  task, ``part-<uuid>.parquet`` in the micro-batch's folder, sorted by bucket (a retried or
   speculative attempt writes its own file; only the file named by the attempt
   Spark committed is ever read). The per-bucket summaries they forward are
   merged and sent with the file's path as one control row (``state_report``):
@@ -63,8 +65,13 @@ STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
                           ('hash', pa.int64()), ('bucket', pa.int64())])
 # In a state file's schema metadata: the bucket count it was written with.
 _BUCKETS_METADATA = b'beam_spark_inproc.buckets'
-_WRITE_ROWS = 8192  # state rows held before they are written (a row group
-# per bucket among them)
+_WRITE_ROWS = 8192  # state rows held before they are written, sorted by bucket
+# Rows per Parquet row group: about a bucket's worth once the buckets follow the
+# state size (``worker.streaming.KEYS_PER_BUCKET``).
+_GROUP_ROWS = 1024
+# A state file up to this size is read whole, once per task, rather than by
+# row groups (a small state touched everywhere: one read beats one per bucket).
+_WHOLE_FILE_BYTES = 1 << 20
 # The key of the control row's dict that tells a state report from a bundle's.
 STATE_REPORT = 'state_buckets'
 
@@ -107,35 +114,39 @@ def read_bucket(table: pa.Table, bucket: int, buckets: int) -> dict[bytes, bytes
 
 
 class StateFile:
-    """A state file's footer, read once: which row groups hold which of the
-    buckets it was written with (files without a ``bucket`` column, written
-    before row groups followed buckets, are read whole)."""
+    """A state file, its footer read once: the range of buckets (those it was
+    written with) each row group holds, from the ``bucket`` column's
+    statistics. A small file, or one without the column (written before rows
+    were sorted by bucket), is read whole once."""
 
     def __init__(self, path: str):
         self.file = pq.ParquetFile(path)
         metadata = self.file.schema_arrow.metadata or {}
         self.buckets = int(metadata.get(_BUCKETS_METADATA, 0))
-        self.groups: dict[int, list[int]] | None = None
+        self.table: pa.Table | None = None
+        self.groups: list[tuple[int, int, int]] = []  # (min, max, row group)
         names = self.file.schema_arrow.names
-        if self.buckets and 'bucket' in names:
+        meta = self.file.metadata
+        size = sum(meta.row_group(i).total_byte_size
+                   for i in range(meta.num_row_groups))
+        if self.buckets and 'bucket' in names and size > _WHOLE_FILE_BYTES:
             column = names.index('bucket')
-            self.groups = {}
-            meta = self.file.metadata
             for i in range(meta.num_row_groups):
                 stats = meta.row_group(i).column(column).statistics
-                if stats is None or not stats.has_min_max or \
-                        stats.min != stats.max:
-                    self.groups = None  # not one bucket a row group
+                if stats is None or not stats.has_min_max:
+                    self.groups = []
                     break
-                self.groups.setdefault(stats.min, []).append(i)
+                self.groups.append((stats.min, stats.max, i))
+        if not self.groups:
+            self.table = self.file.read(columns=['key', 'data', 'hash'])
 
     def read(self, bucket: int, buckets: int) -> dict[bytes, bytes]:
         """{key: state} of ``bucket`` of ``buckets`` (never fewer than the
         file was written with)."""
-        if self.groups is None:
-            table = self.file.read(columns=['key', 'data', 'hash'])
-        else:
-            groups = self.groups.get(bucket % self.buckets)
+        table = self.table
+        if table is None:
+            mine = bucket % self.buckets
+            groups = [i for low, high, i in self.groups if low <= mine <= high]
             if not groups:
                 return {}
             table = self.file.read_row_groups(
@@ -242,7 +253,8 @@ class StateIO:
         return add
 
     def _flush(self) -> None:
-        """Writes the rows held, a row group per bucket (in bucket order)."""
+        """Writes the rows held, sorted by bucket, in row groups of
+        ``_GROUP_ROWS``."""
         if not self._pending:
             return
         if self._writer is None:
@@ -252,14 +264,14 @@ class StateIO:
             schema = STATE_SCHEMA.with_metadata(
                 {_BUCKETS_METADATA: b'%d' % self.files.buckets})
             self._writer = pq.ParquetWriter(self._path, schema)
-        for bucket in sorted(self._pending):
-            rows = self._pending[bucket]
-            self._writer.write_table(pa.Table.from_arrays(
-                [pa.array([k for k, _, _ in rows], pa.binary()),
-                 pa.array([d for _, d, _ in rows], pa.binary()),
-                 pa.array([h for _, _, h in rows], pa.int64()),
-                 pa.array([bucket] * len(rows), pa.int64())],
-                schema=self._writer.schema), row_group_size=len(rows))
+        rows = [(b,) + row for b in sorted(self._pending)
+                for row in self._pending[b]]
+        self._writer.write_table(pa.Table.from_arrays(
+            [pa.array([r[1] for r in rows], pa.binary()),
+             pa.array([r[2] for r in rows], pa.binary()),
+             pa.array([r[3] for r in rows], pa.int64()),
+             pa.array([r[0] for r in rows], pa.int64())],
+            schema=self._writer.schema), row_group_size=_GROUP_ROWS)
         self._pending.clear()
         self._held = 0
 

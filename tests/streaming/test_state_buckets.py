@@ -166,49 +166,50 @@ def test_grouped_state_of_expired_windows_is_dropped(tmp_path, monkeypatch):
     assert held[0] == 20 and 0 in held[:-1] and 1 in held, held
 
 
-def test_a_bucket_is_read_from_its_own_row_groups(tmp_path, monkeypatch):
-    """A state file holds a row group per bucket (and write): a reader loads
-    only the row groups of the bucket it needs, with the same rows as a
-    filter over the whole file; a file without the bucket column (written
-    before) is still read whole."""
-    keys = [b'key%d' % i for i in range(3000)]
+def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
+    """A state file's rows are sorted by bucket in bounded row groups: a
+    reader of a large file loads only the row groups whose bucket range holds
+    its bucket, with the same rows as a filter over the whole file; a small
+    file, or one without the bucket column (written before), is read whole
+    once per task."""
+    monkeypatch.setattr(streaming_state, '_GROUP_ROWS', 64)
+    keys = [b'key%d' % i for i in range(6000)]
     io = StateIO(StateFiles('s', (), str(tmp_path / 'w')))
     forward = io.forward(lambda *row: None)
     for k in keys:
         forward(STATE_TAG, k, b'v' + k)
     io.finish(lambda *row: None)
     path, = glob.glob(str(tmp_path / 'w' / '*.parquet'))
-    meta = pq.ParquetFile(path).metadata
-    column = pq.ParquetFile(path).schema_arrow.names.index('bucket')
-    seen = [meta.row_group(i).column(column).statistics
-            for i in range(meta.num_row_groups)]
-    assert all(s.min == s.max for s in seen)
-    assert {s.min for s in seen} == {streaming.bucket_of(k) for k in keys}
     whole = pq.read_table(path)
-    asked = []
+    assert whole.column('bucket').to_pylist() == sorted(
+        streaming.bucket_of(k) for k in keys)
+    assert pq.ParquetFile(path).metadata.num_row_groups >= 6000 // 64
+    read_rows = []
     original = pq.ParquetFile.read_row_groups
 
     def recording(self, groups, *args, **kwargs):
         table = original(self, groups, *args, **kwargs)
-        asked.append(table.num_rows)
+        read_rows.append(table.num_rows)
         return table
     monkeypatch.setattr(pq.ParquetFile, 'read_row_groups', recording)
-    monkeypatch.setattr(pq.ParquetFile, 'read', None)  # never the whole file
+    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
     for buckets in (64, 128):
         state_file = streaming_state.StateFile(path)
+        assert state_file.table is None
         for b in (streaming.bucket_of(keys[0], buckets),
                   streaming.bucket_of(keys[1], buckets)):
             want = {k: b'v' + k for k in keys
                     if streaming.bucket_of(k, buckets) == b}
             assert state_file.read(b, buckets) == want
             assert want == streaming_state.read_bucket(whole, b, buckets)
-            # Its writer's bucket's rows, not the file's.
-            assert asked[-1] == sum(
-                1 for k in keys if streaming.bucket_of(k) == b % 64)
-            assert asked[-1] < len(keys) // 32
-    monkeypatch.undo()
+            # About the writer's bucket (~94 rows) plus a row group's worth.
+            assert read_rows[-1] < len(keys) // 16
+    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 1 << 30)
+    assert streaming_state.StateFile(path).table.num_rows == len(keys)
     old = str(tmp_path / 'old.parquet')
-    pq.write_table(whole.drop(['bucket']).replace_schema_metadata(None), old)
+    pq.write_table(whole.drop_columns(['bucket']).replace_schema_metadata(None),
+                   old)
+    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
     b = streaming.bucket_of(keys[0])
     assert streaming_state.StateFile(old).read(b, 64) == {
         k: b'v' + k for k in keys if streaming.bucket_of(k) == b}
