@@ -6,7 +6,7 @@ Java's ``StatefulDoFnRunner`` cleans up with a timer at
 ``window.maxTimestamp() + allowedLateness``, firing when the watermark passes
 it): ``StateExpiry.drop`` removes those entries from the key's ``StateServicer``
 contents before they are written back, after the key's due timers fired (a
-timer at the window's end still sees the state). ``earliest`` gives the
+timer at the window's end still sees the state) and returns the
 earliest expiry of what is kept; it joins the bucket's summary as an event-time
 deadline, so the driver loads the bucket when the watermark passes it even if
 no element or timer touches the key again: the checkpoint follows live state.
@@ -69,15 +69,19 @@ class StateExpiry:
                                    else window.end + lateness)
         return self._cache[cached]
 
-    def drop(self, state: dict, ordered: dict, watermark: Timestamp) -> None:
+    def drop(self, state: dict, ordered: dict, watermark: Timestamp) -> Timestamp:
         """Removes the entries of expired windows from ``state`` and
-        ``ordered`` (a StateServicer's ``_state`` and ``_ordered_list_keys``)."""
+        ``ordered`` (a StateServicer's ``_state`` and ``_ordered_list_keys``);
+        returns the earliest expiry of the entries of ``state`` kept (one
+        pass: each entry's key is parsed once)."""
+        earliest = MAX_TIMESTAMP
         for entries in (state, ordered):
             for state_key in list(entries):
                 expiry = self._expiry(state_key)
-                if expiry is not None and watermark >= expiry:
+                if expiry is None:
+                    continue
+                if watermark >= expiry:
                     del entries[state_key]
-
-    def earliest(self, state: dict) -> Timestamp:
-        found = [self._expiry(k) for k in state]
-        return min((t for t in found if t is not None), default=MAX_TIMESTAMP)
+                elif entries is state and expiry < earliest:
+                    earliest = expiry
+        return earliest

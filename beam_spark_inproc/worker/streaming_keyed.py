@@ -130,12 +130,12 @@ def streaming_keyed_input_elements(task, entry, batches,
         if step.next_input_watermark >= MAX_TIMESTAMP:
             continue  # the end of time: nothing is kept
         ordered = dict(servicer._ordered_list_keys)
-        expiry.drop(state, ordered, step.next_input_watermark)
+        expires = expiry.drop(state, ordered, step.next_input_watermark)
         if not state and not pending:
             continue
         forward(STATE_TAG, key, dumps((state, ordered, pending)))
         summary = _summary(queue) if queue is not None else Summary(keys=1)
-        summary.event_timer = min(summary.event_timer, expiry.earliest(state))
+        summary.event_timer = min(summary.event_timer, expires)
         summaries.setdefault(bucket_of(key, buckets), Summary()).add(summary)
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())
