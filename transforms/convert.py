@@ -65,10 +65,37 @@ class ArrowRows:
         """The batch's rows as ``user_type`` (default: the row type's own)."""
         if self.files is not None:
             return itertools.chain.from_iterable(
-                self._rows(data, user_type) for data in self.files.read(batch))
-        return self._rows(batch, user_type)
+                self.data_rows(data, user_type) for data in self.files.read(batch))
+        return self.data_rows(batch, user_type)
 
-    def _rows(self, batch: pa.RecordBatch, user_type) -> Iterator:
+    def data(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """The source batch's data batches (the files' when ``files``)."""
+        if self.files is not None:
+            return self.files.read(batch)
+        return iter((batch,))
+
+    def batch_maker(self, converter, user_type=None):
+        """(data batch -> ``converter``'s batch type, whether column by column).
+
+        Column by column where ``batches.batch_maker`` can; else (or for a
+        batch it cannot convert) Beam's own ``produce_batch`` over the rows."""
+        from beam_spark_inproc.transforms.batches import NotColumnar
+        from beam_spark_inproc.transforms.batches import batch_maker
+        columnar = batch_maker(converter, self.names, dict(self.row_type._fields))
+
+        def make(data: pa.RecordBatch):
+            nonlocal columnar
+            if columnar is not None:
+                try:
+                    return columnar(data)
+                except NotColumnar:
+                    columnar = None
+            return converter.produce_batch(list(self.data_rows(data, user_type)))
+
+        return make, columnar is not None
+
+    def data_rows(self, batch: pa.RecordBatch, user_type=None) -> Iterator:
+        """A data batch's rows (``rows`` without the files' reading)."""
         if not batch.num_rows:
             return iter(())
         hints = dict(self.row_type._fields)

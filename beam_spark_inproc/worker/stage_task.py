@@ -25,7 +25,9 @@ from typing import Optional
 
 import pyarrow as pa
 from apache_beam.options.value_provider import RuntimeValueProvider
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -168,17 +170,81 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     """A runner-native read's own Arrow batches (``plan.ARROW``): each batch's
     columns become Beam rows in bulk, handed straight to the stage's input
     operation in the global window, as the read's ``ToBeamRows`` would have
-    encoded them and the input operation decoded them: nothing is encoded."""
+    encoded them and the input operation decoded them: nothing is encoded.
+
+    Consumers that take batches (Beam's batched DoFns) get them as batches
+    instead (``_batch_consumers``), one per Arrow batch."""
     op = entry.processor.ops[task.stage.inputs[0].transform_id]
     coder = op.windowed_coder.wrapped_value_coder
     # The type the stage's RowCoder decodes to, as on any other input.
     row_type = coder.to_type_hint() if hasattr(coder, 'schema') else None
     windows, micros = (GlobalWindow(),), MIN_TIMESTAMP.micros
-    output, create = op.output, windowed_value.create  # 4x WindowedValue(...)
+    source, receiver = task.arrow_input, op.receivers[0]
+    consumers = _consumers(entry.processor, task.stage.inputs[0].transform_id)
+    batched = _batch_consumers(source, consumers, row_type)
+    if not batched:  # every consumer takes elements: Beam's own receiver
+        output, create = op.output, windowed_value.create  # 4x WindowedValue(...)
+        for batch in batches:
+            for row in source.rows(batch, row_type):
+                output(create(row, micros, windows))
+        yield from ()
+        return
+    elementwise = [c for c in consumers if c not in batched]
+    counter, create = receiver.opcounter, windowed_value.create
+    template = windowed_value.HomogeneousWindowedBatch.of(
+        None, MIN_TIMESTAMP, windows, windowed_value.PANE_INFO_UNKNOWN)
     for batch in batches:
-        for row in task.arrow_input.rows(batch, row_type):
-            output(create(row, micros, windows))
+        for data in source.data(batch):
+            n = data.num_rows
+            if not n:
+                continue
+            for consumer, make in batched.items():
+                consumer.process_batch(template.with_values(make(data)))
+            if elementwise:
+                for row in source.data_rows(data, row_type):
+                    value = create(row, micros, windows)
+                    for consumer in elementwise:
+                        consumer.process(value)
+            # The PCollection's element count and sampled size, as Beam's
+            # consumer set counts a batch (``update_from_batch``).
+            counter.element_counter.update(n)
+            counter.mean_byte_counter.update_n(data.nbytes / n, n)
     yield from ()
+
+
+def _consumers(processor, transform_id: str) -> list:
+    """The operations reading the output of ``transform_id`` as their main
+    input, as Beam's BundleProcessor wires them (its consumer sets keep them
+    out of Python's reach)."""
+    transforms = processor.process_bundle_descriptor.transforms
+    (pcoll_id,) = transforms[transform_id].outputs.values()
+    found = []
+    for tid, transform in transforms.items():
+        side = ()
+        if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+            side = beam_runner_api_pb2.ParDoPayload.FromString(
+                transform.spec.payload).side_inputs
+        if any(pcoll == pcoll_id and tag not in side
+               for tag, pcoll in transform.inputs.items()):
+            found.append(processor.ops[tid])
+    return found
+
+
+def _batch_consumers(source, consumers, row_type) -> dict:
+    """{consumer: data batch -> its batch} for the consumers of a source's
+    batches that take batches: those that require them (Beam's own
+    ``produce_batch`` over the rows where ``source`` cannot build the batch
+    column by column), and those that take either where it can."""
+    batched = {}
+    for consumer in consumers:
+        preference = consumer.get_batching_preference()
+        converter = consumer.get_input_batch_converter()
+        if not preference.supports_batches or converter is None:
+            continue
+        make, columnar = source.batch_maker(converter, row_type)
+        if columnar or not preference.supports_elements:
+            batched[consumer] = make
+    return batched
 
 
 # How a partition's rows become the bundle's input, per input mode (decided by
