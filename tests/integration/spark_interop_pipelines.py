@@ -178,6 +178,83 @@ def type_matrix(spark, runner, workdir):
         _drop(spark, out)
 
 
+# --- batched consumers ----------------------------------------------------------
+
+def _batch_rows(n=3000, keys=7):
+    """(id, key, amount, flag) rows with a null in each nullable column."""
+    return [(i, None if i % 1000 == 999 else f'k{i % keys}',
+             None if i % 500 == 1 else i / 8, None if i % 3 == 2 else i % 2 == 0)
+            for i in range(n)]
+
+
+@_case
+def read_into_batched_dofns(spark, runner, workdir):
+    """A ReadFromSpark read by Beam's batched DoFns (a pyarrow one counting per
+    key, a pandas one giving each row's values back) and by Beam's DataFrame
+    API (``to_dataframe(...).groupby('key').size()``): the same values as the
+    element path computed here, and batches of more than one row (the batch
+    sizes reach the metrics). Each read has one reader, so on
+    InProcessSparkRunner its stage takes the Arrow batches itself."""
+    import typing
+    import pandas as pd
+    import pyarrow as pa
+    from apache_beam.dataframe.convert import to_dataframe
+    from apache_beam.dataframe.convert import to_pcollection
+    from beam_spark_inproc.transforms import ReadFromSpark
+    data = _batch_rows()
+    source = spark.createDataFrame(
+        data, "id long, key string, amount double, flag boolean")
+    counts = {}
+    for _, key, _, _ in data:
+        counts[key] = counts.get(key, 0) + 1
+    sizes = beam.metrics.Metrics.distribution('interop', 'batch_rows')
+
+    class CountPerKey(beam.DoFn):
+        @beam.DoFn.yields_elements
+        def process_batch(self, batch):
+            sizes.update(batch.num_rows)
+            per_key = batch.group_by('key').aggregate([('id', 'count')])
+            yield from zip(per_key['key'].to_pylist(), per_key['id_count'].to_pylist())
+
+    class Values(beam.DoFn):
+        @beam.DoFn.yields_elements
+        def process_batch(self, batch):
+            sizes.update(len(batch))
+            for row in batch.itertuples(index=False):
+                yield tuple(None if pd.isna(v) else v for v in row)
+
+    # Beam reads the batch types from the annotations (real types: this module
+    # has string annotations).
+    CountPerKey.process_batch.__annotations__ = {
+        'batch': pa.Table,
+        'return': typing.Iterator[typing.Tuple[typing.Optional[str], int]]}
+    Values.process_batch.__annotations__ = {
+        'batch': pd.DataFrame, 'return': typing.Iterator[tuple]}
+
+    p = beam.Pipeline(runner=runner)
+    per_key = (p | 'Arrow' >> ReadFromSpark(dataframe=source)
+               | 'Count per key' >> beam.ParDo(CountPerKey())
+               | 'Sum' >> beam.CombinePerKey(sum))
+    assert_that(per_key, equal_to(sorted(counts.items(), key=repr)), label='arrow')
+    values = (p | 'Pandas' >> ReadFromSpark(dataframe=source)
+              | 'Values' >> beam.ParDo(Values()))
+    assert_that(values, equal_to(data), label='pandas')
+    frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
+    grouped = to_pcollection(frame.groupby('key').size().to_frame('n'),
+                             include_indexes=True)
+    assert_that(grouped | beam.Map(lambda r: (r.key, int(r.n))),
+                equal_to([(k, n) for k, n in counts.items() if k is not None]),
+                label='dataframe')
+    result = p.run()
+    result.wait_until_finish()
+    # (FnApiRunner names the reading step for these DoFns' metrics.)
+    dists = [d.committed for d in result.metrics().query(
+        MetricsFilter().with_name('batch_rows'))['distributions']]
+    assert sum(d.sum for d in dists) == 2 * len(data), dists
+    assert all(d.max > 1 for d in dists), dists
+    assert sum(d.count for d in dists) < 20, dists
+
+
 # --- writes --------------------------------------------------------------------
 
 _KV = RowTypeConstraint.from_fields([('id', int), ('word', str)])

@@ -8,6 +8,8 @@ runners out of this process refusing these transforms.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import apache_beam as beam
 import pytest
 from apache_beam.transforms import window
@@ -201,3 +203,49 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
     text = describe(plan_pipeline(p.to_runner_api()))
     assert "Spark (beam-spark-inproc:spark-read:v1)" in text
     assert "the source's Arrow batches, rows made in this stage" in text
+
+
+def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
+    """The first stage after a ReadFromSpark hands a batched DoFn and Beam's
+    DataFrame API each Arrow batch as one batch (6,000 rows: Beam's own
+    rebatching of elements stops at 4,096), and makes no row objects for
+    them (debug engine: the worker code runs here, where ``data_rows`` is
+    patched to fail)."""
+    import pyarrow as pa
+    from apache_beam.dataframe.convert import to_dataframe
+    from apache_beam.dataframe.convert import to_pcollection
+    from apache_beam.metrics import MetricsFilter
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
+    from beam_spark_inproc.transforms.convert import ArrowRows
+
+    def no_rows(*args, **kwargs):
+        raise AssertionError('a row object was made for a batched consumer')
+
+    monkeypatch.setattr(ArrowRows, 'data_rows', no_rows)
+    n = 6000
+    source = spark.range(0, n, 1, 1).selectExpr(
+        'id', "concat('k', cast(id % 3 as string)) AS key")  # one partition
+    sizes = beam.metrics.Metrics.distribution('interop', 'batch_rows')
+
+    class Sizes(beam.DoFn):
+        @beam.DoFn.yields_elements
+        def process_batch(self, batch):
+            sizes.update(batch.num_rows)
+            yield batch.num_rows
+
+    Sizes.process_batch.__annotations__ = {'batch': pa.Table, 'return': Iterator[int]}
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
+    total = (p | 'Arrow' >> ReadFromSpark(dataframe=source) | beam.ParDo(Sizes())
+             | beam.CombineGlobally(sum))
+    assert_that(total, equal_to([n]))
+    frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
+    counts = to_pcollection(frame.groupby('key').size().to_frame('n'),
+                            include_indexes=True)
+    assert_that(counts | beam.Map(lambda r: (r.key, int(r.n))),
+                equal_to([(f'k{i}', n // 3) for i in range(3)]), label='frame')
+    result = p.run()
+    result.wait_until_finish()
+    (dist,) = result.metrics().query(
+        MetricsFilter().with_name('batch_rows'))['distributions']
+    assert (dist.committed.count, dist.committed.max) == (1, n), dist.committed
