@@ -18,6 +18,20 @@ and checks the counts against Spark's own ``groupBy().count()``:
 - ``read_from_parquet_fnapi``: Beam's ``beam.io.ReadFromParquet`` on Beam's
   ``FnApiRunner`` (in-memory, one process).
 
+Columnar variants (``--engines ... ``; all in the default list), each checked
+against the same counts:
+
+- ``spark_batched_inproc``: ReadFromSpark into a batched DoFn counting per key
+  (pyarrow ``group_by`` on each Arrow batch) -> CombinePerKey(sum): the
+  batches reach the DoFn whole, with no row objects (docs/spark-interop.md);
+- ``parquet_batched_inproc`` / ``_fnapi``: Beam's ``ReadFromParquetBatched``
+  (pyarrow Tables as elements) into the same counting DoFn, on this runner and
+  on FnApiRunner;
+- ``spark_frame_inproc``: Beam's DataFrame API over ReadFromSpark,
+  ``to_dataframe(rows).groupby('key').size()``;
+- ``dfio_frame_inproc`` / ``_fnapi``: the same over Beam's own batched Parquet
+  read for DataFrames, ``apache_beam.dataframe.io.read_parquet``.
+
 One warm-up run of each engine on the first file only, then ``--repeats`` runs
 with the engines interleaved; medians are printed, and the ratio of
 ReadFromParquet on this runner to ReadFromSpark (target: at least 3x).
@@ -32,8 +46,10 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
@@ -53,12 +69,78 @@ def run_read_from_spark(spark, path, expected):
         assert_that(counts, equal_to(expected))
 
 
+def _count_table(table):
+    """Counts per key of a pyarrow Table (a batch or a ReadFromParquetBatched
+    element)."""
+    counts = table.group_by('key').aggregate([('key', 'count')])
+    return list(zip(counts['key'].to_pylist(), counts['key_count'].to_pylist()))
+
+
+class CountBatch(beam.DoFn):
+    """A batched DoFn: counts per key of each Arrow batch."""
+
+    @beam.DoFn.yields_elements
+    def process_batch(self, batch):
+        yield from _count_table(batch)
+
+
+# Beam reads the batch type from the annotations (this module's are strings).
+CountBatch.process_batch.__annotations__ = {
+    'batch': pa.Table, 'return': typing.Iterator[typing.Tuple[str, int]]}
+
+
+def run_spark_batched(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import ReadFromSpark
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = (p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
+                  | beam.ParDo(CountBatch()) | beam.CombinePerKey(sum))
+        assert_that(counts, equal_to(expected))
+
+
+def run_parquet_batched(runner, path, expected):
+    with beam.Pipeline(runner=runner) as p:
+        counts = (p | beam.io.ReadFromParquetBatched(
+            os.path.join(path, '*.parquet'), columns=['key'])
+                  | beam.FlatMap(_count_table) | beam.CombinePerKey(sum))
+        assert_that(counts, equal_to(expected))
+
+
+def _frame_counts(frame, expected):
+    from apache_beam.dataframe.convert import to_pcollection
+    sizes = to_pcollection(frame.groupby('key').size().to_frame('n'),
+                           include_indexes=True)
+    assert_that(sizes | beam.Map(lambda r: (r.key, int(r.n))), equal_to(expected))
+
+
+def run_spark_frame(spark, path, expected):
+    from apache_beam.dataframe.convert import to_dataframe
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import ReadFromSpark
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        _frame_counts(to_dataframe(
+            p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))),
+            expected)
+
+
+def run_dfio_frame(runner, path, expected):
+    from apache_beam.dataframe.io import read_parquet
+    with beam.Pipeline(runner=runner) as p:
+        _frame_counts(p | read_parquet(os.path.join(path, '*.parquet'),
+                                       columns=['key']), expected)
+
+
 def run_read_from_parquet(runner, path, expected):
     with beam.Pipeline(runner=runner) as p:
         counts = _count_per_key(
             p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'),
                                         columns=['key']), lambda r: r['key'])
         assert_that(counts, equal_to(expected))
+
+
+ENGINES = ('read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi',
+           'spark_batched_inproc', 'parquet_batched_inproc', 'parquet_batched_fnapi',
+           'spark_frame_inproc', 'dfio_frame_inproc', 'dfio_frame_fnapi')
 
 
 def main(argv=None) -> int:
@@ -70,8 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
                         help='Spark configuration for the session (repeatable), e.g. '
                         "spark.driver.extraJavaOptions='' for the JVM's default JIT")
-    parser.add_argument('--engines', nargs='*', default=[
-        'read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi'])
+    parser.add_argument('--engines', nargs='*', default=list(ENGINES))
     args = parser.parse_args(argv)
 
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -102,7 +183,17 @@ def main(argv=None) -> int:
             InProcessSparkRunner(spark=spark), path, exp),
         'read_from_parquet_fnapi': lambda path, exp: run_read_from_parquet(
             FnApiRunner(), path, exp),
+        'spark_batched_inproc': lambda path, exp: run_spark_batched(spark, path, exp),
+        'parquet_batched_inproc': lambda path, exp: run_parquet_batched(
+            InProcessSparkRunner(spark=spark), path, exp),
+        'parquet_batched_fnapi': lambda path, exp: run_parquet_batched(
+            FnApiRunner(), path, exp),
+        'spark_frame_inproc': lambda path, exp: run_spark_frame(spark, path, exp),
+        'dfio_frame_inproc': lambda path, exp: run_dfio_frame(
+            InProcessSparkRunner(spark=spark), path, exp),
+        'dfio_frame_fnapi': lambda path, exp: run_dfio_frame(FnApiRunner(), path, exp),
     }
+    assert list(engines) == list(ENGINES)
     print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
           f'{platform.node()}, {os.cpu_count()} cores, Python '
           f'{platform.python_version()}, PySpark {pyspark.__version__}, '
@@ -130,6 +221,12 @@ def main(argv=None) -> int:
     if 'read_from_spark' in medians and 'read_from_parquet_fnapi' in medians:
         print('ReadFromParquet (FnApiRunner) / ReadFromSpark: '
               f'{medians["read_from_parquet_fnapi"] / medians["read_from_spark"]:.2f}x')
+    for columnar in ('spark_batched_inproc', 'spark_frame_inproc'):
+        for other in ('read_from_parquet_inproc', 'read_from_parquet_fnapi',
+                      'parquet_batched_inproc', 'parquet_batched_fnapi',
+                      'dfio_frame_inproc', 'dfio_frame_fnapi'):
+            if columnar in medians and other in medians:
+                print(f'{other} / {columnar}: {medians[other] / medians[columnar]:.2f}x')
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
