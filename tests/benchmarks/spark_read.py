@@ -4,6 +4,7 @@ Run by hand, never by pytest::
 
     python tests/benchmarks/spark_read.py                    # 10M rows, 3 repeats
     python tests/benchmarks/spark_read.py --rows 1000000 --repeats 1
+    python tests/benchmarks/spark_read.py --rows 2000000 10000000 --repeats 1 --cpu
     python tests/benchmarks/spark_read.py --conf spark.driver.extraJavaOptions=  # JVM's default JIT
 
 Spark writes the input once (``--files`` Parquet files, columns ``id long,
@@ -32,13 +33,17 @@ against the same counts:
 - ``dfio_frame_inproc`` / ``_fnapi``: the same over Beam's own batched Parquet
   read for DataFrames, ``apache_beam.dataframe.io.read_parquet``.
 
-One warm-up run of each engine on the first file only, then ``--repeats`` runs
-with the engines interleaved; medians are printed, and the ratio of
-ReadFromParquet on this runner to ReadFromSpark (target: at least 3x).
+One warm-up run of each engine on a 50,000-row file, then for each ``--rows``
+(several sizes run one after the other in one run) ``--repeats`` runs with the
+engines interleaved; medians are printed, and the ratio of ReadFromParquet on
+this runner to ReadFromSpark (target: at least 3x), and of each other engine
+to the columnar ReadFromSpark variants. ``--cpu`` adds each run's CPU seconds
+per process kind (driver, JVM, Python workers).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -138,14 +143,32 @@ def run_read_from_parquet(runner, path, expected):
         assert_that(counts, equal_to(expected))
 
 
+def _sampler():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from run import Sampler  # tests/benchmarks/run.py
+    return Sampler()
+
+
 ENGINES = ('read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi',
            'spark_batched_inproc', 'parquet_batched_inproc', 'parquet_batched_fnapi',
            'spark_frame_inproc', 'dfio_frame_inproc', 'dfio_frame_fnapi')
 
 
+def _write(spark, path: str, rows: int, keys: int, files: int) -> list:
+    """Writes the input; returns Spark's own counts per key."""
+    (spark.range(rows)
+     .selectExpr('id', f"concat('k', cast(id % {keys} as string)) AS key",
+                 'cast(id as double) / 7 AS value')
+     .repartition(files).write.parquet(path))
+    return sorted((r.key, r['count']) for r in
+                  spark.read.parquet(path).groupBy('key').count().collect())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--rows', type=int, default=10_000_000)
+    parser.add_argument('--rows', type=int, nargs='+', default=[10_000_000],
+                        help='one or more sizes, measured one after the other '
+                        'in this run')
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--files', type=int, default=8)
     parser.add_argument('--repeats', type=int, default=3)
@@ -153,6 +176,10 @@ def main(argv=None) -> int:
                         help='Spark configuration for the session (repeatable), e.g. '
                         "spark.driver.extraJavaOptions='' for the JVM's default JIT")
     parser.add_argument('--engines', nargs='*', default=list(ENGINES))
+    parser.add_argument('--cpu', action='store_true',
+                        help="CPU seconds of the driver, the JVM and the Python "
+                        "processes (Spark's workers; FnApiRunner runs in the "
+                        "driver) per run, from /proc (run.py's sampler)")
     args = parser.parse_args(argv)
 
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -163,19 +190,6 @@ def main(argv=None) -> int:
     conf = dict(c.split('=', 1) for c in args.conf)
     spark, _ = spark_session.get_or_create('local[2]', None, conf)
     workdir = tempfile.mkdtemp(prefix='spark_read_bench_')
-    data = os.path.join(workdir, 'data')
-    (spark.range(args.rows)
-     .selectExpr('id', f"concat('k', cast(id % {args.keys} as string)) AS key",
-                 'cast(id as double) / 7 AS value')
-     .repartition(args.files).write.parquet(data))
-    expected = sorted((r.key, r['count']) for r in
-                      spark.read.parquet(data).groupBy('key').count().collect())
-    first = sorted(f for f in os.listdir(data) if f.endswith('.parquet'))[0]
-    warm = os.path.join(workdir, 'warm')
-    os.makedirs(warm)
-    shutil.copy(os.path.join(data, first), warm)
-    warm_expected = sorted((r.key, r['count']) for r in
-                           spark.read.parquet(warm).groupBy('key').count().collect())
 
     engines = {
         'read_from_spark': lambda path, exp: run_read_from_spark(spark, path, exp),
@@ -199,18 +213,40 @@ def main(argv=None) -> int:
           f'{platform.python_version()}, PySpark {pyspark.__version__}, '
           f'Beam {beam.__version__}; load average {os.getloadavg()} '
           '(machine shared with other engineers)')
-    print(f'# {args.rows:,} rows, {args.keys} keys, {args.files} Parquet files; '
-          f'command: {" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
+    print(f'# {args.keys} keys, {args.files} Parquet files; command: '
+          f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
+    # Warm-up (imports, JIT, worker caches): each engine once on a small input.
+    warm = os.path.join(workdir, 'warm')
+    warm_expected = _write(spark, warm, 50_000, args.keys, 1)
     for name in args.engines:
         engines[name](warm, warm_expected)
+    for rows in args.rows:
+        data = os.path.join(workdir, f'data{rows}')
+        expected = _write(spark, data, rows, args.keys, args.files)
+        print(f'## {rows:,} rows ({time.strftime("%H:%M UTC", time.gmtime())}, '
+              f'load {os.getloadavg()[0]:.1f})', flush=True)
+        _measure(args, engines, data, expected)
+        shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _measure(args, engines, data, expected) -> None:
     times: dict[str, list[float]] = {name: [] for name in args.engines}
     for repeat in range(args.repeats):
         for name in args.engines:
+            sampler = _sampler() if args.cpu else contextlib.nullcontext()
             start = time.monotonic()
-            engines[name](data, expected)
+            with sampler:
+                engines[name](data, expected)
             times[name].append(time.monotonic() - start)
+            cpu = ''
+            if args.cpu:
+                cpu = ', CPU s ' + ' '.join(
+                    f'{kind} {seconds:.2f}' for kind, seconds in
+                    sorted(sampler.cpu_seconds().items()) if kind != 'other')
             print(f'  run {repeat + 1} {name}: {times[name][-1]:.2f} s '
-                  f'(load {os.getloadavg()[0]:.1f})', flush=True)
+                  f'(load {os.getloadavg()[0]:.1f}{cpu})', flush=True)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     print('engine                     median s   runs')
     for name, median in medians.items():
@@ -227,8 +263,6 @@ def main(argv=None) -> int:
                       'dfio_frame_inproc', 'dfio_frame_fnapi'):
             if columnar in medians and other in medians:
                 print(f'{other} / {columnar}: {medians[other] / medians[columnar]:.2f}x')
-    shutil.rmtree(workdir, ignore_errors=True)
-    return 0
 
 
 if __name__ == '__main__':
