@@ -206,8 +206,8 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
 
 
 def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
-    """The first stage after a ReadFromSpark hands a batched DoFn and Beam's
-    DataFrame API each Arrow batch as one batch (6,000 rows: Beam's own
+    """The first stage after a ReadFromSpark hands a batched DoFn (also one
+    that takes elements too) and Beam's DataFrame API each Arrow batch as one batch (6,000 rows: Beam's own
     rebatching of elements stops at 4,096), and makes no row objects for
     them (debug engine: the worker code runs here, where ``data_rows`` is
     patched to fail)."""
@@ -234,11 +234,20 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
             sizes.update(batch.num_rows)
             yield batch.num_rows
 
+    class Either(Sizes):  # takes elements or batches: gets batches here
+        def process(self, element):
+            yield 1
+
     Sizes.process_batch.__annotations__ = {'batch': pa.Table, 'return': Iterator[int]}
+    Either.process.__annotations__ = {'return': Iterator[int]}
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
     total = (p | 'Arrow' >> ReadFromSpark(dataframe=source) | beam.ParDo(Sizes())
              | beam.CombineGlobally(sum))
     assert_that(total, equal_to([n]))
+    either = (p | 'Either' >> ReadFromSpark(dataframe=source)
+              | 'Either sizes' >> beam.ParDo(Either())
+              | 'Either total' >> beam.CombineGlobally(sum))
+    assert_that(either, equal_to([n]), label='either')
     frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
     counts = to_pcollection(frame.groupby('key').size().to_frame('n'),
                             include_indexes=True)
@@ -246,6 +255,6 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
                 equal_to([(f'k{i}', n // 3) for i in range(3)]), label='frame')
     result = p.run()
     result.wait_until_finish()
-    (dist,) = result.metrics().query(
+    dists = result.metrics().query(
         MetricsFilter().with_name('batch_rows'))['distributions']
-    assert (dist.committed.count, dist.committed.max) == (1, n), dist.committed
+    assert [(d.committed.count, d.committed.max) for d in dists] == [(1, n)] * 2, dists
