@@ -132,3 +132,24 @@ def test_beam_type_without_spark_type_names_field():
 def test_value_that_does_not_fit_names_field():
     with pytest.raises(types.SchemaError, match=r"field 'x': a value does not fit"):
         types.column_to_arrow([300], pa.field('x', pa.int8()))
+
+
+def test_non_nullable_fields_stay_non_nullable():
+    """The nullability row of the matrix, its other half: a Spark field that is
+    not nullable (here a bigint and an array of non-null bigints) is a
+    non-Optional Beam field, survives RowCoder, and a table written from the
+    Beam schema gets the same non-nullable Spark fields back."""
+    spark_schema = st.StructType([
+        st.StructField('c', st.LongType(), False),
+        st.StructField('e', st.ArrayType(st.LongType(), False), False),
+        st.StructField('d', st.StringType(), True)])
+    arrow_schema, row_type = types.spark_row_type(spark_schema)
+    fields = types.beam_schema(list(arrow_schema)).fields
+    assert [(f.name, f.type.nullable) for f in fields] == [
+        ('c', False), ('e', False), ('d', True)]
+    assert not fields[1].type.array_type.element_type.nullable
+    coder = beam.coders.registry.get_coder(row_type)
+    row = row_type.user_type(2**63 - 1, [1, 2], None)
+    assert tuple(coder.decode(coder.encode(row))) == (2**63 - 1, [1, 2], None)
+    back = types.arrow_to_spark(types.arrow_schema(types.element_schema(row_type, 't')))
+    assert back == spark_schema, back
