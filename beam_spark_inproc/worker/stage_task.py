@@ -15,6 +15,7 @@ runs none: ``rows.holding_elements``):
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import queue
@@ -183,10 +184,14 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     consumers = _consumers(entry.processor, task.stage.inputs[0].transform_id)
     batched = _batch_consumers(source, consumers, row_type)
     if not batched:  # every consumer takes elements: Beam's own receiver
-        output, create = op.output, windowed_value.create  # 4x WindowedValue(...)
+        # ``op.output(wv)`` is ``receivers[0].receive(wv)``; the loop runs in
+        # C (map, deque): no Python frame per element.
+        receive, create = receiver.receive, windowed_value.create  # 4x WindowedValue(...)
+        drain = collections.deque(maxlen=0).extend
         for batch in batches:
-            for row in source.rows(batch, row_type):
-                output(create(row, micros, windows))
+            rows = source.rows(batch, row_type)
+            drain(map(receive, map(create, rows, itertools.repeat(micros),
+                                   itertools.repeat(windows))))
         yield from ()
         return
     elementwise = [c for c in consumers if c not in batched]
