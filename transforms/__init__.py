@@ -6,7 +6,8 @@ rows), ``WriteToSpark`` (rows to a table or files, by Spark's writers) and
 ``InProcessSparkRunner`` (see ``spark_io``, ``runtime`` and docs/spark-interop.md).
 
 Modules: ``types`` (schemas and value conversions), ``convert`` (the functions
-Spark's Python workers run), ``spark_io`` (the PTransforms), ``runtime`` (what
+Spark's Python workers run), ``batches`` (Arrow batches as batched DoFns'
+batches), ``spark_io`` (the PTransforms), ``runtime`` (what
 the executor runs for them, by URN). Exports are lazy, so a worker unpickling a
 ``convert`` function loads no driver code.
 """
