@@ -142,6 +142,81 @@ def _is_jvm(pid: int) -> bool:
         return False
 
 
+def _jvm_role(pid: int) -> str:
+    """'driver' (pyspark's gateway JVM) or 'executor N' (local-cluster's)."""
+    try:
+        with open(f'/proc/{pid}/cmdline') as f:
+            argv = f.read().split('\0')
+    except OSError:
+        return '?'
+    if any('CoarseGrainedExecutorBackend' in a for a in argv):
+        return 'executor ' + argv[argv.index('--executor-id') + 1]
+    if any('Worker' in a and 'deploy' in a for a in argv):
+        return 'worker'
+    if any('Master' in a and 'deploy' in a for a in argv):
+        return 'master'
+    return 'driver'
+
+
+def _heap_mb(pid: int, live: bool) -> str:
+    """``jstat -gc``: heap used/committed and metaspace used, MB (what the
+    JVM holds on its heap vs what its RSS shows); with ``live``, after a full
+    GC (``jcmd PID GC.run``): the live set."""
+    import subprocess
+    try:
+        if live:
+            subprocess.run(['jcmd', str(pid), 'GC.run'], capture_output=True,
+                           timeout=60)
+        out = subprocess.run(['jstat', '-gc', str(pid)], capture_output=True,
+                             text=True, timeout=20).stdout.split('\n')
+        stats = dict(zip(out[0].split(), map(float, out[1].split())))
+    except Exception:  # jstat missing, the JVM gone
+        return 'heap ?'
+    used = sum(stats.get(k, 0) for k in ('S0U', 'S1U', 'EU', 'OU'))
+    committed = sum(stats.get(k, 0) for k in ('S0C', 'S1C', 'EC', 'OC'))
+    return (f'heap {used / 1024:.0f}/{committed / 1024:.0f} '
+            f'meta {stats.get("MU", 0) / 1024:.0f} '
+            f'fullGC {stats.get("FGC", 0):.0f}')
+
+
+def _shuffle_files(pids: list[int], spark) -> int:
+    """Shuffle data files on disk: under the executors' folders
+    (SPARK_EXECUTOR_DIRS, local-cluster) or under ``spark.local.dir`` when
+    set (local mode: pass a private one with --conf to count only this
+    run's)."""
+    folders = []
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/environ') as f:
+                env = dict(v.split('=', 1) for v in f.read().split('\0')
+                           if '=' in v)
+            folders += env.get('SPARK_EXECUTOR_DIRS', '').split(os.pathsep)
+        except OSError:
+            pass
+    try:  # the driver's own (local mode), where --conf spark.local.dir is
+        folders += spark.conf.get('spark.local.dir', '').split(',')
+    except Exception:
+        pass
+    count = 0
+    for folder in filter(None, folders):
+        for _, _, names in os.walk(folder):
+            count += sum(n.startswith('shuffle_') and n.endswith('.data')
+                         for n in names)
+    return count
+
+
+def _status_store(spark) -> str:
+    """What Spark's status store holds (classic-only): jobs, stages and SQL
+    executions retained."""
+    try:
+        context = spark.sparkContext
+        jobs = len(context.statusTracker().getJobIdsForGroup(None))
+        store = spark._jsparkSession.sharedState().statusStore()
+        return f'jobs {jobs} sql {store.executionsCount()}'
+    except Exception as error:
+        return f'store ? ({type(error).__name__})'
+
+
 def _descendants(pid: int) -> list[int]:
     children = {}
     for name in os.listdir('/proc'):
@@ -178,6 +253,14 @@ def main() -> None:
     parser.add_argument('--minutes', type=float, default=3)
     parser.add_argument('--every', type=float, default=15)
     parser.add_argument('--master', default='local-cluster[2,1,2048]')
+    parser.add_argument('--jvms', action='store_true',
+                        help='also print each JVM (driver, executors): RSS, '
+                        'heap used/committed (jstat) and what the status '
+                        'store retains')
+    parser.add_argument('--live', action='store_true',
+                        help='with --jvms: heap after a full GC (jcmd GC.run)')
+    parser.add_argument('--conf', action='append', default=[],
+                        help='KEY=VALUE Spark settings for the session')
     args = parser.parse_args()
     location = tempfile.mkdtemp(prefix='bench-scale-')
     if args.source == 'sdf':
@@ -186,7 +269,8 @@ def main() -> None:
     else:
         source = _test_stream(args)
     from beam_spark_inproc.spark import session
-    spark, _ = session.get_or_create(args.master, None, {})
+    spark, _ = session.get_or_create(
+        args.master, None, dict(c.split('=', 1) for c in args.conf))
     options = PipelineOptions([f'--checkpoint_location={location}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
@@ -213,6 +297,14 @@ def main() -> None:
               f'{_rss_kb(me) / 1024:10.0f} {sum(jvms) / 1024:8.0f} '
               f'{workers_mb:>26} {max(workers, default=0) / 1024:17.0f} '
               f'{size / 2**20:14.1f} {os.getloadavg()[0]:5.1f}', flush=True)
+        if args.jvms:
+            for pid in pids:
+                if _is_jvm(pid):
+                    print(f'        {_jvm_role(pid):>10} pid {pid}: RSS '
+                          f'{_rss_kb(pid) / 1024:.0f} MB '
+                          f'{_heap_mb(pid, args.live)}', flush=True)
+            print(f'        {_status_store(spark)} shuffle files '
+                  f'{_shuffle_files(pids, spark)}', flush=True)
         if state != 'RUNNING':
             break
     result.cancel()

@@ -139,20 +139,62 @@ def test_stream(events: list, per_step: int) -> TestStream:
 test_stream.__test__ = False  # not a pytest test
 
 
-@contextlib.contextmanager
-def query10_files(folder: str):
-    """Query 10 writing (empty) files into ``folder`` (see the module doc);
-    in this process only (the debug engine, Beam's in-process runners)."""
-    def create(options, filename):
-        open(filename, 'w').close()
+def _create_file(options, filename):
+    open(filename, 'w').close()
 
+
+@contextlib.contextmanager
+def _query10_writing_to(folder: str):
+    """query10's module globals pointing at ``folder`` (and creating the file
+    named) while inside, in this process."""
     saved = query10.output_path, query10.open_writable_gcs_file
-    query10.output_path = folder
-    query10.open_writable_gcs_file = create
+    query10.output_path, query10.open_writable_gcs_file = folder, _create_file
     try:
         yield
     finally:
         query10.output_path, query10.open_writable_gcs_file = saved
+
+
+class _WriteEventFiles(query10.WriteEventDoFn):
+    """Beam's WriteEventDoFn with the folder in the DoFn, not only in the
+    driver's module globals: a Spark worker imports query10 afresh."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def process(self, element, pipeline_options,
+                window=beam.DoFn.WindowParam,
+                pane_info=beam.DoFn.PaneInfoParam):
+        with _query10_writing_to(self._folder):
+            yield from super().process(element, pipeline_options, window,
+                                       pane_info)
+
+
+class _WriteIndexFiles(query10.WriteIndexDoFn):
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def process(self, element, pipeline_options,
+                window=beam.DoFn.WindowParam):
+        with _query10_writing_to(self._folder):
+            result = super().process(element, pipeline_options, window)
+            yield from result or ()
+
+
+@contextlib.contextmanager
+def query10_files(folder: str):
+    """Query 10 built inside writes (empty) files into ``folder`` (see the
+    module doc), in any process: its two writing DoFns are built as
+    subclasses that carry the folder (Spark's workers do not see the
+    driver's module globals)."""
+    saved = query10.WriteEventDoFn, query10.WriteIndexDoFn
+    query10.WriteEventDoFn = lambda: _WriteEventFiles(folder)
+    query10.WriteIndexDoFn = lambda: _WriteIndexFiles(folder)
+    try:
+        with _query10_writing_to(folder):
+            yield
+    finally:
+        query10.WriteEventDoFn, query10.WriteIndexDoFn = saved
 
 
 class _Lines(beam.DoFn):

@@ -244,3 +244,19 @@ def test_streaming_on_spark_equals_batch(query, tmp_path, spark):
     batch = _batch(query, tmp_path)
     assert batch
     assert _stream(InProcessSparkRunner(spark=spark), query) == batch
+
+
+def test_query10_on_spark_writes_the_batch_files(tmp_path, spark):
+    """Spark's workers write query 10's files too: the folder travels in its
+    writing DoFns (``queries.query10_files``), not in the driver's globals."""
+    (tmp_path / 'b').mkdir()
+    (tmp_path / 's').mkdir()
+    with queries.query10_files(str(tmp_path / 'b')):
+        _batch(10, tmp_path / 'out', 2000)
+    with queries.query10_files(str(tmp_path / 's')):
+        # 1,000 events per call (CI time: fewer micro-batches).
+        queries.run_stream(InProcessSparkRunner(spark=spark),
+                           queries.streaming_pipeline(10, 2000, RATE, 0.1))
+    written = _written(str(tmp_path / 's'))
+    assert [w.split('-', 1)[0] for w in written] == ['INDEX'] * 2 + ['LOG'] * 2
+    assert written == _written(str(tmp_path / 'b'))

@@ -105,6 +105,29 @@ def test_driver_killed_mid_micro_batch_then_restarted(tmp_path, fault_free, tear
     assert temporary == []
 
 
+def test_a_moved_checkpoint_resumes(tmp_path, fault_free):
+    """Commit records name state files relative to the checkpoint location:
+    a checkpoint folder moved elsewhere after the driver was killed resumes
+    there (the old folder is gone)."""
+    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
+    marker = str(tmp_path / 'killed')
+    first = _driver(out, checkpoint, marker, 1)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    store = CheckpointStore.__new__(CheckpointStore)
+    store.root = checkpoint
+    record = store.read_commit(store.commits()[-1])
+    paths = [b['path'] for stage in record['stages']
+             for b in stage['buckets'].values()]
+    assert paths and not any(os.path.isabs(path) for path in paths)
+    os.rename(checkpoint, str(tmp_path / 'moved'))
+    checkpoint = str(tmp_path / 'moved')
+    second = _driver(out, checkpoint, marker, 3)
+    assert second.returncode == 0, second.stderr[-3000:]
+    files, counters = fault_free
+    assert _by_window(restart_pipeline.outputs(out)) == _by_window(files)
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
+
+
 def test_restart_finds_the_buckets_after_they_split(tmp_path, fault_free):
     """With one key per bucket allowed, the keyed stages' buckets split in the
     first micro-batch (64 -> the maximum); the restarted driver takes the
@@ -153,6 +176,29 @@ def test_recover_removes_what_was_not_committed(tmp_path):
     assert os.path.exists(store.state_path(1, 2))
 
 
+def test_records_with_absolute_paths_are_still_read(tmp_path):
+    """Records written before paths were relative name absolute paths: they
+    are read as they are, and the files they name are kept."""
+    class Plan:  # what CheckpointStore reads of a plan
+        stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
+
+    store = CheckpointStore(Plan, str(tmp_path / 'ck'))
+    for n in range(2):  # 0 as an old driver wrote it, 1 as a new one does
+        os.makedirs(store.state_path(0, n))
+        path = store.state_path(0, n)
+        store.commit(n, {'micro_batch': n, 'stages': [{'name': 'a', 'buckets': {
+            str(n): {'path': path if n == 0 else store.relative(path)}}}]})
+    assert store.relative(store.state_path(0, 1)) == os.path.join(
+        'state', 'stage-0', 'mb-1')
+    assert all(os.path.exists(store.state_path(0, n)) for n in range(2))
+    again = CheckpointStore(Plan, str(tmp_path / 'ck'))
+    assert again.resume['micro_batch'] == 1
+    for n in range(2):
+        [bucket] = again.read_commit(n)['stages'][0]['buckets'].values()
+        assert again.absolute(bucket['path']) == store.state_path(0, n)
+        assert os.path.exists(store.state_path(0, n))
+
+
 def test_describe_changes_names_the_transforms():
     old = [['s1', ['Read', 'Map']], ['s2', ['GroupByKey', 'Sum']]]
     assert describe_changes(old, [['s1', ['Read', 'Map']],
@@ -194,7 +240,7 @@ def test_driver_held_state_survives_a_restart(tmp_path, variant):
     store = CheckpointStore.__new__(CheckpointStore)
     store.root = checkpoint
     record = store.read_commit(store.commits()[-1])
-    with open(record['driver_state'], 'rb') as f:
+    with open(store.absolute(record['driver_state']), 'rb') as f:
         held = pickle.load(f)
     if variant == 'side':
         [gate] = [kept['gate'] for kept in held.values()]

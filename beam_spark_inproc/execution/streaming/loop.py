@@ -532,15 +532,16 @@ class StreamingExecutor:
     def _commit(self) -> None:
         held = restart.driver_state(self)  # before the record naming it
         self.store.commit(self.micro_batch, {
-            'driver_state': (None if held is None else
-                             self.store.write_driver_state(self.micro_batch, held)),
+            'driver_state': (None if held is None else self.store.relative(
+                self.store.write_driver_state(self.micro_batch, held))),
             'micro_batch': self.micro_batch,
             'stages': [{
                 'name': stage.name,
                 'input_watermark': self.input_wm[i].micros,
                 'output_watermark': self.output_wm[i].micros,
                 'state_buckets': self.buckets[i],
-                'buckets': {str(b): {'path': self.versions[i][b],
+                'buckets': {str(b): {'path': self.store.relative(
+                                         self.versions[i][b]),
                                      'keys': s.keys, 'hold': s.hold.micros,
                                      'event_timer': s.event_timer.micros,
                                      'processing_timer': s.processing_timer}

@@ -140,13 +140,14 @@ def restore(executor: Any, record: dict) -> None:
                             Timestamp(micros=s['event_timer']),
                             float(s['processing_timer']))
             for b, s in stage['buckets'].items()}
-        executor.versions[i] = {int(b): s['path']
+        executor.versions[i] = {int(b): executor.store.absolute(s['path'])
                                 for b, s in stage['buckets'].items()}
         executor.buckets[i] = stage.get('state_buckets', executor.buckets[i])
     for old, position in record['sources'].items():
         executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
             position)
     if record.get('driver_state'):
-        _restore_driver_state(executor, index_of, record['driver_state'])
+        _restore_driver_state(executor, index_of,
+                              executor.store.absolute(record['driver_state']))
     executor.micro_batch = record['micro_batch'] + 1
     executor._impulse_done = True

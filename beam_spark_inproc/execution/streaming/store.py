@@ -23,6 +23,10 @@ removed when the pipeline ends)::
                                current version and its summary (keys, hold,
                                earliest timers)
 
+Paths in commit records (state files, the driver state) are relative to the
+checkpoint location, so a folder moved or copied elsewhere resumes; records
+written before held absolute paths and are read as they are (``absolute``).
+
 A bucket is ``crc32(key) % buckets`` (``worker.streaming.bucket_count``). A micro-batch
 reads the current versions of the buckets its input touches or whose timers are
 due, and writes new versions of those buckets only: state I/O grows with the
@@ -187,6 +191,19 @@ class CheckpointStore:
                 for name in (os.listdir(folder) if os.path.isdir(folder) else ())
                 for m in [re.fullmatch(r'(\d+)\.pickle(\.tmp)?', name)] if m]
 
+    def relative(self, path: str) -> str:
+        """``path`` as a commit record names it: relative to the checkpoint
+        location when it is inside (a moved folder still resumes)."""
+        path = os.path.abspath(path)
+        if path.startswith(self.root + os.sep):
+            return os.path.relpath(path, self.root)
+        return path
+
+    def absolute(self, path: str) -> str:
+        """A path a commit record names, in this location (an absolute path,
+        from a record written before paths were relative, as it is)."""
+        return os.path.join(self.root, path)
+
     def write_driver_state(self, micro_batch: int, data: bytes) -> str:
         """Writes what the driver holds after ``micro_batch`` (before its
         commit record, which names the returned path)."""
@@ -211,7 +228,7 @@ class CheckpointStore:
         an attempt of its jobs that Spark abandoned may still be writing
         there; the next commit collects them."""
         oldest = micro_batch - self.RETAIN + 1
-        live = _paths(record)
+        live = self._paths(record)
         for n in self.commits():
             if n < oldest:
                 try:
@@ -220,7 +237,7 @@ class CheckpointStore:
                     pass
             elif n < micro_batch:
                 try:
-                    live |= _paths(self.read_commit(n))
+                    live |= self._paths(self.read_commit(n))
                 except (OSError, ValueError):
                     pass
         folders: dict[str, set[str]] = {}
@@ -258,6 +275,14 @@ class CheckpointStore:
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def _paths(self, record: dict) -> set[str]:
+        """The state files a commit record names (absolute): a bucket's path
+        is its Parquet file in a state folder ``mb-N`` (written by the
+        stage's task), or the folder itself."""
+        return {os.path.abspath(self.absolute(b['path']))
+                for stage in record.get('stages', ())
+                for b in stage.get('buckets', {}).values()}
+
     @staticmethod
     def _write_json(path: str, record) -> None:
         _write_atomically(path, json.dumps(record, sort_keys=True).encode())
@@ -271,14 +296,6 @@ def _write_atomically(path: str, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _paths(record: dict) -> set[str]:
-    """The state files a commit record names (absolute): a bucket's path is
-    its Parquet file in a state folder ``mb-N`` (written by the stage's
-    task), or the folder itself."""
-    return {os.path.abspath(b['path']) for stage in record.get('stages', ())
-            for b in stage.get('buckets', {}).values()}
 
 
 def _remove(path: str) -> None:
