@@ -199,6 +199,27 @@ def test_records_with_absolute_paths_are_still_read(tmp_path):
         assert os.path.exists(store.state_path(0, n))
 
 
+def test_unchanged_driver_state_is_written_once(tmp_path):
+    """The driver's state is written when it changed; a commit record after
+    an unchanged one names the file written before, which is kept while a
+    retained record names it and removed after."""
+    class Plan:  # what CheckpointStore reads of a plan
+        stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
+
+    store = CheckpointStore(Plan, str(tmp_path / 'ck'))
+    named = []
+    for n, held in enumerate([b'x', b'x', b'x', b'x', b'y', b'y', b'y']):
+        path = store.relative(store.write_driver_state(n, held))
+        store.commit(n, {'micro_batch': n, 'stages': [], 'driver_state': path})
+        named.append(path)
+        assert os.path.exists(store.absolute(path))
+    assert named == [os.path.join('driver', '0.pickle')] * 4 + [
+        os.path.join('driver', '4.pickle')] * 3
+    assert sorted(os.listdir(tmp_path / 'ck' / 'driver')) == ['4.pickle']
+    with open(store.absolute(named[-1]), 'rb') as f:
+        assert f.read() == b'y'
+
+
 def test_describe_changes_names_the_transforms():
     old = [['s1', ['Read', 'Map']], ['s2', ['GroupByKey', 'Sum']]]
     assert describe_changes(old, [['s1', ['Read', 'Map']],

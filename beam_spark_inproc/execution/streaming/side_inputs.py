@@ -71,12 +71,18 @@ def decode_all(impl, chunks: Iterable[bytes]) -> Iterator:
 class _Side:
     """One side input's elements so far, and its windows with a fired pane."""
 
-    def __init__(self, side_input: p.SideInput, components, context):
+    def __init__(self, side_input: p.SideInput, transforms: dict, components,
+                 context):
+        """``transforms``: the pipeline's transforms by unique name."""
         self.side_input = side_input
         self.coder = context.coders[side_input.coder_id]
         self._impl = self.coder.get_impl()
-        payload = beam_runner_api_pb2.ParDoPayload.FromString(
-            _transform(components, side_input.transform_id).spec.payload)
+        reader = _transform(transforms, side_input.transform_id)
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(reader.spec.payload)
+        # Its values serve the reading ParDo's main input, late elements
+        # included: that input's allowed lateness (a stage's readers may have
+        # differently windowed inputs).
+        self.lateness = _main_input_lateness(reader, components)
         spec = payload.side_inputs[side_input.tag].window_mapping_fn
         self.window_mapping = (pickler.loads(spec.payload) if spec.payload
                                else sideinputs._global_window_mapping_fn)
@@ -144,20 +150,17 @@ class _Side:
         return isinstance(side_window, GlobalWindow) and side_window in self.fired
 
 
-def _transform(components, unique_name: str):
+def _transform(transforms: dict, unique_name: str):
     """The ParDo a ``SideInput`` names (by its unique name: the plan's
     components key transforms by id)."""
-    for transform in components.transforms.values():
-        if transform.unique_name == unique_name:
-            return transform
-    raise KeyError(f'transform {unique_name!r} is not in the pipeline')
+    try:
+        return transforms[unique_name]
+    except KeyError:
+        raise KeyError(f'transform {unique_name!r} is not in the pipeline') from None
 
 
-def _main_input_lateness(stage: p.StagePlan, components) -> Duration:
-    """The allowed lateness of the ParDo's main input (its windowing)."""
-    if not stage.side_inputs:
-        return Duration(0)
-    transform = _transform(components, stage.side_inputs[0].transform_id)
+def _main_input_lateness(transform, components) -> Duration:
+    """The allowed lateness of a ParDo's main input (its windowing)."""
     payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
     [main] = [pcoll for tag, pcoll in transform.inputs.items()
               if tag not in payload.side_inputs]
@@ -178,7 +181,9 @@ class SideInputGate:
         """``key_coder_ids``: input port -> the safe windowed KV coder its
         producer keys rows with (a stateful stage's keyed input)."""
         self.stage = stage
-        self.sides = [_Side(si, components, context) for si in stage.side_inputs]
+        transforms = {t.unique_name: t for t in components.transforms.values()}
+        self.sides = [_Side(si, transforms, components, context)
+                      for si in stage.side_inputs]
         self._main = [context.coders[port.coder_id].get_impl()
                       for port in stage.inputs]
         self._key_of = {}
@@ -187,8 +192,9 @@ class SideInputGate:
             self._key_of[port] = key_extractor(coder, coder.key_coder())
         self.pending: list[tuple[int, Any]] = []  # (input port, windowed value)
         self.version = 0  # bumped when a side input's value changes
-        self.lateness = _main_input_lateness(stage, components)
-        self._cutoff = MIN_TIMESTAMP  # side windows before it were dropped
+        # The watermark (or hold) side windows were last dropped at, each
+        # side's before it minus its reader's lateness.
+        self._cutoff = MIN_TIMESTAMP
 
     @property
     def hold(self) -> Timestamp:
@@ -237,14 +243,16 @@ class SideInputGate:
         timestamps (``hold``), not their windows: a WindowInto fused into the
         stage assigns the windows the ParDo sees after the gate, each holding
         its element's timestamp. A late element (past the allowed lateness,
-        which a ParDo does not drop) finds no values for a dropped window."""
+        which a ParDo does not drop) finds no values for a dropped window.
+        Each side input by the allowed lateness of its own reader's main
+        input (a stage may fuse readers of differently windowed inputs)."""
         start = min(main_watermark, self.hold)
-        cutoff = (MAX_TIMESTAMP if start >= MAX_TIMESTAMP
-                  else start - self.lateness)
-        if cutoff <= self._cutoff:
+        if start <= self._cutoff:
             return
-        self._cutoff = cutoff
+        self._cutoff = start
         for side in self.sides:
+            cutoff = (MAX_TIMESTAMP if start >= MAX_TIMESTAMP
+                      else start - side.lateness)
             if side.drop_expired(cutoff):
                 self.version += 1
 

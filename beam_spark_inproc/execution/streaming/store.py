@@ -16,7 +16,8 @@ removed when the pipeline ends)::
     driver/N.pickle            what the driver holds for stages after micro-batch
                                N (side-input values, pushed-back elements,
                                splittable DoFns' residuals; ``restart``),
-                               written before commit N, which names it
+                               written before commit N, which names it (or
+                               names an earlier one when nothing changed)
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
                                for each stage and bucket the file holding its
@@ -117,6 +118,7 @@ class CheckpointStore:
         owner = os.path.join(self.root, 'pipeline.json')
         mine = {'stages': fingerprint(plan)}
         self.resume: dict | None = None
+        self._driver_written: tuple[bytes, str] | None = None  # data, path
         if os.path.exists(owner):
             with open(owner) as f:
                 theirs = json.load(f)
@@ -206,11 +208,17 @@ class CheckpointStore:
 
     def write_driver_state(self, micro_batch: int, data: bytes) -> str:
         """Writes what the driver holds after ``micro_batch`` (before its
-        commit record, which names the returned path)."""
+        commit record, which names the returned path). Unchanged since the
+        last write: nothing is written and the file written then is named
+        again (kept while a retained record names it)."""
+        last = self._driver_written
+        if last is not None and last[0] == data and os.path.exists(last[1]):
+            return last[1]
         folder = os.path.join(self.root, 'driver')
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f'{micro_batch}.pickle')
         _write_atomically(path, data)
+        self._driver_written = (data, path)
         return path
 
     def commit(self, micro_batch: int, record: dict) -> None:
@@ -229,6 +237,7 @@ class CheckpointStore:
         there; the next commit collects them."""
         oldest = micro_batch - self.RETAIN + 1
         live = self._paths(record)
+        driver = {self._driver_path(record)}
         for n in self.commits():
             if n < oldest:
                 try:
@@ -237,14 +246,16 @@ class CheckpointStore:
                     pass
             elif n < micro_batch:
                 try:
-                    live |= self._paths(self.read_commit(n))
+                    kept = self.read_commit(n)
                 except (OSError, ValueError):
-                    pass
+                    continue
+                live |= self._paths(kept)
+                driver.add(self._driver_path(kept))
         folders: dict[str, set[str]] = {}
         for path in live:
             folders.setdefault(_folder(path), set()).add(path)
         for n, path in self._driver_files():
-            if n < oldest:
+            if n < oldest and os.path.abspath(path) not in driver:
                 _remove(path)
         for path, n in self._state_folders():
             if n > micro_batch or (n == micro_batch and not settled):
@@ -274,6 +285,10 @@ class CheckpointStore:
     def close(self) -> None:
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _driver_path(self, record: dict) -> str | None:
+        named = record.get('driver_state')
+        return os.path.abspath(self.absolute(named)) if named else None
 
     def _paths(self, record: dict) -> set[str]:
         """The state files a commit record names (absolute): a bucket's path
