@@ -33,13 +33,27 @@ def test_same_panes_as_direct_runner_on_spark(spark, build):
     assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
 
 
-def test_unbounded_sdf_on_spark(spark):
+def test_unbounded_sdf_on_spark(spark, monkeypatch):
     """Residuals leave Spark's tasks as rows, wait in the driver, re-enter
     the stage as rows; their estimator holds the watermark (by hand, as on the
-    debug engine: ``test_sources``)."""
+    debug engine: ``test_sources``). What a micro-batch cached (the
+    splittable and the keyed stages' results) is freed before it commits:
+    nothing of micro-batch N is held by Spark's block managers after it."""
+    from beam_spark_inproc.execution.streaming.store import CheckpointStore
+    # classic-only: the session's persisted RDDs (cached DataFrames)
+    persisted = spark.sparkContext._jsc.getPersistentRDDs().size
+    before, at_commit = persisted(), []
+    commit = CheckpointStore.commit
+
+    def counting(store, micro_batch, record):
+        at_commit.append(persisted())
+        commit(store, micro_batch, record)
+
+    monkeypatch.setattr(CheckpointStore, 'commit', counting)
     records = oracle.run(test_sources._ticks, InProcessSparkRunner(spark=spark))
     assert [(r[0], r[3]) for r in records] == [
         ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
+    assert len(at_commit) >= 3 and set(at_commit) == {before}, at_commit
 
 
 def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
