@@ -21,6 +21,14 @@ LOCAL_DEFAULTS = {
     # batch sent to a Python worker would dominate its memory.
     'spark.sql.execution.arrow.maxBytesPerBatch': '16m',
     'spark.ui.enabled': 'false',
+    # Spark's status store keeps the last jobs, stages and SQL executions up to
+    # these counts (1,000 each by default) even with the UI off; a stream makes
+    # a few of each per micro-batch, so for its first few hundred micro-batches
+    # the driver JVM's live heap grows with them (~17 KB per small job and its
+    # SQL execution; docs/streaming.md, "Memory of a long stream").
+    'spark.ui.retainedJobs': '100',
+    'spark.ui.retainedStages': '100',
+    'spark.sql.ui.retainedExecutions': '100',
     # Adaptive execution re-plans each shuffle as extra Spark jobs: on small
     # pipelines that costs more than it saves (3 jobs instead of 1 for a GBK).
     'spark.sql.adaptive.enabled': 'false',

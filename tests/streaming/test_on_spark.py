@@ -54,6 +54,12 @@ def test_unbounded_sdf_on_spark(spark, monkeypatch):
     assert [(r[0], r[3]) for r in records] == [
         ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
     assert len(at_commit) >= 3 and set(at_commit) == {before}, at_commit
+    # The runner's session keeps the last 100 jobs and SQL executions in
+    # Spark's status store (``session.LOCAL_DEFAULTS``), not 1,000 (in a whole
+    # test run this session has run thousands).
+    retained = spark._jsparkSession.sharedState().statusStore().executionsCount()
+    assert retained <= 100
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) <= 100
 
 
 def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
