@@ -45,16 +45,22 @@ def test_bucket_count_doubles_while_over_the_keys_per_bucket(monkeypatch):
     assert streaming.bucket_count(KEYS, 64) == 256
 
 
-def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
-    """A file written with 64 buckets, read with 128: bucket b and b + 64 each
-    get the keys whose crc32 says so, and a marker runs a bucket alone."""
-    keys = [b'key%d' % i for i in range(300)]
-    io = StateIO(StateFiles('s', (), str(tmp_path / 'old')))
+def _write_state(folder, keys) -> str:
+    """One task's state file holding ``keys`` (value ``b'v' + key``)."""
+    io = StateIO(StateFiles('s', (), str(folder)))
     forward = io.forward(lambda *row: None)
     for k in keys:
         forward(STATE_TAG, k, b'v' + k)
     io.finish(lambda *row: None)
-    path, = glob.glob(str(tmp_path / 'old' / '*.parquet'))
+    path, = glob.glob(str(folder / '*.parquet'))
+    return path
+
+
+def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
+    """A file written with 64 buckets, read with 128: bucket b and b + 64 each
+    get the keys whose crc32 says so, and a marker runs a bucket alone."""
+    keys = [b'key%d' % i for i in range(300)]
+    path = _write_state(tmp_path / 'old', keys)
     assert sorted(pq.read_table(path).column('key').to_pylist()) == sorted(keys)
     bucket = streaming.bucket_of(keys[0])
     halves = {bucket: {}, bucket + 64: {}}
@@ -174,12 +180,7 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
     once per task."""
     monkeypatch.setattr(streaming_state, '_GROUP_ROWS', 64)
     keys = [b'key%d' % i for i in range(6000)]
-    io = StateIO(StateFiles('s', (), str(tmp_path / 'w')))
-    forward = io.forward(lambda *row: None)
-    for k in keys:
-        forward(STATE_TAG, k, b'v' + k)
-    io.finish(lambda *row: None)
-    path, = glob.glob(str(tmp_path / 'w' / '*.parquet'))
+    path = _write_state(tmp_path / 'w', keys)
     whole = pq.read_table(path)
     assert whole.column('bucket').to_pylist() == sorted(
         streaming.bucket_of(k) for k in keys)
