@@ -1,15 +1,16 @@
 """A stream for the restart tests, runnable as a script (a driver to kill).
 
 ``python -m tests.streaming.restart_pipeline OUT CHECKPOINT [--kill MARKER]
-[--spark] [--variant timers|side|sdf]``: ``timers`` (``build``): windowed
+[--spark] [--variant timers|side|sdf|text|parquet]``: ``timers`` (``build``): windowed
 GroupByKey sums and a stateful DoFn with event-time timers
 (``test_triggers.BufferUntilTimer``); ``side``: each element with its window's
 sum as a side input (elements wait in the driver for the side input's
 window to close); ``sdf``: windowed sums over an unbounded splittable DoFn
 (``test_sources.Ticks``: ``defer_remainder`` residuals held by the driver).
 Each writes with Beam's ``fileio.WriteToFiles`` into OUT; ``text``: lines
-written with Beam's ``WriteToText`` per window (killed when step 7's first
-element arrives). With ``--kill``, the others' driver SIGKILLs itself
+written with Beam's ``WriteToText`` per window, ``parquet``: the same records
+with Beam's ``WriteToParquet`` (both killed when step 7's first element
+arrives). With ``--kill``, the others' driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
 into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
 and whose commit record is not written. Prints the committed counters as JSON.
@@ -138,11 +139,24 @@ def build_text(p: beam.Pipeline, out: str, marker: str = '') -> None:
          | beam.io.WriteToText(os.path.join(out, 'text'), num_shards=1))
 
 
+def build_parquet(p: beam.Pipeline, out: str, marker: str = '') -> None:
+    # Beam's WriteToParquet on unbounded input: the same windowed WriteImpl.
+    import pyarrow as pa
+    _ = (p | events() | 'Count' >> beam.Map(_count)
+         | 'Kill' >> beam.Map(_kill_at, marker)
+         | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+         | 'Record' >> beam.Map(lambda kv: {'key': kv[0], 'n': kv[1]})
+         | beam.io.WriteToParquet(
+             os.path.join(out, 'parquet'),
+             pa.schema([('key', pa.string()), ('n', pa.int64())]),
+             file_name_suffix='.parquet', num_shards=1))
+
+
 VARIANTS = {'timers': build, 'side': build_side, 'sdf': build_sdf,
-            'text': build_text}
+            'text': build_text, 'parquet': build_parquet}
 # Elements the Count step sees in a fault-free run of each variant.
 ELEMENTS = {'timers': STEPS * PER_STEP, 'side': STEPS * PER_STEP, 'sdf': TICKS,
-            'text': STEPS * PER_STEP}
+            'text': STEPS * PER_STEP, 'parquet': STEPS * PER_STEP}
 
 
 def run(runner, out: str, checkpoint: str, marker: str = '',
@@ -159,11 +173,18 @@ def run(runner, out: str, checkpoint: str, marker: str = '',
 
 
 def outputs(out: str) -> dict[str, list[str]]:
-    """The final files (not Beam's hidden temporary folders): name -> lines."""
+    """The final files (not Beam's hidden temporary folders): name -> lines
+    (a Parquet file's records, one line each)."""
     found = {}
     for name in sorted(os.listdir(out)):
         path = os.path.join(out, name)
         if os.path.isfile(path) and not name.startswith('.'):
+            if name.endswith('.parquet'):
+                import pyarrow.parquet as pq
+                found[name] = sorted(
+                    json.dumps(r, sort_keys=True)
+                    for r in pq.read_table(path).to_pylist())
+                continue
             with open(path) as f:
                 found[name] = sorted(f.read().splitlines())
     return found

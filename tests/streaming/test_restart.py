@@ -276,26 +276,29 @@ def test_driver_held_state_survives_a_restart(tmp_path, variant):
     assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
 
 
-def test_write_to_text_across_a_restart(tmp_path):
-    """Beam's WriteToText on unbounded input (windowed WriteImpl): the driver
-    is killed mid-stream, the stream run again from its checkpoint: the same
-    files with the same lines as a fault-free run, none twice, none missing,
-    and exact committed metrics."""
+@pytest.mark.parametrize('variant', ['text', 'parquet'])
+def test_file_sink_across_a_restart(tmp_path, variant):
+    """Beam's WriteToText and WriteToParquet on unbounded input (windowed
+    WriteImpl): the driver is killed mid-stream, the stream run again from its
+    checkpoint: the same files with the same records as a fault-free run,
+    none twice, none missing, and exact committed metrics."""
     base = tmp_path / 'fault-free'
     os.makedirs(base / 'out')
     counters = restart_pipeline.run(
         InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'),
-        variant='text')
+        variant=variant)
     files = restart_pipeline.outputs(str(base / 'out'))
-    assert counters == {'elements': restart_pipeline.ELEMENTS['text']}
+    assert counters == {'elements': restart_pipeline.ELEMENTS[variant]}
+    # every element once, across the windows' files
+    assert sum(map(len, files.values())) == restart_pipeline.ELEMENTS[variant]
     assert len(files) == 6  # one file per window [0, 10) .. [50, 60)
     out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
     os.makedirs(out)
     marker = str(tmp_path / 'killed')
-    first = _driver(out, checkpoint, marker, 1, '--variant', 'text')
+    first = _driver(out, checkpoint, marker, 1, '--variant', variant)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     assert 0 < len(restart_pipeline.outputs(out)) < 6  # killed mid-stream
-    second = _driver(out, checkpoint, marker, 3, '--variant', 'text')
+    second = _driver(out, checkpoint, marker, 3, '--variant', variant)
     assert second.returncode == 0, second.stderr[-3000:]
     assert restart_pipeline.outputs(out) == files
     assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
