@@ -115,9 +115,8 @@ def _dataframe_maker(converter, names, hints) -> Optional[Maker]:
     mapper = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
               pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
               pa.bool_(): pd.BooleanDtype()}.get
-    plans = [(name, ptc.dtype_from_typehint(typehint),
-              _columnar_dtype(pd, np, ptc.dtype_from_typehint(typehint)))
-             for name, typehint in fields]
+    dtypes = [(name, ptc.dtype_from_typehint(typehint)) for name, typehint in fields]
+    plans = [(name, dtype, _columnar_dtype(pd, np, dtype)) for name, dtype in dtypes]
 
     def make(batch: pa.RecordBatch) -> 'pd.DataFrame':
         data = {}
