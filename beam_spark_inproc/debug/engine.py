@@ -141,7 +141,7 @@ class LocalEngine:
                     chunks.append(chunk)
         return chunks, control
 
-    def side_input(self, entries: tuple) -> tuple:
+    def side_input(self, entries: tuple, folder: str | None = None) -> tuple:
         return entries
 
     def job(self, tag: str, description: str):

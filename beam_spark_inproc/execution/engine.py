@@ -27,8 +27,10 @@ Primitives:
   frees it (a stream caches per micro-batch);
 * ``collect(data, elements)``: (element data, control data) on the driver; with
   ``elements=False`` only the control rows travel (the leaves' job);
-* ``side_input(entries)``: what a task carries for a side input's state entries
-  (the entries, or a file they were shipped as);
+* ``side_input(entries, folder=None)``: what a task carries for a side input's
+  state entries (the entries, or a file they were shipped as; with ``folder``,
+  a stream's folder the workers read, a large side input is written there as a
+  file its owner removes, instead of being added to the session);
 * ``job(tag, description)``: a context naming the jobs started inside;
 * ``release()``: frees what the run cached or shipped.
 
@@ -41,7 +43,7 @@ Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
 * ``to_dataframe(data, fn, arrow_schema)``: a DataFrame of ``fn(batches)`` per
   partition of ``data``, batches of ``arrow_schema`` (what Spark writes or queries).
 
-``tests/unit/test_engine_contract.py`` holds every engine to these.
+``tests/integration/test_engine_contract.py`` holds every engine to these.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ class Engine(Protocol):
     def uncache(self, data: Any) -> None: ...
     def collect(self, data: Any, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]: ...
-    def side_input(self, entries: tuple) -> Any: ...
+    def side_input(self, entries: tuple, folder: str | None = None) -> Any: ...
     def job(self, tag: str, description: str) -> ContextManager: ...
     def release(self) -> None: ...
     def spark_session(self) -> Any: ...

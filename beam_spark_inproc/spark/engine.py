@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import pickle
+import tempfile
 import weakref
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ from beam_spark_inproc.worker.rows import DATA
 from beam_spark_inproc.worker.rows import KEY
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.worker.shipped import ShippedFile
 from beam_spark_inproc.worker.streaming import STATE_BUCKETS
 
 
@@ -131,12 +134,18 @@ class SparkEngine:
             self._shipper.close()
             raise
 
-    def side_input(self, entries: tuple):
+    def side_input(self, entries: tuple, folder: str | None = None):
         size = sum(len(k) + len(v) for k, v in entries)
         if size <= self._inline_bytes:
             return entries
-        return self._shipper.ship_bytes(
-            pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL), 'side-input')
+        data = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
+        if folder is None:
+            return self._shipper.ship_bytes(data, 'side-input')
+        fd, path = tempfile.mkstemp(prefix='side-input-', suffix='.bin',
+                                    dir=folder)
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+        return ShippedFile(os.path.basename(path), len(data), location=path)
 
     def impulse(self):
         return self._parts.impulse()

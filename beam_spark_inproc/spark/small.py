@@ -222,10 +222,10 @@ class SmallDataEngine:
                 jobs.enter_context(self._spark.job(tag, description))
             return self._spark.collect(data, elements)
 
-    def side_input(self, entries: tuple):
+    def side_input(self, entries: tuple, folder: str | None = None):
         if sum(len(k) + len(v) for k, v in entries) <= self._max_bytes:
             return entries  # inline, as SparkEngine keeps anything this small
-        return self._spark.side_input(entries)
+        return self._spark.side_input(entries, folder)
 
     @contextlib.contextmanager
     def job(self, tag: str, description: str):

@@ -3,6 +3,13 @@
 A large side input travels as one: the task carries only this small handle
 (name and size), so a worker unpickling the task loads nothing of the driver's
 Spark package.
+
+A stream's large side inputs are not added to the Spark session (classic Spark
+lists an added file, and every executor keeps its copy, until the process exits:
+a side input that changes every micro-batch would fill the disks) but written
+under the stream's checkpoint location, which the workers read anyway (their
+state files live there), and removed once no micro-batch can read them: the
+handle then carries that ``location``.
 """
 from __future__ import annotations
 
@@ -10,13 +17,17 @@ import os
 
 
 class ShippedFile:
-    """A file shipped with ``addArtifacts(file=True)``, read back in a worker."""
+    """A file shipped with ``addArtifacts(file=True)``, read back in a worker;
+    or, with ``location``, a file the workers read where the driver wrote it."""
 
-    def __init__(self, name: str, size: int):
+    def __init__(self, name: str, size: int, location: str | None = None):
         self.name = name
         self.size = size
+        self.location = location
 
     def path(self) -> str:
+        if self.location is not None:
+            return self.location
         from pyspark import SparkFiles  # in the worker: Spark set its root
         candidates = [SparkFiles.get(self.name), os.path.join(os.getcwd(), self.name)]
         for candidate in candidates:
@@ -31,4 +42,5 @@ class ShippedFile:
             return f.read()
 
     def __repr__(self) -> str:
-        return f'ShippedFile({self.name!r}, {self.size} bytes)'
+        where = '' if self.location is None else f' at {self.location!r}'
+        return f'ShippedFile({self.name!r}, {self.size} bytes{where})'

@@ -4,12 +4,14 @@ user failure's error quality."""
 from __future__ import annotations
 
 import logging
+import os
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.errors import PipelineExecutionError
@@ -31,6 +33,56 @@ def test_same_panes_as_direct_runner_on_spark(spark, build):
     expected = oracle.direct(build)
     assert expected
     assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
+
+
+def _global_factor(p):
+    """Five micro-batches of main input read one unchanging side input."""
+    events = TestStream()
+    for i in range(5):
+        events = events.add_elements([window.TimestampedValue(i, i)]) \
+            .advance_watermark_to(i + 1)
+    factor = p | beam.Create([10])
+    return (p | events.advance_watermark_to_infinity()
+            | beam.Map(lambda x, f: x * f, beam.pvalue.AsSingleton(factor)))
+
+
+@pytest.mark.parametrize('build', [_global_factor, test_side_inputs._views],
+                         ids=lambda b: b.__name__)
+def test_large_side_inputs_are_files_under_the_checkpoint_location(
+        spark, monkeypatch, tmp_path, build):
+    """Side inputs past ``--spark_inline_side_input_mb`` (0 here: all but the
+    empty ones) reach Spark's workers as files under the checkpoint location,
+    never added to the session (classic Spark lists such a file, and each
+    executor keeps its copy, until the process exits): the same panes as
+    BundleBasedDirectRunner; a file is written when a side input's value
+    changes, not every micro-batch (one file in five micro-batches of an
+    unchanging side input); after each commit only the files of the values a
+    later micro-batch reads are left (at most 2 per side input: the current
+    ones and those this micro-batch read)."""
+    from beam_spark_inproc.execution.streaming.store import CheckpointStore
+    from beam_spark_inproc.spark.shipping import Shipper
+    added, after_commits = [], []
+    monkeypatch.setattr(Shipper, 'ship_bytes',
+                        lambda self, data, kind: added.append(kind))
+    remove = CheckpointStore.remove_side_inputs
+
+    def listing(store, keep):
+        remove(store, keep)
+        after_commits.append(sorted(os.listdir(store.side_input_folder)))
+
+    monkeypatch.setattr(CheckpointStore, 'remove_side_inputs', listing)
+    expected = oracle.direct(build)
+    assert expected
+    assert oracle.run(build, InProcessSparkRunner(spark=spark),
+                      '--spark_inline_side_input_mb=0',
+                      f'--checkpoint_location={tmp_path}') == expected
+    assert added == []
+    written = {name for names in after_commits for name in names}
+    sides = 1 if build is _global_factor else 4
+    assert written and max(map(len, after_commits)) <= 2 * sides, after_commits
+    if build is _global_factor:
+        assert len(written) == 1, after_commits
+    assert len(os.listdir(tmp_path / 'side-inputs')) <= sides
 
 
 def test_unbounded_sdf_on_spark(spark, monkeypatch):

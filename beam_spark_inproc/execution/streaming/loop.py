@@ -120,6 +120,10 @@ class StreamingExecutor:
         self._impulse_done = False
         self._wall_start = time.time()
         self.committed_metrics = CommittedMetrics()  # restart.py
+        # A gate's side inputs as its stage's tasks carry them, for its
+        # version: made (and a large one written) when the value changes.
+        self._side_parts: dict[str, tuple[int, tuple]] = {}
+        self._side_files_read: set[str] = set()  # by this micro-batch
 
     def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
         """Input port -> its producers' key coder, for keyed input ports."""
@@ -262,6 +266,7 @@ class StreamingExecutor:
             self.engine.uncache(data)
         self.committed_metrics.add(self._reports)  # in the commit record
         self._commit()  # then its metrics count as committed
+        self._drop_side_input_files()
         self.on_reports(self._reports)
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
@@ -275,14 +280,34 @@ class StreamingExecutor:
               gate: SideInputGate | None = None) -> StageTask:
         side_inputs, version = (), 0
         if gate is not None:
-            side_inputs = tuple(self.engine.side_input(s) for s in gate.state())
-            version = gate.version
+            side_inputs, version = self._side_inputs(gate), gate.version
         return StageTask(self.job_id, stage, side_inputs, streaming=step,
                          attempt_channel=self.attempt_channel,
                          runtime_options=self.runtime_options,
                          side_input_version=version, state_files=state_files,
                          log_level=logs.driver_level(),
                          profile_dir=self.profile_dir)
+
+    def _side_inputs(self, gate: SideInputGate) -> tuple:
+        """What a task carries for the gate's side inputs: made again only
+        when their value changed; a large one is a file under the checkpoint
+        location (``store``), kept while a micro-batch may read it."""
+        version, parts = self._side_parts.get(gate.stage.name, (None, ()))
+        if version != gate.version:
+            parts = tuple(self.engine.side_input(s, self.store.side_input_folder)
+                          for s in gate.state())
+            self._side_parts[gate.stage.name] = gate.version, parts
+        self._side_files_read.update(_locations(parts))
+        return parts
+
+    def _drop_side_input_files(self) -> None:
+        """After a commit: the side-input files neither this micro-batch read
+        nor a later one may read are removed."""
+        keep = self._side_files_read | {
+            path for _, parts in self._side_parts.values()
+            for path in _locations(parts)}
+        self.store.remove_side_inputs(keep)
+        self._side_files_read = set()
 
     def _step(self, index: int) -> StreamingStep:
         return StreamingStep(
@@ -551,3 +576,8 @@ class StreamingExecutor:
             'sources': {str(i): s.checkpoint() for i, s in self.sources.items()},
             'metrics': self.committed_metrics.record(),
         })
+
+
+def _locations(parts: tuple) -> list[str]:
+    return [part.location for part in parts
+            if getattr(part, 'location', None) is not None]

@@ -18,6 +18,12 @@ removed when the pipeline ends)::
                                splittable DoFns' residuals; ``restart``),
                                written before commit N, which names it (or
                                names an earlier one when nothing changed)
+    side-inputs/               side inputs too large to travel in a task
+                               (``--spark_inline_side_input_mb``), written by
+                               the driver when their value changes and read by
+                               the workers; removed after the commit of a
+                               micro-batch that no longer reads them, and all
+                               at a restart (the driver state holds the values)
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
                                for each stage and bucket the file holding its
@@ -135,6 +141,9 @@ class CheckpointStore:
         else:
             self._write_json(owner, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
+        self.side_input_folder = os.path.join(self.root, 'side-inputs')
+        shutil.rmtree(self.side_input_folder, ignore_errors=True)  # a dead run's
+        os.makedirs(self.side_input_folder)
         # File sinks' temporary files of uncommitted micro-batches (file_sinks).
         earlier = file_sinks.remember(self.root, file_sinks.temp_directories(
             getattr(plan, 'components', b'')), self._write_json)
@@ -267,6 +276,13 @@ class CheckpointStore:
                 for name in os.listdir(path):
                     if os.path.join(os.path.abspath(path), name) not in named:
                         _remove(os.path.join(path, name))
+
+    def remove_side_inputs(self, keep: set[str]) -> None:
+        """Removes the side-input files not in ``keep`` (absolute paths)."""
+        for name in os.listdir(self.side_input_folder):
+            path = os.path.join(self.side_input_folder, name)
+            if path not in keep:
+                _remove(path)
 
     def commits(self) -> list[int]:
         return sorted(int(name[:-5]) for name in os.listdir(
