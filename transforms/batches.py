@@ -20,6 +20,14 @@ batch, built column by column, and builds no row objects for it:
   bytes, nested types: ``object`` columns of Beam's values) are the same Python
   values the rows would hold (``types.column_to_beam``), put into the column.
 
+The batches are large (``coalesced``): a batched consumer works per batch
+(Beam's DataFrame API builds a frame and its operations per batch; a DoFn
+aggregating per batch outputs per batch), so Spark's 10,000-row Arrow batches
+are joined, without copying, into batches of up to ``MAX_ROWS`` rows and
+``MAX_BYTES`` of Arrow data, and local Parquet files are read a row group at a
+time (as Beam's ``ReadFromParquetBatched``), larger row groups split evenly
+under the same cap.
+
 Anything else (another batch type, an index kept in the DataFrame, a column
 type the converter would change) returns None from ``batch_maker``: that
 consumer gets Beam's ``produce_batch`` over the rows, exactly what Beam's
@@ -30,13 +38,53 @@ Imported by workers: pyarrow, and pandas only when a consumer wants DataFrames.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import pyarrow as pa
 
 from beam_spark_inproc.transforms import types
 
-Maker = Callable[[pa.RecordBatch], Any]
+Data = Union[pa.RecordBatch, pa.Table]
+Maker = Callable[[Data], Any]
+
+# The cap on a batched consumer's batch: rows, and bytes of Arrow data (a
+# row group of a Parquet writer's default 128 MB holds at most about that).
+MAX_ROWS = 1 << 20
+MAX_BYTES = 64 << 20
+
+
+def coalesced(batches: Iterable[pa.RecordBatch], max_rows: Optional[int] = None,
+              max_bytes: Optional[int] = None) -> Iterator[Data]:
+    """``batches`` joined (a ``pa.Table`` of their columns, no copy) or split
+    evenly (slices) into batches of at most ``max_rows`` rows (default
+    ``MAX_ROWS``) and about ``max_bytes`` (``MAX_BYTES``); empty batches are
+    dropped."""
+    max_rows = max_rows or MAX_ROWS
+    max_bytes = max_bytes or MAX_BYTES
+    held: list[pa.RecordBatch] = []
+    rows = size = 0
+
+    def joined() -> Data:
+        return held[0] if len(held) == 1 else pa.Table.from_batches(held)
+
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        nbytes = batch.nbytes
+        if held and (rows + n > max_rows or size + nbytes > max_bytes):
+            yield joined()
+            held, rows, size = [], 0, 0
+        if n > max_rows or nbytes > max_bytes:
+            pieces = max(-(-n // max_rows), -(-nbytes // max_bytes))
+            step = -(-n // pieces)
+            for start in range(0, n, step):
+                yield batch.slice(start, step)
+            continue
+        held.append(batch)
+        rows, size = rows + n, size + nbytes
+    if held:
+        yield joined()
 
 
 class NotColumnar(TypeError):
@@ -79,7 +127,7 @@ def _table_maker(converter, names) -> Optional[Maker]:
         return None
     position = {name: i for i, name in enumerate(names)}
 
-    def make(batch: pa.RecordBatch) -> pa.Table:
+    def make(batch: Data) -> pa.Table:
         columns = []
         for field in schema:
             column = batch.column(position[field.name])
@@ -118,7 +166,7 @@ def _dataframe_maker(converter, names, hints) -> Optional[Maker]:
     dtypes = [(name, ptc.dtype_from_typehint(typehint)) for name, typehint in fields]
     plans = [(name, dtype, _columnar_dtype(pd, np, dtype)) for name, dtype in dtypes]
 
-    def make(batch: pa.RecordBatch) -> 'pd.DataFrame':
+    def make(batch: Data) -> 'pd.DataFrame':
         data = {}
         for name, dtype, columnar in plans:
             column = batch.column(position[name])

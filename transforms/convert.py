@@ -24,9 +24,8 @@ Imported by workers: only pyarrow, Beam's coders, ``worker.rows`` and ``files``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream
@@ -34,6 +33,7 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_spark_inproc.transforms import types
+from beam_spark_inproc.transforms.files import BATCH_ROWS
 from beam_spark_inproc.transforms.files import ParquetFiles
 from beam_spark_inproc.worker.rows import CHUNK_BYTES
 from beam_spark_inproc.worker.rows import CONTROL_TAG
@@ -68,10 +68,12 @@ class ArrowRows:
                 self.data_rows(data, user_type) for data in self.files.read(batch))
         return self.data_rows(batch, user_type)
 
-    def data(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        """The source batch's data batches (the files' when ``files``)."""
+    def data(self, batch: pa.RecordBatch, whole: bool = False
+             ) -> Iterator[pa.RecordBatch]:
+        """The source batch's data batches (the files' when ``files``: with
+        ``whole``, a row group each)."""
         if self.files is not None:
-            return self.files.read(batch)
+            return self.files.read(batch, whole)
         return iter((batch,))
 
     def batch_maker(self, converter, user_type=None):
@@ -94,18 +96,33 @@ class ArrowRows:
 
         return make, columnar is not None
 
-    def data_rows(self, batch: pa.RecordBatch, user_type=None) -> Iterator:
-        """A data batch's rows (``rows`` without the files' reading)."""
-        if not batch.num_rows:
+    def batched_data(self, batches: Iterable[pa.RecordBatch]) -> Iterator:
+        """The source batches' data for batched consumers: a file's row groups
+        whole, everything joined or split under ``batches.MAX_ROWS`` /
+        ``MAX_BYTES`` (``batches.coalesced``)."""
+        from beam_spark_inproc.transforms.batches import coalesced
+        return coalesced(itertools.chain.from_iterable(
+            self.data(batch, whole=True) for batch in batches))
+
+    def data_rows(self, batch, user_type=None) -> Iterator:
+        """A data batch's (or table's) rows (``rows`` without the files'
+        reading), converted ``BATCH_ROWS`` at a time."""
+        n = batch.num_rows
+        if not n:
             return iter(())
+        if n > BATCH_ROWS:
+            return itertools.chain.from_iterable(
+                self.data_rows(batch.slice(start, BATCH_ROWS), user_type)
+                for start in range(0, n, BATCH_ROWS))
         hints = dict(self.row_type._fields)
         user_type = user_type or self.row_type.user_type
-        # NamedTuples: tuple.__new__ without _make's Python frame per row.
-        make = (functools.partial(tuple.__new__, user_type)
-                if issubclass(user_type, tuple) else user_type._make)
         columns = [types.column_to_beam(batch.column(n), hints[n])
                    for n in self.names]
-        return map(make, zip(*columns))
+        if issubclass(user_type, tuple):
+            # NamedTuples: tuple.__new__ called from C (map), no Python frame
+            # per row as in _make, nor functools.partial's call (-25% per row).
+            return map(tuple.__new__, itertools.repeat(user_type), zip(*columns))
+        return map(user_type._make, zip(*columns))
 
 
 @dataclasses.dataclass(frozen=True)

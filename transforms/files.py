@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
-# Rows per Arrow batch read from a file (Spark's own
+# Rows per Arrow batch read from a file for element-wise consumers (Spark's own
 # spark.sql.execution.arrow.maxRecordsPerBatch for the runner's sessions).
 BATCH_ROWS = 10_000
 
@@ -60,14 +60,26 @@ class ParquetFiles:
     units: tuple[tuple[tuple[str, Optional[tuple[int, ...]]], ...], ...]
     schema: pa.Schema  # the read's Arrow schema (names in the DataFrame's order)
 
-    def read(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        """The data batches of the task numbers in ``batch`` (column 0)."""
+    def read(self, batch: pa.RecordBatch, whole: bool = False
+             ) -> Iterator[pa.RecordBatch]:
+        """The data batches of the task numbers in ``batch`` (column 0):
+        ``BATCH_ROWS`` rows each, or with ``whole`` one per row group (as
+        Beam's ``ReadFromParquetBatched`` reads them; for batched consumers,
+        ``batches.coalesced`` caps them)."""
         import pyarrow.parquet as pq
         names = self.schema.names
         for task in batch.column(0).to_pylist():
             for path, groups in self.units[task]:
                 # Spark reads INT96 timestamps (its default) as micros as well.
                 reader = pq.ParquetFile(path, coerce_int96_timestamp_unit='us')
+                if whole:
+                    for group in (range(reader.num_row_groups) if groups is None
+                                  else groups):
+                        table = reader.read_row_group(group, columns=names,
+                                                      use_threads=False)
+                        yield from table.select(names).cast(self.schema) \
+                            .combine_chunks().to_batches()
+                    continue
                 for data in reader.iter_batches(
                         batch_size=BATCH_ROWS, row_groups=groups, columns=names,
                         use_threads=False):

@@ -174,7 +174,8 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     encoded them and the input operation decoded them: nothing is encoded.
 
     Consumers that take batches (Beam's batched DoFns) get them as batches
-    instead (``_batch_consumers``), one per Arrow batch."""
+    instead (``_batch_consumers``): the source's Arrow batches joined, or a
+    file's row groups, up to ``transforms.batches.MAX_ROWS``/``MAX_BYTES``."""
     op = entry.processor.ops[task.stage.inputs[0].transform_id]
     coder = op.windowed_coder.wrapped_value_coder
     # The type the stage's RowCoder decodes to, as on any other input.
@@ -198,22 +199,20 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     counter, create = receiver.opcounter, windowed_value.create
     template = windowed_value.HomogeneousWindowedBatch.of(
         None, MIN_TIMESTAMP, windows, windowed_value.PANE_INFO_UNKNOWN)
-    for batch in batches:
-        for data in source.data(batch):
-            n = data.num_rows
-            if not n:
-                continue
-            for consumer, make in batched.items():
-                consumer.process_batch(template.with_values(make(data)))
-            if elementwise:
-                for row in source.data_rows(data, row_type):
-                    value = create(row, micros, windows)
-                    for consumer in elementwise:
-                        consumer.process(value)
-            # The PCollection's element count and sampled size, as Beam's
-            # consumer set counts a batch (``update_from_batch``).
-            counter.element_counter.update(n)
-            counter.mean_byte_counter.update_n(data.nbytes / n, n)
+    # Large batches (a file's row groups; Spark's batches joined), capped.
+    for data in source.batched_data(batches):
+        n = data.num_rows
+        for consumer, make in batched.items():
+            consumer.process_batch(template.with_values(make(data)))
+        if elementwise:
+            for row in source.data_rows(data, row_type):
+                value = create(row, micros, windows)
+                for consumer in elementwise:
+                    consumer.process(value)
+        # The PCollection's element count and sampled size, as Beam's
+        # consumer set counts a batch (``update_from_batch``).
+        counter.element_counter.update(n)
+        counter.mean_byte_counter.update_n(data.nbytes / n, n)
     yield from ()
 
 

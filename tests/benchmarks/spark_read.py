@@ -33,9 +33,22 @@ against the same counts:
 - ``dfio_frame_inproc`` / ``_fnapi``: the same over Beam's own batched Parquet
   read for DataFrames, ``apache_beam.dataframe.io.read_parquet``.
 
-One warm-up run of each engine on a 50,000-row file, then for each ``--rows``
-(several sizes run one after the other in one run) ``--repeats`` runs with the
-engines interleaved; medians are printed, and the ratio of ReadFromParquet on
+Spark's own reader (not a bare scan of local Parquet files, which pyarrow reads
+in the tasks): the first stage is ``mapInArrow`` over the query's DataFrame,
+Spark's Arrow batches of 10,000 rows (joined for batched consumers):
+
+- ``query_rows_inproc`` / ``query_batched_inproc``: ReadFromSpark of a query
+  making the same keys (``spark.range(N).selectExpr(concat('k', id % keys))``)
+  into the row pipeline / the batched DoFn;
+- ``sql_rows_inproc`` / ``sql_batched_inproc``: ``SparkSql`` over
+  ReadFromSpark's rows (``SELECT key FROM PCOLLECTION WHERE key <> ''``): the
+  rows go to Spark as a view (Beam-encoded, decoded into Arrow: per row
+  Python), the query's output reaches the row pipeline / the batched DoFn as a
+  read's does.
+
+For each ``--rows``, Spark writes the input, then one warm-up run of each engine
+on a 50,000-row file, then ``--repeats`` runs with the engines interleaved
+(several sizes run one after the other in one run); medians are printed, and the ratio of ReadFromParquet on
 this runner to ReadFromSpark (target: at least 3x), and of each other engine
 to the columnar ReadFromSpark variants. ``--cpu`` adds each run's CPU seconds
 per process kind (driver, JVM, Python workers).
@@ -103,6 +116,56 @@ def run_spark_batched(spark, path, expected):
         assert_that(counts, equal_to(expected))
 
 
+def _query(spark, expected):
+    """Spark's own reader, not a file scan: the same keys and counts made by a
+    query (``spark.range`` on the session's default parallelism)."""
+    rows, keys = sum(n for _, n in expected), len(expected)
+    return spark.range(rows).selectExpr(
+        f"concat('k', cast(id % {keys} as string)) AS key")
+
+
+def run_query_rows(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import ReadFromSpark
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = _count_per_key(
+            p | ReadFromSpark(dataframe=_query(spark, expected)), lambda r: r.key)
+        assert_that(counts, equal_to(expected))
+
+
+def run_query_batched(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import ReadFromSpark
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = (p | ReadFromSpark(dataframe=_query(spark, expected))
+                  | beam.ParDo(CountBatch()) | beam.CombinePerKey(sum))
+        assert_that(counts, equal_to(expected))
+
+
+def _sql(p, spark, path):
+    """SparkSql over ReadFromSpark's rows: the rows go to Spark as a view and
+    the query's output comes back as a read's does."""
+    from beam_spark_inproc.transforms import ReadFromSpark
+    from beam_spark_inproc.transforms import SparkSql
+    return (p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
+            | SparkSql("SELECT key FROM PCOLLECTION WHERE key <> ''"))
+
+
+def run_sql_rows(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = _count_per_key(_sql(p, spark, path), lambda r: r.key)
+        assert_that(counts, equal_to(expected))
+
+
+def run_sql_batched(spark, path, expected):
+    from beam_spark_inproc import InProcessSparkRunner
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        counts = (_sql(p, spark, path) | beam.ParDo(CountBatch())
+                  | beam.CombinePerKey(sum))
+        assert_that(counts, equal_to(expected))
+
+
 def run_parquet_batched(runner, path, expected):
     with beam.Pipeline(runner=runner) as p:
         counts = (p | beam.io.ReadFromParquetBatched(
@@ -151,7 +214,9 @@ def _sampler():
 
 ENGINES = ('read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi',
            'spark_batched_inproc', 'parquet_batched_inproc', 'parquet_batched_fnapi',
-           'spark_frame_inproc', 'dfio_frame_inproc', 'dfio_frame_fnapi')
+           'spark_frame_inproc', 'dfio_frame_inproc', 'dfio_frame_fnapi',
+           'query_rows_inproc', 'query_batched_inproc', 'sql_rows_inproc',
+           'sql_batched_inproc')
 
 
 def _write(spark, path: str, rows: int, keys: int, files: int) -> list:
@@ -206,6 +271,10 @@ def main(argv=None) -> int:
         'dfio_frame_inproc': lambda path, exp: run_dfio_frame(
             InProcessSparkRunner(spark=spark), path, exp),
         'dfio_frame_fnapi': lambda path, exp: run_dfio_frame(FnApiRunner(), path, exp),
+        'query_rows_inproc': lambda path, exp: run_query_rows(spark, path, exp),
+        'query_batched_inproc': lambda path, exp: run_query_batched(spark, path, exp),
+        'sql_rows_inproc': lambda path, exp: run_sql_rows(spark, path, exp),
+        'sql_batched_inproc': lambda path, exp: run_sql_batched(spark, path, exp),
     }
     assert list(engines) == list(ENGINES)
     print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
@@ -215,14 +284,15 @@ def main(argv=None) -> int:
           '(machine shared with other engineers)')
     print(f'# {args.keys} keys, {args.files} Parquet files; command: '
           f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
-    # Warm-up (imports, JIT, worker caches): each engine once on a small input.
     warm = os.path.join(workdir, 'warm')
     warm_expected = _write(spark, warm, 50_000, args.keys, 1)
-    for name in args.engines:
-        engines[name](warm, warm_expected)
     for rows in args.rows:
         data = os.path.join(workdir, f'data{rows}')
         expected = _write(spark, data, rows, args.keys, args.files)
+        # Warm-up (imports, JIT, Python workers) right before measuring, after
+        # Spark's write: each engine once on a small input.
+        for name in args.engines:
+            engines[name](warm, warm_expected)
         print(f'## {rows:,} rows ({time.strftime("%H:%M UTC", time.gmtime())}, '
               f'load {os.getloadavg()[0]:.1f})', flush=True)
         _measure(args, engines, data, expected)
@@ -257,6 +327,12 @@ def _measure(args, engines, data, expected) -> None:
     if 'read_from_spark' in medians and 'read_from_parquet_fnapi' in medians:
         print('ReadFromParquet (FnApiRunner) / ReadFromSpark: '
               f'{medians["read_from_parquet_fnapi"] / medians["read_from_spark"]:.2f}x')
+    for ours, other in (('query_rows_inproc', 'read_from_spark'),
+                        ('query_batched_inproc', 'spark_batched_inproc'),
+                        ('sql_rows_inproc', 'read_from_spark'),
+                        ('sql_batched_inproc', 'spark_batched_inproc')):
+        if ours in medians and other in medians:
+            print(f'{ours} / {other}: {medians[ours] / medians[other]:.2f}x')
     for columnar in ('spark_batched_inproc', 'spark_frame_inproc'):
         for other in ('read_from_parquet_inproc', 'read_from_parquet_fnapi',
                       'parquet_batched_inproc', 'parquet_batched_fnapi',

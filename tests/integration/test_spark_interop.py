@@ -258,3 +258,63 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
     dists = result.metrics().query(
         MetricsFilter().with_name('batch_rows'))['distributions']
     assert [(d.committed.count, d.committed.max) for d in dists] == [(1, n)] * 2, dists
+
+
+@pytest.mark.parametrize('reader', ['spark', 'files'])
+def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path,
+                                                           monkeypatch, reader):
+    """A batched DoFn after a ReadFromSpark sees large batches: Spark's
+    10,000-row Arrow batches of a task joined, or a Parquet file's row group
+    whole (the pyarrow path), up to ``batches.MAX_ROWS``; over the cap, Spark's
+    batches are not joined and a row group is split evenly. Beam's DataFrame
+    API over the same read gives the counts computed here (debug engine: the
+    worker code runs here, where the cap is patched)."""
+    import pyarrow as pa
+    from apache_beam.dataframe.convert import to_dataframe
+    from apache_beam.dataframe.convert import to_pcollection
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
+    from beam_spark_inproc.transforms import batches
+    from beam_spark_inproc.transforms import files
+    from beam_spark_inproc.transforms import types
+
+    n = 25_000
+    source = spark.range(0, n, 1, 1).selectExpr(
+        'id', "concat('k', cast(id % 3 as string)) AS key")  # one partition
+    if reader == 'files':  # one file, one row group
+        source.write.parquet(str(tmp_path / 'one'))
+        source = spark.read.parquet(str(tmp_path / 'one'))
+        assert files.file_units(source, types.spark_row_type(source.schema)[0], 2)
+
+    class Sizes(beam.DoFn):
+        @beam.DoFn.yields_elements
+        def process_batch(self, batch):
+            yield batch.num_rows, sum(batch.column('id').to_pylist())
+
+    Sizes.process_batch.__annotations__ = {
+        'batch': pa.Table, 'return': Iterator[tuple[int, int]]}
+
+    def run(expected_sizes):
+        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
+        sizes = p | 'Arrow' >> ReadFromSpark(dataframe=source) | beam.ParDo(Sizes())
+        assert_that(sizes | beam.Map(lambda s: s[0]), equal_to(expected_sizes))
+        assert_that(sizes | beam.Map(lambda s: s[1]) | beam.CombineGlobally(sum),
+                    equal_to([n * (n - 1) // 2]), label='ids')
+        frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
+        counts = to_pcollection(frame.groupby('key').size().to_frame('n'),
+                                include_indexes=True)
+        assert_that(counts | beam.Map(lambda r: (r.key, int(r.n))),
+                    equal_to([(f'k{i}', len(range(i, n, 3))) for i in range(3)]),
+                    label='frame')
+        p.run().wait_until_finish()
+
+    if reader == 'spark':
+        # Spark's batches 10,000 + 10,000 + 5,000; the debug engine deals them
+        # to its two tasks in turn: batches 1 and 3 in one task, joined.
+        run([15_000, 10_000])
+        monkeypatch.setattr(batches, 'MAX_ROWS', 12_000)
+        run([10_000, 5_000, 10_000])
+    else:
+        run([n])
+        monkeypatch.setattr(batches, 'MAX_ROWS', 12_000)
+        run([8_334, 8_334, 8_332])

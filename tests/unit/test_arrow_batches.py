@@ -148,3 +148,64 @@ def test_other_batch_types_get_no_columnar_maker():
         [('x', int)], field_options={'x': [('beam:dataframe:index', None)]}),
         pd.DataFrame)
     assert batch_maker(keep, ('x',), {'x': int}) is None
+
+
+def _sized(n: int, start: int = 0) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(range(start, start + n), pa.int64())],
+                                      names=['id'])
+
+
+def test_coalesced_joins_small_batches_and_splits_large_ones_evenly():
+    """Batched consumers get large batches: small ones joined (a Table over
+    the same buffers, nothing copied) up to the row cap, a larger one split
+    into even slices under it, empty ones dropped, rows kept in order."""
+    from beam_spark_inproc.transforms.batches import coalesced
+    small = [_sized(3), _sized(4, 3), _sized(0), _sized(5, 7)]
+    got = list(coalesced(small, max_rows=8))
+    assert [b.num_rows for b in got] == [7, 5]
+    assert isinstance(got[0], pa.Table) and got[0].column('id').num_chunks == 2
+    assert got[0].column('id').chunk(0).buffers()[1].address == \
+        small[0].column(0).buffers()[1].address  # joined, not copied
+    assert isinstance(got[1], pa.RecordBatch)  # one batch alone stays a batch
+    pieces = list(coalesced([_sized(2), _sized(20, 2)], max_rows=8))
+    assert [b.num_rows for b in pieces] == [2, 7, 7, 6]
+    joined = pa.concat_tables([pa.Table.from_batches([b]) if isinstance(
+        b, pa.RecordBatch) else b for b in pieces])
+    assert joined.column('id').to_pylist() == list(range(22))
+    # The byte cap: 8 bytes per int64 row, 40 bytes -> at most 5 rows.
+    assert [b.num_rows for b in coalesced([_sized(3)] * 3 + [_sized(12)],
+                                          max_rows=100, max_bytes=40)] == \
+        [3, 3, 3, 4, 4, 4]
+    assert list(coalesced([_sized(0)])) == []
+
+
+@pytest.mark.parametrize('kind', ['table', 'dataframe'])
+def test_joined_batches_convert_as_beams_produce_batch(kind):
+    """A batch joined from several Arrow batches (chunked columns) converts
+    to what Beam's produce_batch makes from all their rows, and its rows are
+    the batches' rows, over the type matrix; rows of a table longer than
+    ``files.BATCH_ROWS`` are made a slice at a time, the same rows."""
+    logical = {'decimal', 'timestamp', 'date', 'nested'}  # no pa.Table converter
+    names = [n for n in sorted(MATRIX) if kind == 'dataframe' or n not in logical]
+    one = _batch(names)
+    table = pa.Table.from_batches([one, one.slice(1), one.slice(0, 1)])
+    source = _source(one)
+    converter = _converter(kind, source.row_type)
+    rows = list(source.data_rows(table))
+    assert rows == [r for b in (one, one.slice(1), one.slice(0, 1))
+                    for r in source.data_rows(b)]
+    make, columnar = source.batch_maker(converter)
+    assert columnar
+    if kind == 'dataframe':  # Beam's from_records: bigint via float64 fails
+        names = [n for n in names if n != 'bigint']
+        table, rows = table.select(names), None
+        source = _source(one.select(names))
+        converter = _converter(kind, source.row_type)
+        rows = list(source.data_rows(table))
+        make, _ = source.batch_maker(converter)
+    _equal(kind, make(table), converter.produce_batch(rows))
+    from beam_spark_inproc.transforms import files
+    long = pa.Table.from_batches([_sized(files.BATCH_ROWS + 7)] * 2)
+    longs = _source(_sized(1))
+    assert [r.id for r in longs.data_rows(long)] == \
+        list(range(files.BATCH_ROWS + 7)) * 2
