@@ -303,6 +303,7 @@ def main(argv=None) -> int:
 
 def _measure(args, engines, data, expected) -> None:
     times: dict[str, list[float]] = {name: [] for name in args.engines}
+    cpus: dict[str, list[float]] = {name: [] for name in args.engines}
     for repeat in range(args.repeats):
         for name in args.engines:
             sampler = _sampler() if args.cpu else contextlib.nullcontext()
@@ -312,33 +313,43 @@ def _measure(args, engines, data, expected) -> None:
             times[name].append(time.monotonic() - start)
             cpu = ''
             if args.cpu:
+                seconds = {kind: s for kind, s in sampler.cpu_seconds().items()
+                           if kind != 'other'}
+                cpus[name].append(sum(seconds.values()))
                 cpu = ', CPU s ' + ' '.join(
-                    f'{kind} {seconds:.2f}' for kind, seconds in
-                    sorted(sampler.cpu_seconds().items()) if kind != 'other')
+                    f'{kind} {s:.2f}' for kind, s in sorted(seconds.items()))
             print(f'  run {repeat + 1} {name}: {times[name][-1]:.2f} s '
                   f'(load {os.getloadavg()[0]:.1f}{cpu})', flush=True)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
+    cpu_medians = {name: statistics.median(cs) for name, cs in cpus.items() if cs}
     print('engine                     median s   runs')
     for name, median in medians.items():
         print(f'{name:26} {median:8.2f}   {", ".join(f"{t:.2f}" for t in times[name])}')
-    if 'read_from_spark' in medians and 'read_from_parquet_inproc' in medians:
-        print('ReadFromParquet (this runner) / ReadFromSpark: '
-              f'{medians["read_from_parquet_inproc"] / medians["read_from_spark"]:.2f}x')
-    if 'read_from_spark' in medians and 'read_from_parquet_fnapi' in medians:
-        print('ReadFromParquet (FnApiRunner) / ReadFromSpark: '
-              f'{medians["read_from_parquet_fnapi"] / medians["read_from_spark"]:.2f}x')
+    print('ratios (wall; with --cpu also CPU of driver + JVM + Python workers, '
+          'steadier under load):')
+
+    def ratio(slower: str, faster: str, label: str = '') -> None:
+        if slower in medians and faster in medians:
+            cpu = ''
+            if slower in cpu_medians and faster in cpu_medians:
+                cpu = f', CPU {cpu_medians[slower] / cpu_medians[faster]:.2f}x'
+            print(f'{label or f"{slower} / {faster}"}: '
+                  f'{medians[slower] / medians[faster]:.2f}x{cpu}')
+
+    ratio('read_from_parquet_inproc', 'read_from_spark',
+          'ReadFromParquet (this runner) / ReadFromSpark')
+    ratio('read_from_parquet_fnapi', 'read_from_spark',
+          'ReadFromParquet (FnApiRunner) / ReadFromSpark')
     for ours, other in (('query_rows_inproc', 'read_from_spark'),
                         ('query_batched_inproc', 'spark_batched_inproc'),
                         ('sql_rows_inproc', 'read_from_spark'),
                         ('sql_batched_inproc', 'spark_batched_inproc')):
-        if ours in medians and other in medians:
-            print(f'{ours} / {other}: {medians[ours] / medians[other]:.2f}x')
+        ratio(ours, other)
     for columnar in ('spark_batched_inproc', 'spark_frame_inproc'):
         for other in ('read_from_parquet_inproc', 'read_from_parquet_fnapi',
                       'parquet_batched_inproc', 'parquet_batched_fnapi',
                       'dfio_frame_inproc', 'dfio_frame_fnapi'):
-            if columnar in medians and other in medians:
-                print(f'{other} / {columnar}: {medians[other] / medians[columnar]:.2f}x')
+            ratio(other, columnar)
 
 
 if __name__ == '__main__':

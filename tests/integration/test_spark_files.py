@@ -118,3 +118,24 @@ def test_a_projection_reads_only_its_columns(spark, parquet):
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         rows = p | ReadFromSpark(dataframe=data)
         assert_that(rows | beam.Map(tuple), equal_to([tuple(r) for r in expected]))
+
+
+@pytest.mark.parametrize('folder', ['int96', 'micros'])
+def test_row_groups_read_whole_equal_sparks_reader(spark, parquet, folder,
+                                                   monkeypatch):
+    """For batched consumers a task reads its files a row group at a time
+    (``whole``): the same values as Spark's reader, in every type, and larger
+    batches than the element path's (which reads ``BATCH_ROWS`` at a time)."""
+    import pyarrow as pa
+    data = spark.read.parquet(str(parquet / folder))
+    units = _units(data, parallelism=1)
+    schema, row_type = types.spark_row_type(data.schema)
+    convert = ArrowRows(row_type, tuple(schema.names), units)
+    task = pa.RecordBatch.from_arrays([pa.array([0])], names=['task'])
+    whole = list(units.read(task, whole=True))
+    assert all(b.schema == schema for b in whole)
+    rows = [r for b in whole for r in convert.data_rows(b)]
+    assert sorted(rows, key=repr) == sorted(_spark_values(data), key=repr)
+    monkeypatch.setattr(files, 'BATCH_ROWS', 50)
+    assert max(b.num_rows for b in units.read(task)) == 50
+    assert max(b.num_rows for b in whole) > 50
