@@ -12,7 +12,9 @@ result in the runner's row format (``worker.rows``), like any stage's.
   ``map_stage(ToBeamRows)`` makes rows of the runner's format;
 * write: the input's rows ``to_dataframe(ToArrow)`` written by Spark's writer, one
   job, at once (the result holds only the control rows of upstream bundles);
-* SQL: each input ``to_dataframe(ToArrow)`` as a temporary view, the query's
+* SQL: each input ``to_dataframe(ToArrow)`` as a temporary view (an input that
+  is a ReadFromSpark's output as it is, with the view's Spark types: the read's
+  own DataFrame, ``_read_frame``), the query's
   DataFrame read as a read's is (an ``ArrowOutput`` for its one plain reader,
   carrying the inputs' control rows, else ``map_stage(ToBeamRows)``): lazy.
 
@@ -143,7 +145,25 @@ def _read(ctx: _Context, spec: dict) -> Any:
         raise
     except Exception as e:
         raise spark_io._spark_error(ctx.label, e) from None
+    ctx.executor.native_frames[ctx.index] = (dataframe, schema)
     return ctx.outputs(ctx.to_beam(dataframe, schema))
+
+
+def _read_frame(ctx: _Context, tag: int, view_schema):
+    """The source DataFrame of a ReadFromSpark whose output is SQL input
+    ``tag`` as it is (no Beam transform between), when its Spark types are
+    exactly the view's (else Beam's conversions, e.g. tinyint -> smallint or
+    timestamp_ntz -> timestamp, must apply: None). The rows then need not cross
+    into Beam and back (Beam encoding, then Arrow: ~2.7 µs per row)."""
+    writer = ctx.executor.native_writer(ctx.index, tag)
+    if writer is None or writer not in ctx.executor.native_frames:
+        return None
+    dataframe, _ = ctx.executor.native_frames[writer]
+    wanted = types.arrow_to_spark(view_schema)
+    if [(f.name, f.dataType) for f in dataframe.schema.fields] != \
+            [(f.name, f.dataType) for f in wanted.fields]:
+        return None
+    return dataframe
 
 
 def _write(ctx: _Context, spec: dict) -> Any:
@@ -186,11 +206,15 @@ def _sql(ctx: _Context, spec: dict) -> Any:
         name = ctx.stage.native_inputs[tag]
         if name not in views:
             name = next(iter(views)) if len(views) == 1 else name
+        view_schema = spark_io.decode_schema(views[name])
+        frame = _read_frame(ctx, tag, view_schema)
+        if frame is not None:  # a read's DataFrame, straight in: no control rows
+            frame.createOrReplaceTempView(name)
+            continue
         data, control = ctx.input(tag)
         if control is not None:
             controls.append(control)
-        ctx.to_dataframe(data, port, spark_io.decode_schema(views[name])) \
-            .createOrReplaceTempView(name)
+        ctx.to_dataframe(data, port, view_schema).createOrReplaceTempView(name)
     schema = spark_io.decode_schema(spec['schema'])
     try:
         result = ctx.session.sql(spec['query'])

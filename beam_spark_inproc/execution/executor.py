@@ -159,6 +159,9 @@ class Executor:
         self._reports: list[bytes] = []
         self._side_inputs: dict[tuple, list[bytes]] = {}
         self._reads, self._uses = wire(plan)
+        # Runner-native reads' source DataFrames and Arrow schemas, by stage
+        # (``transforms.runtime``: a SparkSql over a read's output uses them).
+        self.native_frames: dict[int, tuple] = {}
         self._ran: set[int] = set()  # stages whose results earlier jobs computed
         self.progress = Progress(plan, job_id)
         self.after_job = None
@@ -246,6 +249,17 @@ class Executor:
             return data, None
         data = self.engine.cache(data)
         return data, self.engine.select(data, CONTROL_TAG, CONTROL_TAG, False)
+
+    def native_writer(self, index: int, tag: int):
+        """The stage writing input port ``tag`` of stage ``index`` when it is
+        one stage's only output, else None."""
+        port = self.plan.stages[index].inputs[tag]
+        writers = self._reads.get((index, port.buffer_id), ())
+        if len(writers) != 1:
+            return None
+        (writer, out_tag), = writers
+        return writer if out_tag == 0 and len(self.plan.stages[writer].outputs) == 1 \
+            else None
 
     def job(self, roots: list[int], what: str):
         """A context running Spark jobs for stages ``roots`` (see ``_job``)."""

@@ -318,3 +318,44 @@ def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path,
         run([n])
         monkeypatch.setattr(batches, 'MAX_ROWS', 12_000)
         run([8_334, 8_334, 8_332])
+
+
+def test_sql_over_a_read_uses_the_reads_dataframe(spark, monkeypatch):
+    """A SparkSql whose input is a ReadFromSpark's output as it is gets the
+    read's own DataFrame as its view: no row crosses into Beam and back
+    (debug engine: ``ToArrow``, the view's conversion, is patched to fail).
+    A read whose Spark types Beam changes (tinyint -> smallint) still goes
+    through Beam, so the view has the types the pipeline was built with."""
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
+    from beam_spark_inproc.transforms import convert
+
+    source = spark.range(0, 50, 1, 2).selectExpr(
+        'id', "concat('k', cast(id % 3 as string)) AS key")
+    expected = [(f'k{i}', len(range(i, 50, 3))) for i in range(3)]
+    query = 'SELECT key, count(*) AS n FROM PCOLLECTION GROUP BY key'
+    original = convert.ToArrow.__call__
+
+    def no_arrow(self, batches):
+        raise AssertionError('the read crossed into Beam and back')
+
+    monkeypatch.setattr(convert.ToArrow, '__call__', no_arrow)
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
+        counts = (p | ReadFromSpark(dataframe=source) | SparkSql(query)
+                  | beam.Map(lambda r: (r.key, r.n)))
+        assert_that(counts, equal_to(expected))
+    crossed = []
+
+    def counted(self, batches):
+        crossed.append(1)
+        return original(self, batches)
+
+    monkeypatch.setattr(convert.ToArrow, '__call__', counted)
+    tiny = source.selectExpr('cast(id AS tinyint) AS id', 'key')
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
+        typed = (p | ReadFromSpark(dataframe=tiny)
+                 | SparkSql("SELECT typeof(id) AS t, count(*) AS n FROM PCOLLECTION "
+                            "GROUP BY typeof(id)")
+                 | beam.Map(lambda r: (r.t, r.n)))
+        assert_that(typed, equal_to([('smallint', 50)]))
+    assert crossed
