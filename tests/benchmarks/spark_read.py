@@ -41,10 +41,11 @@ Spark's Arrow batches of 10,000 rows (joined for batched consumers):
   making the same keys (``spark.range(N).selectExpr(concat('k', id % keys))``)
   into the row pipeline / the batched DoFn;
 - ``sql_rows_inproc`` / ``sql_batched_inproc``: ``SparkSql`` over
-  ReadFromSpark's rows (``SELECT key FROM PCOLLECTION WHERE key <> ''``): the
-  rows go to Spark as a view (Beam-encoded, decoded into Arrow: per row
-  Python), the query's output reaches the row pipeline / the batched DoFn as a
-  read's does.
+  ReadFromSpark's output (``SELECT key FROM PCOLLECTION WHERE key <> ''``):
+  the read's own DataFrame is the view (no Beam transform between, same Spark
+  types), the query's output reaches the row pipeline / the batched DoFn as a
+  read's does (over a PCollection made in Beam its rows would cross into Spark
+  per row: docs/performance.md).
 
 For each ``--rows``, Spark writes the input, then one warm-up run of each engine
 on a 50,000-row file, then ``--repeats`` runs with the engines interleaved
@@ -143,7 +144,7 @@ def run_query_batched(spark, path, expected):
 
 
 def _sql(p, spark, path):
-    """SparkSql over ReadFromSpark's rows: the rows go to Spark as a view and
+    """SparkSql over ReadFromSpark's output: the read's DataFrame is the view,
     the query's output comes back as a read's does."""
     from beam_spark_inproc.transforms import ReadFromSpark
     from beam_spark_inproc.transforms import SparkSql
