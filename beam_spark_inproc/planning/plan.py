@@ -16,7 +16,12 @@ a stateful stage's input that a Reshuffle or splittable stage also reads) or
 ``packed`` (a GroupByKey's or stateful stage's input: a row holds elements of
 one key, many per row, so the shuffle moves a row per key and bundle rather
 than per element; written by ``worker.channel``'s
-``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``) or
+``PackedOutputOperation``, the transform's URN being ``PACKED_SINK_URN``),
+``packed_values`` (a GroupByKey's input in the global window with the default
+trigger, in batch: as ``packed``, but a row holds only the key's values, as
+chunks of Beam's iterable encoding, since that grouping drops windows,
+timestamps and panes; ``PackedValuesOutputOperation``,
+``PACKED_VALUES_SINK_URN``; its consumer's ``Grouping.values_only``) or
 ``arrow`` (a runner-native read's or query's output: the DataFrame itself, one
 column per field of the elements' schema, read only by an ``ARROW`` stage).
 """
@@ -29,8 +34,10 @@ CHUNKS = 'chunks'
 ELEMENTS = 'elements'
 KEYED = 'keyed'
 PACKED = 'packed'
+PACKED_VALUES = 'packed_values'
 ARROW_LAYOUT = 'arrow'
 PACKED_SINK_URN = 'beam-spark-inproc:packed-sink:v1'
+PACKED_VALUES_SINK_URN = 'beam-spark-inproc:packed-values-sink:v1'
 # On a PACKED_SINK_URN transform: the id of the safe coder of its elements.
 SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
 
@@ -79,6 +86,9 @@ class Grouping:
     # GroupAlsoByWindow decodes them with this coder (the wire coder's window
     # component, the WindowFn's own coder) to merge and assign them.
     window_coder_id: Optional[str] = None
+    # Its input is written ``PACKED_VALUES`` (default windowing, batch): rows
+    # hold the values' iterable encoding, spliced into grouped elements.
+    values_only: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,22 +40,23 @@ def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
     stage of its own (``phases.boundary_before``).
     """
     context, stages = fuse(pipeline_proto, is_drain, streaming)
-    plan = plan_stages(context, stages, reshuffle_keeps_panes)
+    plan = plan_stages(context, stages, reshuffle_keeps_panes, streaming)
     if streaming:  # side inputs read where a GroupByKey's panes are made
         readers = {side_input.transform_id for stage in plan.stages
                    if stage.grouped for side_input in stage.side_inputs}
         if readers:
             context, stages = fuse(boundary_before(pipeline_proto, readers),
                                    is_drain, streaming)
-            plan = plan_stages(context, stages, reshuffle_keeps_panes)
+            plan = plan_stages(context, stages, reshuffle_keeps_panes, streaming)
     return plan
 
 
 def plan_stages(
         context: translations.TransformContext,
         stages: list[translations.Stage],
-        reshuffle_keeps_panes: bool = True) -> p.SparkPlan:
-    layouts = _buffer_layouts(context, stages)
+        reshuffle_keeps_panes: bool = True,
+        streaming: bool = False) -> p.SparkPlan:
+    layouts = _buffer_layouts(context, stages, streaming)
     planned = tuple(_plan_stage(context, stage, layouts, reshuffle_keeps_panes)
                     for stage in stages)
     return p.SparkPlan(
@@ -105,10 +106,11 @@ def _is_splittable(stage: translations.Stage) -> bool:
         for t in stage.transforms)
 
 
-def _buffer_layouts(context, stages) -> dict[bytes, str]:
+def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str]:
     """PACKED for GroupByKey buffers and stateful inputs (a row holds many
     elements of one key: a stateful stage reads a key's rows as one stream,
-    ``worker.keyed``), ELEMENTS for Reshuffle and splittable inputs, else
+    ``worker.keyed``); PACKED_VALUES for a GroupByKey buffer in batch whose
+    windowing is the default (``_values_only``), ELEMENTS for Reshuffle and splittable inputs, else
     CHUNKS. A buffer read both by a stateful stage and by a reader that needs
     one element per row is KEYED (one element per row with its key: it serves
     every reader)."""
@@ -122,7 +124,9 @@ def _buffer_layouts(context, stages) -> dict[bytes, str]:
                         t.spec.payload != translations.IMPULSE_BUFFER):
                     keyed.add(t.spec.payload)
                 elif _buffer_kind(t.spec.payload) == 'group':
-                    layouts.setdefault(t.spec.payload, p.PACKED)
+                    layouts.setdefault(t.spec.payload, p.PACKED_VALUES if (
+                        not streaming and _values_only(context, t.spec.payload))
+                        else p.PACKED)
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
                     # One element per row: a Reshuffle spreads them, a split
@@ -132,6 +136,39 @@ def _buffer_layouts(context, stages) -> dict[bytes, str]:
         layouts[buffer_id] = (p.KEYED if layouts.get(buffer_id) == p.ELEMENTS
                               else p.PACKED)
     return layouts
+
+
+def _values_only(context, buffer_id: bytes) -> bool:
+    """A GroupByKey whose grouping keeps only the values (global window,
+    default trigger, end-of-window timestamps: ``Windowing.is_default``), with
+    the same value coder on both sides (so the values' bytes carry over)."""
+    grouping = _grouping(context, buffer_id)
+    components = context.components
+    strategy = components.windowing_strategies[grouping.windowing_strategy_id]
+    api = beam_runner_api_pb2
+    if not (strategy.window_fn.urn == common_urns.global_windows.urn and
+            strategy.trigger.WhichOneof('trigger') == 'default' and
+            strategy.accumulation_mode == api.AccumulationMode.DISCARDING and
+            strategy.output_time == api.OutputTime.END_OF_WINDOW and
+            strategy.allowed_lateness == 0 and
+            not grouping.window_coder_id):
+        return False
+    coders = components.coders
+    pre, post = coders[grouping.pre_coder_id], coders[grouping.post_coder_id]
+    if (pre.spec.urn != common_urns.coders.WINDOWED_VALUE.urn or
+            post.spec.urn != common_urns.coders.WINDOWED_VALUE.urn):
+        return False
+    pre_kv = coders[pre.component_coder_ids[0]]
+    post_kv = coders[post.component_coder_ids[0]]
+    if (pre_kv.spec.urn != common_urns.coders.KV.urn or
+            post_kv.spec.urn != common_urns.coders.KV.urn or
+            pre.component_coder_ids[1] != post.component_coder_ids[1]):
+        return False
+    iterable = coders[post_kv.component_coder_ids[1]]
+    return (iterable.spec.urn in (common_urns.coders.ITERABLE.urn,
+                                  common_urns.coders.STATE_BACKED_ITERABLE.urn)
+            and list(iterable.component_coder_ids) ==
+            [pre_kv.component_coder_ids[1]])
 
 
 def _buffer_kind(buffer_id: bytes) -> str:
@@ -191,7 +228,9 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                 transform_id=t.unique_name,
                 buffer_id=buffer_id,
                 coder_id=coder_id,
-                grouping=_grouping(context, buffer_id)
+                grouping=dataclasses.replace(
+                    _grouping(context, buffer_id),
+                    values_only=layouts.get(buffer_id) == p.PACKED_VALUES)
                 if _buffer_kind(buffer_id) == 'group' else None,
                 keyed=stateful and buffer_id != translations.IMPULSE_BUFFER))
             t.spec.payload = _port(coder_id)
@@ -206,10 +245,11 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                 coder_id=coder_id,
                 layout=layout,
                 key_coder_id=_safe_coder(context, pcoll)
-                if layout in (p.KEYED, p.PACKED) else None))
+                if layout in (p.KEYED, p.PACKED, p.PACKED_VALUES) else None))
             t.spec.payload = _port(coder_id)
-            if layout == p.PACKED:
-                t.spec.urn = p.PACKED_SINK_URN
+            if layout in (p.PACKED, p.PACKED_VALUES):
+                t.spec.urn = (p.PACKED_SINK_URN if layout == p.PACKED
+                              else p.PACKED_VALUES_SINK_URN)
                 t.annotations[p.SAFE_CODER_ANNOTATION] = _safe_coder(
                     context, pcoll).encode()
         else:

@@ -9,6 +9,15 @@ Outputs bound for a GroupByKey are written by ``PackedOutputOperation`` (the
 planner gives their transforms ``PACKED_SINK_URN``) into a ``_PackedStream``:
 one row per key holds many of the key's elements, so the shuffle moves and sorts
 a row per key and bundle instead of a row per element.
+
+A GroupByKey's input in the global window with the default trigger, in batch
+(``plan.PACKED_VALUES``), is written by ``PackedValuesOutputOperation``: its
+grouping drops windows, timestamps and panes, so a row holds only the key's
+values, as chunks of Beam's iterable encoding (a count, then that many values);
+the consumer splices rows into grouped elements without decoding them
+(``worker.grouping``). The operation holds the values themselves per key and
+encodes each key's held values in one call, so an element costs one Python
+call (``process``) and no encoding of its own.
 """
 from __future__ import annotations
 
@@ -33,6 +42,16 @@ from beam_spark_inproc.worker.rows import CHUNK_BYTES
 PACKED_KEYS = 16384
 PACKED_BYTES = 16 << 20
 PACKED_ROW_BYTES = 64 << 10
+# PACKED_VALUES: keys of these exact types are held by the key object itself
+# (equal objects of one of these types have one encoding under any coder);
+# others by their encoded bytes.
+_PLAIN_KEYS = frozenset([int, str, bytes])
+# Held values are encoded (each key's in one call) once they are about
+# HOLD_BYTES encoded or HOLD_MAX in number; their size is estimated from one
+# value in every HOLD_SAMPLE.
+HOLD_BYTES = 1 << 20
+HOLD_MAX = 131072
+HOLD_SAMPLE = 256
 
 
 class _OutputStream(data_plane.ClosableOutputStream):
@@ -88,6 +107,27 @@ class _PackedStream(data_plane.ClosableOutputStream):
             out = self._pending[key] = create_OutputStream()
         before = out.size()
         self.encode(windowed_value, out, True)
+        size = out.size()
+        self._bytes += size - before
+        if size >= PACKED_ROW_BYTES:
+            self._add_row(self._tag, key, out.get())
+            del self._pending[key]
+            self._bytes -= size
+        elif self._bytes >= PACKED_BYTES:
+            self.flush()
+
+    def write_values(self, key: bytes, count: int, encoded: bytes) -> None:
+        """``count`` values of a key, ``encoded`` by an iterable coder (a
+        32-bit count, then the values): added to the key's row as a chunk of
+        the iterable's unknown-length encoding (a varint count, the values)."""
+        out = self._pending.get(key)
+        if out is None:
+            if len(self._pending) >= PACKED_KEYS:
+                self.flush()
+            out = self._pending[key] = create_OutputStream()
+        before = out.size()
+        out.write_var_int64(count)
+        out.write(encoded[4:])
         size = out.size()
         self._bytes += size - before
         if size >= PACKED_ROW_BYTES:
@@ -154,15 +194,66 @@ class PackedOutputOperation(bundle_processor.DataOutputOperation):
             self._encode_key(windowed_value.value[0]), windowed_value)
 
 
-@bundle_processor.BeamTransformFactory.register_urn(
-    p.PACKED_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)
-def _create_packed_sink(factory, transform_id, transform_proto, grpc_port,
-                        consumers) -> PackedOutputOperation:
+class PackedValuesOutputOperation(PackedOutputOperation):
+    """A DATA_OUTPUT bound for a GroupByKey that keeps values only
+    (``plan.PACKED_VALUES``): holds each key's values and writes them, a key
+    at a time, as chunks of the iterable encoding the grouped element holds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        value_coder = self.windowed_coder.wrapped_value_coder.value_coder()
+        self._value_impl = value_coder.get_impl()
+        self._encode_values = coders.IterableCoder(value_coder).get_impl().encode
+        self._held: dict = {}
+        self._count = 0
+        self._check = HOLD_SAMPLE
+        self._estimate = 0
+
+    def set_output_stream(self, output_stream) -> None:
+        super().set_output_stream(output_stream)
+        self._held, self._count, self._check, self._estimate = {}, 0, HOLD_SAMPLE, 0
+
+    def process(self, windowed_value) -> None:
+        key, value = windowed_value.value
+        if type(key) not in _PLAIN_KEYS:
+            key = (self._encode_key(key),)
+        held = self._held.get(key)
+        if held is None:
+            self._held[key] = [value]
+        else:
+            held.append(value)
+        self._count += 1
+        if self._count >= self._check:
+            self._sample(value)
+
+    def _sample(self, value) -> None:
+        # This value stands for the HOLD_SAMPLE values held since the last one.
+        self._estimate += HOLD_SAMPLE * len(self._value_impl.encode_nested(value))
+        if self._estimate >= HOLD_BYTES or self._count >= HOLD_MAX:
+            self._write_held()
+        else:
+            self._check = self._count + HOLD_SAMPLE
+
+    def _write_held(self) -> None:
+        encode_key, encode_values = self._encode_key, self._encode_values
+        write = self.output_stream.write_values
+        for key, values in self._held.items():
+            write(key[0] if type(key) is tuple else encode_key(key),
+                  len(values), encode_values(values))
+        self._held, self._count, self._check, self._estimate = {}, 0, HOLD_SAMPLE, 0
+
+    def finish(self) -> None:
+        self._write_held()
+        super().finish()
+
+
+def _packed_sink(operation_class, factory, transform_id, transform_proto,
+                 grpc_port, consumers) -> PackedOutputOperation:
     # As Beam's own DATA_OUTPUT factory (bundle_processor.create_sink_runner),
     # plus the safe coder the planner named.
     safe_coder = factory.get_coder(
         transform_proto.annotations[p.SAFE_CODER_ANNOTATION].decode())
-    return PackedOutputOperation(
+    return operation_class(
         NameContext(transform_proto.unique_name, transform_id),
         transform_proto.unique_name,
         consumers,
@@ -173,6 +264,14 @@ def _create_packed_sink(factory, transform_id, transform_proto, grpc_port,
         data_channel_factory=functools.partial(
             factory.data_channel_factory.create_data_channel, grpc_port),
         safe_coder=safe_coder)
+
+
+bundle_processor.BeamTransformFactory.register_urn(
+    p.PACKED_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)(
+        functools.partial(_packed_sink, PackedOutputOperation))
+bundle_processor.BeamTransformFactory.register_urn(
+    p.PACKED_VALUES_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)(
+        functools.partial(_packed_sink, PackedValuesOutputOperation))
 
 
 class _TimerStream(data_plane.ClosableOutputStream):
@@ -214,7 +313,7 @@ class InProcessDataChannel(data_plane.DataChannel):
 
     def output_stream(self, instruction_id, transform_id):
         tag, layout, key_of = self._outputs[transform_id]
-        if layout == p.PACKED:
+        if layout in (p.PACKED, p.PACKED_VALUES):
             return _PackedStream(tag, self._add_row)
         return _OutputStream(tag, layout, self._add_row, key_of)
 

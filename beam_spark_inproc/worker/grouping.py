@@ -8,6 +8,13 @@ FnApiRunner's ``GroupingBuffer`` does; the default global windowing takes the sa
 shortcut it does. Two things FnApiRunner cannot do: processing-time triggers
 (``BatchClock``) and custom window types (decoded with the WindowFn's own window
 coder, ``plan.Grouping.window_coder_id``, where FnApiRunner keeps them opaque).
+
+A grouping that keeps values only (``plan.Grouping.values_only``: default
+windowing in batch, rows written ``plan.PACKED_VALUES``) decodes nothing: each
+row already is chunks of the grouped iterable's encoding, so a grouped element
+is the on-time pane's header, the key, and its rows one after the other
+(``_spliced``); past the state-backed iterable's threshold the rest of a large
+group is decoded, row by row in C, into the stage's ``GroupedValuesStore``.
 """
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from typing import Iterable, Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders import coder_impl
+from apache_beam.coders.coders import BytesCoder
 from apache_beam.coders.coders import WindowedValueCoder
 from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow
@@ -93,6 +102,7 @@ class GroupAlsoByWindow:
         self._post_impl = post_coder.get_impl()
         windowing = context.windowing_strategies[grouping.windowing_strategy_id]
         self._trivial = windowing.is_default()
+        self._values_only = grouping.values_only
         if self._trivial:  # streamed, see ``_streamed``
             self._on_time = GlobalWindows.windowed_value(
                 None,
@@ -103,13 +113,76 @@ class GroupAlsoByWindow:
                     timing=windowed_value.PaneInfoTiming.ON_TIME,
                     index=0,
                     nonspeculative_index=0))
+            if grouping.values_only:
+                self._splice_with(post_coder)
         else:
+            if grouping.values_only:
+                raise ValueError(
+                    f'GroupByKey {grouping.gbk_label!r}: its input was written '
+                    'as values only, but its windowing is not the default.')
             driver = trigger.create_trigger_driver(
                 windowing, True, clock=BatchClock())
             self._windowed_groups = (
                 functools.partial(entire_key, driver)
                 if isinstance(driver, trigger.GeneralTriggerDriver)
                 else driver.process_entire_key)
+
+    def _splice_with(self, post_coder) -> None:
+        kv = post_coder.wrapped_value_coder
+        iterable = kv.value_coder()
+        element = iterable._get_component_coders()[0]
+        self._element_impl = element.get_impl()
+        # A row's chunks, decoded in C: as an iterable of unknown length.
+        self._chunks_impl = coder_impl.IterableCoderImpl(self._element_impl)
+        self._post_key_impl = kv.key_coder().get_impl()
+        self._write_state = getattr(iterable, '_write_state', None)
+        self._state_threshold = getattr(iterable, '_write_state_threshold', 0)
+        # The on-time pane's timestamp, window and pane bytes (the value's
+        # part of a non-nested BytesCoder is empty).
+        self._header = WindowedValueCoder(
+            BytesCoder(), post_coder.window_coder).get_impl().encode(
+                self._on_time.with_value(b''))
+
+    def _row_values(self, data: bytes) -> list:
+        return self._chunks_impl.decode(b'\xff\xff\xff\xff' + data + b'\x00')
+
+    def _spliced(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
+        """Values-only rows: a key's rows are chunks of its grouped iterable's
+        unknown-length encoding (a count, the values), copied as they are."""
+        header, decode_key = self._header, self._key_impl.decode
+        encode_key = self._post_key_impl.encode_to_stream
+        write_state, threshold = self._write_state, self._state_threshold
+        rows = iter(rows)
+        pending = next(rows, None)
+        out = create_OutputStream()
+
+        def rest(key_bytes):
+            nonlocal pending
+            while pending is not None and pending[0] == key_bytes:
+                data = pending[1]
+                pending = next(rows, None)
+                yield from self._row_values(data)
+
+        while pending is not None:
+            key_bytes = pending[0]
+            out.write(header)
+            encode_key(decode_key(key_bytes), out, True)
+            out.write_bigendian_int32(-1)
+            start = out.size()
+            while pending is not None and pending[0] == key_bytes:
+                if write_state is not None and out.size() - start > threshold:
+                    out.write_var_int64(-1)
+                    out.write(write_state(rest(key_bytes), self._element_impl), True)
+                    break
+                out.write(pending[1])
+                pending = next(rows, None)
+            else:
+                out.write_var_int64(0)
+            if out.size() >= GROUPS_BYTES:
+                yield out.get()
+                out = create_OutputStream()
+        if out.size():
+            yield out.get()
 
     def _streamed(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
         """Global window, default trigger: a key's values go from the rows to
@@ -159,7 +232,8 @@ class GroupAlsoByWindow:
     def grouped(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
         """Encoded grouped elements for key-sorted rows, in pieces."""
         if self._trivial:
-            yield from self._streamed(rows)
+            yield from (self._spliced(rows) if self._values_only
+                        else self._streamed(rows))
             return
         out = create_OutputStream()
         current, datas = None, []
