@@ -22,6 +22,10 @@ from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
+# False: every GroupByKey input is written PACKED (windowed elements), as before
+# PACKED_VALUES existed (for A/B measurements: tests/benchmarks/run.py's
+# ``inproc_packed`` engine).
+VALUES_ONLY = True
 # A descriptor's ports need a non-empty URL; the worker's data channel factory
 # answers every URL with the in-process channel of the running bundle.
 INPROC_URL = 'beam-spark-inproc'
@@ -125,7 +129,8 @@ def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str
                     keyed.add(t.spec.payload)
                 elif _buffer_kind(t.spec.payload) == 'group':
                     layouts.setdefault(t.spec.payload, p.PACKED_VALUES if (
-                        not streaming and _values_only(context, t.spec.payload))
+                        VALUES_ONLY and not streaming and
+                        _values_only(context, t.spec.payload))
                         else p.PACKED)
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):

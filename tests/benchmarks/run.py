@@ -605,7 +605,8 @@ BENCHMARKS = {b.name: b for b in (
               fixed_size=10),
 )}
 
-ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly', 'direct',
+ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
+           'inproc_packed', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -616,6 +617,7 @@ ENGINE_TITLES = {
     'inproc_small': 'this runner, small data on',
     'inproc_nosmall': 'this runner, small data off',
     'inproc_timeonly': 'this runner, small data handed over on time only',
+    'inproc_packed': 'this runner, GroupByKey input windowed (no values-only)',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -774,7 +776,8 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if engine in ('inproc', 'inproc_timeonly') or engine in SMALL_DATA_ARGS:
+        if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed') or
+                engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
         if engine == 'direct':
@@ -790,6 +793,7 @@ class Harness:
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
+        from beam_spark_inproc.planning import planner
         from beam_spark_inproc.spark import small
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
@@ -798,12 +802,16 @@ class Harness:
         max_elements = small.MAX_ELEMENTS
         if engine == 'inproc_timeonly':
             small.MAX_ELEMENTS = 1 << 62
+        # A/B of values-only GroupByKey inputs (planning.planner.VALUES_ONLY).
+        if engine == 'inproc_packed':
+            planner.VALUES_ONLY = False
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
                      | 'WriteResult' >> beam.ParDo(make_write_result(path)))
         finally:
             small.MAX_ELEMENTS = max_elements
+            planner.VALUES_ONLY = True
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
