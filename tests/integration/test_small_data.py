@@ -113,8 +113,11 @@ def test_results_match_fnapi_runner(spark, build):
         assert jobs == 0
 
 
+PER_SEED = 4000
+
+
 class _Where(beam.DoFn):
-    """A seed's 1000 elements; counts seeds per Spark partition (TaskContext
+    """A seed's PER_SEED elements; counts seeds per Spark partition (TaskContext
     is None in the driver: a dropped driver run's counts are not committed)."""
 
     def process(self, seed):
@@ -122,18 +125,21 @@ class _Where(beam.DoFn):
         context = TaskContext.get()
         where = 'driver' if context is None else f'partition-{context.partitionId()}'
         Metrics.counter('where', where).inc()
-        yield from range(seed * 1000, (seed + 1) * 1000)
+        yield from range(seed * PER_SEED, (seed + 1) * PER_SEED)
 
 
 def _handed_over(p):
-    """Eight seeds that become 8000 elements in their stage: past the row
-    limit, so the stage is handed over to Spark with its tiny input."""
+    """Eight seeds that become 32,000 elements in their stage: past the
+    bytes limit (~160 KB of GroupByKey values; 8000 elements were, as
+    windowed elements, before GroupByKey inputs kept values only), so the
+    stage is handed over to Spark with its tiny input."""
     sums = (p | beam.Create(list(range(8)))
             | beam.ParDo(_Where())
             | beam.Map(lambda x: (x % 3, x))
             | beam.GroupByKey()
             | beam.MapTuple(lambda k, xs: (k, sum(xs))))
-    assert_that(sums, equal_to([(k, sum(range(k, 8000, 3))) for k in range(3)]))
+    assert_that(sums, equal_to([(k, sum(range(k, 8 * PER_SEED, 3)))
+                                for k in range(3)]))
 
 
 def test_handed_over_stage_runs_on_every_core(spark):
