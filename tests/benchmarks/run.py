@@ -606,18 +606,24 @@ BENCHMARKS = {b.name: b for b in (
 )}
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
-           'inproc_packed', 'direct',
+           'inproc_packed', 'inproc_split1', 'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
 SMALL_DATA_ARGS = {'inproc_small': ['--spark_small_data_kb=64'],
-                   'inproc_nosmall': ['--spark_small_data_kb=0']}
+                   'inproc_nosmall': ['--spark_small_data_kb=0'],
+                   # A/B of runner-initiated splitting's first split (a read
+                   # of one restriction runs alone on one core until then).
+                   'inproc_split1': ['--spark_split_after_seconds=1'],
+                   'inproc_split5': ['--spark_split_after_seconds=5']}
 ENGINE_TITLES = {
     'inproc': 'this runner',
     'inproc_small': 'this runner, small data on',
     'inproc_nosmall': 'this runner, small data off',
     'inproc_timeonly': 'this runner, small data handed over on time only',
     'inproc_packed': 'this runner, GroupByKey input windowed (no values-only)',
+    'inproc_split1': 'this runner, runner splitting after 1 s',
+    'inproc_split5': 'this runner, runner splitting after 5 s',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
