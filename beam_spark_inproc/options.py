@@ -85,7 +85,7 @@ class SparkRunnerOptions(PipelineOptions):
             'key hash); default a private temporary folder removed at the end. '
             'A folder holding another pipeline\'s state is refused.')
         parser.add_argument(
-            '--spark_split_after_seconds', type=float, default=5.0,
+            '--spark_split_after_seconds', type=float, default=1.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '
             'reads): a restriction still running after this many seconds is '
             'split with the SDK\'s try_split and its remainder spread over all '
