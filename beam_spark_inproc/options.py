@@ -16,6 +16,10 @@ INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # starting from tiny data pays at most ``small.MAX_SECONDS`` of driver work.
 SMALL_DATA_KB = 64
 SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
+# Streaming: a micro-batch's driver-side source rows (TestStream events,
+# rows a side-input gate releases) of at least this many KB are cut into one
+# partition per core (``execution.streaming.loop``); 0: one partition.
+STREAM_SPREAD_KB = 64
 
 
 def small_data_kb_default() -> float:
@@ -84,6 +88,15 @@ class SparkRunnerOptions(PipelineOptions):
             'a commit record per micro-batch are kept (Parquet, bucketed by '
             'key hash); default a private temporary folder removed at the end. '
             'A folder holding another pipeline\'s state is refused.')
+        parser.add_argument(
+            '--spark_stream_spread_kb', type=float, default=STREAM_SPREAD_KB,
+            help='Streaming: a micro-batch\'s rows from the driver (a '
+            'TestStream\'s events, main-input rows released by a side-input '
+            'wait) holding at least this many KB of Beam-encoded elements are '
+            'cut into consecutive parts, one Spark partition (task) per core '
+            'of the run\'s parallelism, instead of one task; splittable DoFn '
+            'residuals due together are always spread. 0: one partition. '
+            f'Default {STREAM_SPREAD_KB}. See docs/performance.md.')
         parser.add_argument(
             '--spark_split_after_seconds', type=float, default=1.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '

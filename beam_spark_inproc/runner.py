@@ -110,6 +110,10 @@ class InProcessSparkRunner(PipelineRunner):
             raise ValueError(
                 '--spark_split_after_seconds must be >= 0 (0 turns runner '
                 f'splitting off), got {opts.spark_split_after_seconds}.')
+        if opts.spark_stream_spread_kb < 0:
+            raise ValueError(
+                '--spark_stream_spread_kb must be >= 0 (0 keeps a micro-batch\'s '
+                f'driver rows in one partition), got {opts.spark_stream_spread_kb}.')
         from beam_spark_inproc.execution.executor import execute
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
@@ -158,7 +162,7 @@ class InProcessSparkRunner(PipelineRunner):
                 spark.interruptTag, 'beam-pipeline-' + job_id[:8])
         if streaming:
             return self._run_stream(plan, engine, job_id, options, attempt_host,
-                                    settings)
+                                    settings, parallelism, spark)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
                                      live=run_metrics.live)
@@ -217,7 +221,8 @@ class InProcessSparkRunner(PipelineRunner):
         return result
 
     def _run_stream(self, plan, engine, job_id: str, options,
-                    attempt_host: str | None, settings):
+                    attempt_host: str | None, settings, parallelism: int,
+                    spark=None):
         """A stream: the micro-batch loop on a driver thread (returns at once),
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
@@ -230,7 +235,10 @@ class InProcessSparkRunner(PipelineRunner):
                           settings=settings,
                           runtime_options=runtime_options(options),
                           profile_dir=os.path.abspath(opts.spark_profile_dir)
-                          if opts.spark_profile_dir else '')
+                          if opts.spark_profile_dir else '',
+                          spread=(parallelism,
+                                  int(opts.spark_stream_spread_kb * 1024)),
+                          prefetch=spark is not None)
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

@@ -78,8 +78,11 @@ class LocalEngine:
     def impulse(self) -> Partitions:
         return [_batch([(0, None, ENCODED_IMPULSE_VALUE)])]
 
-    def rows(self, rows: list) -> Partitions:
-        return [_batch(list(rows))]
+    def rows(self, rows: list, parts: int = 1) -> Partitions:
+        rows = list(rows)
+        parts = max(1, min(parts, len(rows)))
+        cuts = [len(rows) * i // parts for i in range(parts + 1)]
+        return [_batch(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
 
     def map_stage(self, data: Partitions, task) -> Partitions:
         with driver_globals():

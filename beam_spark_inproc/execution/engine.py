@@ -9,8 +9,10 @@ primitive passes them through (``select`` only when asked, see ``control``).
 Primitives:
 
 * ``impulse()``: one partition holding Beam's encoded impulse element (tag 0);
-* ``rows(rows)``: driver rows ``(tag, key, data)`` as data (a stream's source
-  events, markers);
+* ``rows(rows, parts=1)``: driver rows ``(tag, key, data)`` as data (a
+  stream's source events, markers): one partition, or up to ``parts``
+  partitions of consecutive rows, in order (no shuffle; Spark gives at most
+  one per core);
 * ``union(datas)``: all rows of each (``union([])`` is empty);
 * ``map_stage(data, task)``: ``task(batches) -> batches`` per partition;
 * ``select(data, tag, new_tag, control)``: rows of one tag, retagged, plus the
@@ -58,7 +60,7 @@ SHUFFLES = (GROUP, KEYED, SPREAD, BUCKETED)
 
 class Engine(Protocol):
     def impulse(self) -> Any: ...
-    def rows(self, rows: list) -> Any: ...
+    def rows(self, rows: list, parts: int = 1) -> Any: ...
     def union(self, datas: list) -> Any: ...
     def map_stage(self, data: Any, task: Any) -> Any: ...
     def select(self, data: Any, tag: int, new_tag: int, control: bool) -> Any: ...

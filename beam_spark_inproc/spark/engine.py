@@ -102,6 +102,9 @@ class _Parts:
 
 
 _DRIVER_ROWS_ONE_PARTITION = 100_000
+# Tasks whose UDF column an engine keeps (a batch run maps each task once; a
+# stream maps its stateless stages' tasks every micro-batch).
+_MAX_CACHED_UDFS = 256
 _PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -126,6 +129,9 @@ class SparkEngine:
         self._parts = _parts(session, self._f)
         self._parallelism = parallelism
         self._cached: list = []
+        # id(task) -> (task, its mapInArrow UDF column): ``_map_in_arrow``.
+        self._udfs: dict[int, tuple] = {}
+        self._arrow_sources: dict[int, object] = {}  # id -> DataFrame
         self._inline_bytes = inline_side_input_bytes
         self._shipper = Shipper(session, run_id, self._connect)
         try:
@@ -150,20 +156,52 @@ class SparkEngine:
     def impulse(self):
         return self._parts.impulse()
 
-    def rows(self, rows: list):
+    def rows(self, rows: list, parts: int = 1):
         if not rows:
             return self._parts.empty()
+        parts = max(1, min(parts, len(rows)))
         tags, keys, datas = zip(*rows)
         table = pa.Table.from_arrays(
             [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
              pa.array(datas, pa.binary())], schema=SCHEMA)
+        if parts > 1:
+            # Spark slices a local relation's rows into consecutive
+            # partitions, one per core (defaultParallelism, at most one per
+            # row): at most ``parts`` of them, with no shuffle.
+            return self._session.createDataFrame(
+                table, self._parts.schema).coalesce(parts)
         data = self._session.createDataFrame(table, self._parts.schema)
         # A few driver rows (a stream's events, markers): one partition, one
         # task, rather than one per core (as ``impulse``).
         return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
 
     def map_stage(self, data, task):
-        return data.mapInArrow(task, self._parts.schema)
+        if self._connect or self._arrow_sources.get(id(data)) is data:
+            return data.mapInArrow(task, self._parts.schema)
+        return self._map_in_arrow(data, task)
+
+    def _map_in_arrow(self, data, task):
+        """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J
+        round trips: the UDF reads the row format's columns by name (PySpark
+        asks the JVM for the DataFrame's schema as JSON and a column per
+        name, every call), and a task object mapped again (a stream's
+        stateless stages, the same task every micro-batch) reuses its UDF
+        column (pickled once, one JVM function object) instead of making a
+        new one each time."""
+        from pyspark.sql.classic.dataframe import DataFrame
+        from pyspark.sql.pandas.functions import pandas_udf
+        from pyspark.util import PythonEvalType
+        cached = self._udfs.get(id(task))
+        if cached is None or cached[0] is not task:
+            parts = self._parts
+            udf = pandas_udf(task, returnType=parts.schema,
+                             functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            cached = (task, udf(parts.tag, parts.key, parts.data))
+            if len(self._udfs) >= _MAX_CACHED_UDFS:
+                self._udfs.clear()
+            self._udfs[id(task)] = cached
+        return DataFrame(data._jdf.mapInArrow(cached[1]._jc, False, None),
+                         data.sparkSession)
 
     def select(self, data, tag: int, new_tag: int, control: bool):
         selected = data.filter(self._parts.keep(tag, control))
@@ -251,7 +289,10 @@ class SparkEngine:
         return self._session
 
     def arrow_source(self, dataframe):
-        return dataframe  # mapInArrow hands a task its Arrow batches
+        # mapInArrow hands a task its Arrow batches (of the DataFrame's own
+        # columns: not the row format ``_map_in_arrow`` names).
+        self._arrow_sources[id(dataframe)] = dataframe
+        return dataframe
 
     def to_dataframe(self, data, fn, arrow_schema):
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -265,4 +306,6 @@ class SparkEngine:
             except Exception:  # a dead session has nothing left to release
                 pass
         self._cached.clear()
+        self._udfs.clear()
+        self._arrow_sources.clear()
         self._shipper.close()

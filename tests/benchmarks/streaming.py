@@ -23,6 +23,7 @@ buffered GroupByKey state), and the state bytes it wrote.
 
     python tests/benchmarks/streaming.py [--events 20] [--per-event 20000]
         [--keys 1000] [--debug] [--overhead-keys 0,10000,1000000]
+        [--spread-kb 64,0]
 """
 from __future__ import annotations
 
@@ -146,9 +147,12 @@ def stateful(p, source, folder):
 PIPELINES = {'windowed count': windowed_count, 'stateful': stateful}
 
 
-def run_one(name: str, runner_name: str, args) -> dict:
+def run_one(name: str, runner_name: str, args, spread_kb: str = '',
+            flags: list | tuple = ()) -> dict:
     folder = tempfile.mkdtemp(prefix='bench-streaming-')
-    options = PipelineOptions()
+    options = PipelineOptions(
+        (['--spark_stream_spread_kb', spread_kb] if spread_kb else [])
+        + list(flags))
     options.view_as(StandardOptions).streaming = True
     runner = {'direct': BundleBasedDirectRunner,
               'spark': lambda: InProcessSparkRunner(),
@@ -200,27 +204,40 @@ def main() -> None:
     parser.add_argument('--debug', action='store_true',
                         help='also run on the debug engine')
     parser.add_argument('--pipelines', default=','.join(PIPELINES))
+    parser.add_argument('--spread-kb', default='',
+                        help='--spark_stream_spread_kb values to run this '
+                        'runner with, comma-separated, e.g. "64,0" for an A/B '
+                        'in one run (default: the option\'s default)')
     parser.add_argument('--overhead-keys', default='0,10000,1000000',
                         help='keys of state for the overhead part ("" to skip)')
     args = parser.parse_args()
     _instrument()
     print(f'load average {os.getloadavg()}; {args.events} events x '
           f'{args.per_event} elements, {args.keys} keys')
-    runners = ['direct', 'spark'] + (['debug'] if args.debug else [])
+    spreads = args.spread_kb.split(',')
+    runners = [('direct', '')] + [
+        (r, kb) for r in ['spark'] + (['debug'] if args.debug else [])
+        for kb in spreads]
     # Start Spark (session, Python workers) before anything is timed.
     warm = argparse.Namespace(events=2, per_event=10, keys=2)
     for name in PIPELINES:
         run_one(name, 'spark', warm)
     for name in [n for n in args.pipelines.split(',') if n]:
         base = None
-        for runner_name in runners:
-            f = run_one(name, runner_name, args)
+        for runner_name, kb in runners:
+            if runner_name == 'spark':
+                # Spark ends Python workers idle for a minute (the
+                # DirectRunner's run takes longer): whichever Spark run came
+                # first paid for starting them again.
+                run_one(name, 'spark', warm, kb)
+            f = run_one(name, runner_name, args, kb)
             if runner_name == 'direct':
                 base = f['throughput']
             ratio = f' ({f["throughput"] / base:.1f}x direct)' if base else ''
             steady = (f', steady {f["steady throughput"]:,.0f}/s'
                       if 'steady throughput' in f else '')
-            print(f'{name:15s} {runner_name:7s} {f["elements"]:>9,} elements '
+            label = runner_name + (f' spread {kb}' if kb else '')
+            print(f'{name:15s} {label:7s} {f["elements"]:>9,} elements '
                   f'in {f["seconds"]:6.2f} s: {f["throughput"]:>9,.0f}/s{ratio}'
                   f'{steady}; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s'
                   + (f'; {f["micro-batches"]} micro-batches'

@@ -165,6 +165,21 @@ def test_rows_from_the_driver_and_uncache(engine):
     assert engine.collect(engine.rows([])) == ([], [])
 
 
+def test_rows_in_parts_are_consecutive_partitions(engine):
+    """``rows(rows, parts)``: the driver's rows cut into up to that many
+    partitions of consecutive rows, in order (a stream's large micro-batch,
+    one task per core; Spark gives at most one per core of its own); never
+    more partitions than rows; one without ``parts``."""
+    rows = [(0, None, b'%d' % i) for i in range(7)]
+    parts = [p for p in partitions(engine, engine.rows(rows, PARALLELISM)) if p]
+    assert 2 <= len(parts) <= PARALLELISM
+    assert [r for p in parts for r in p] == rows
+    assert len([p for p in partitions(engine, engine.rows(rows[:2], 3))
+                if p]) == 2
+    assert len([p for p in partitions(engine, engine.rows(rows, 2)) if p]) == 2
+    assert len([p for p in partitions(engine, engine.rows(rows)) if p]) == 1
+
+
 def test_shuffle_spread_keeps_every_row(engine):
     parts = partitions(engine, engine.shuffle(source(engine), e.SPREAD))
     assert collections.Counter(r for p in parts for r in p) == collections.Counter(ROWS)

@@ -84,8 +84,16 @@ class StreamingExecutor:
                  on_reports: Callable[[list[dict]], None],
                  after_micro_batch: Callable[[int], None] | None = None,
                  attempt_channel: tuple = (), runtime_options: tuple = (),
-                 profile_dir: str = ''):
+                 profile_dir: str = '', spread: tuple[int, int] = (1, 0),
+                 prefetch: bool = False):
         self.plan = plan
+        # Sources encode the next micro-batch's rows in a thread while this
+        # one runs (``TestStreamSource.prefetch``): on Spark, whose jobs leave
+        # the driver waiting; not on the debug engine, which runs them here.
+        self.prefetch = prefetch
+        # (partitions, bytes): driver rows of at least ``bytes`` are cut into
+        # that many partitions (``_driver_rows``); (1, 0) keeps one.
+        self.spread = spread
         self.profile_dir = profile_dir
         self.runtime_options = runtime_options
         self.engine = engine
@@ -104,7 +112,7 @@ class StreamingExecutor:
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
-        self.sources = {i: TestStreamSource(stage, context)
+        self.sources = {i: TestStreamSource(stage, context, spread)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
         self._coalesce = bundles_invisible(plan, context)
@@ -124,6 +132,7 @@ class StreamingExecutor:
         # version: made (and a large one written) when the value changes.
         self._side_parts: dict[str, tuple[int, tuple]] = {}
         self._side_files_read: set[str] = set()  # by this micro-batch
+        self._stateless: dict[int, StageTask] = {}  # ``_stateless_task``
 
     def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
         """Input port -> its producers' key coder, for keyed input ports."""
@@ -162,9 +171,19 @@ class StreamingExecutor:
 
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            for source in self.sources.values():
+                source.close()
+
+    def _loop(self) -> None:
         while not self.cancelled.is_set():
             source_rows = {i: s.step_micro_batch(self._coalesce)
                            for i, s in self.sources.items() if not s.exhausted}
+            if self.prefetch:  # the next micro-batch's, while this one runs
+                for source in self.sources.values():
+                    source.prefetch(self._coalesce)
             moved = self._run_micro_batch(source_rows)
             exhausted = all(s.exhausted for s in self.sources.values())
             if exhausted and not moved and self.residuals.pending:
@@ -223,7 +242,7 @@ class StreamingExecutor:
             if stage.kind == p.TEST_STREAM_STAGE:
                 rows = source_rows.get(index)
                 if rows:
-                    self._produced[index] = self.engine.rows(rows)
+                    self._produced[index] = self._driver_rows(rows)
                 source = self.sources[index]
                 self.input_wm[index] = self.output_wm[index] = min(
                     (source.watermark(t) for t in range(len(stage.outputs))),
@@ -240,7 +259,7 @@ class StreamingExecutor:
             due = (self.residuals.due(index, self._now) if stage.split_input
                    else [])
             if due:
-                parts.append((None, self.engine.rows(due)))
+                parts.append((None, self._driver_rows(due, always=True)))
             if stage.grouped or stage.stateful:
                 ran |= self._keyed(index, stage, parts)
                 continue
@@ -254,8 +273,8 @@ class StreamingExecutor:
             elif stage.split_input:
                 result = self._splittable(index, stage, data)
             else:
-                result = self.engine.map_stage(data, self._task(
-                    stage, gate=self.gates.get(index)))
+                result = self.engine.map_stage(data, self._stateless_task(
+                    index, stage))
             self._produced[index] = self._maybe_cache(index, result)
             ran = True
         self._harvest(final=True)
@@ -275,6 +294,20 @@ class StreamingExecutor:
                 or (list(self.input_wm), list(self.output_wm)) != before)
 
     # -- building ---------------------------------------------------------
+    def _driver_rows(self, rows: list, always: bool = False) -> Any:
+        """Rows the driver made (source events, released main input, due
+        residuals) as engine data: one partition, so one task; or, when they
+        hold at least the spread threshold's bytes (``always``: residuals,
+        each a restriction's work), consecutive parts over the run's
+        parallelism, one task per core, with no shuffle. Each part keeps its
+        rows' order; a TestStream event's elements below the threshold stay
+        in one task, in order (Beam's tests compare small outputs in order)."""
+        parts, min_bytes = self.spread
+        if parts > 1 and min_bytes and len(rows) > 1 and (
+                always or sum(len(r[2]) for r in rows) >= min_bytes):
+            return self.engine.rows(rows, parts)
+        return self.engine.rows(rows)
+
     def _task(self, stage: p.StagePlan, step: StreamingStep | None = None,
               state_files: StateFiles | None = None,
               gate: SideInputGate | None = None) -> StageTask:
@@ -308,6 +341,17 @@ class StreamingExecutor:
             for path in _locations(parts)}
         self.store.remove_side_inputs(keep)
         self._side_files_read = set()
+
+    def _stateless_task(self, index: int, stage: p.StagePlan) -> StageTask:
+        """A stateless stage's task: the same object every micro-batch when
+        the stage reads no side input (nothing in it changes), so the engine
+        can reuse what it made of it (``SparkEngine.map_stage``)."""
+        if index in self.gates:
+            return self._task(stage, gate=self.gates[index])
+        task = self._stateless.get(index)
+        if task is None:
+            task = self._stateless[index] = self._task(stage)
+        return task
 
     def _step(self, index: int) -> StreamingStep:
         return StreamingStep(
@@ -360,7 +404,7 @@ class StreamingExecutor:
                            self._reads[(index, si.buffer_id)]),
                           default=MAX_TIMESTAMP) for si in stage.side_inputs]
         rows = gate.release(watermarks)
-        return [(None, self.engine.rows(rows))] if rows else []
+        return [(None, self._driver_rows(rows))] if rows else []
 
     def _writers(self, index: int, stage: p.StagePlan, side: bool = False):
         """(input port, writer, its output tag) of a stage's main inputs;

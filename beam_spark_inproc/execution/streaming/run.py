@@ -22,7 +22,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                after_micro_batch: Callable[[int], None] | None = None,
                settings: Callable[[], Any] = contextlib.nullcontext,
                runtime_options: tuple = (),
-               profile_dir: str = '') -> StreamingPipelineResult:
+               profile_dir: str = '',
+               spread: tuple[int, int] = (1, 0),
+               prefetch: bool = False) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -30,7 +32,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     runtime SQL settings on a user's session, ``spark.session``).
     ``runtime_options``: the pipeline's options for RuntimeValueProvider in
     workers (``StageTask.runtime_options``). ``profile_dir``: workers profile
-    each bundle into it (``worker.profiling``)."""
+    each bundle into it (``worker.profiling``). ``spread``: (partitions,
+    bytes) for the driver's rows; ``prefetch``: sources encode the next
+    micro-batch while one runs (``StreamingExecutor``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
@@ -41,7 +45,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     executor = StreamingExecutor(
         plan, engine, job_id, store, result.cancelled,
         result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options, profile_dir)
+        runtime_options, profile_dir, spread, prefetch)
     result.executor = executor
 
     def body() -> None:
