@@ -112,7 +112,14 @@ class StreamingExecutor:
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
-        self.sources = {i: TestStreamSource(stage, context, spread)
+        # With a stateful DoFn the driver's rows stay whole: each key's
+        # elements reach it in its TestStream event's order (as on Beam's
+        # BundleBasedDirectRunner), and spreading a micro-batch made the
+        # stateful benchmark slower (its source stage is light, its keyed
+        # stage got a row per key and part; docs/performance.md).
+        self._rows_spread = (1, 0) if any(
+            s.stateful for s in plan.stages) else spread
+        self.sources = {i: TestStreamSource(stage, context, self._rows_spread)
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
         self._coalesce = bundles_invisible(plan, context)
@@ -301,8 +308,9 @@ class StreamingExecutor:
         each a restriction's work), consecutive parts over the run's
         parallelism, one task per core, with no shuffle. Each part keeps its
         rows' order; a TestStream event's elements below the threshold stay
-        in one task, in order (Beam's tests compare small outputs in order)."""
-        parts, min_bytes = self.spread
+        in one task, in order (Beam's tests compare small outputs in order);
+        in a pipeline with a stateful DoFn, all of them (``__init__``)."""
+        parts, min_bytes = self.spread if always else self._rows_spread
         if parts > 1 and min_bytes and len(rows) > 1 and (
                 always or sum(len(r[2]) for r in rows) >= min_bytes):
             return self.engine.rows(rows, parts)
