@@ -18,8 +18,10 @@ SMALL_DATA_KB = 64
 SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
 # Streaming: a micro-batch's driver-side source rows (TestStream events,
 # rows a side-input gate releases) of at least this many KB are cut into one
-# partition per core (``execution.streaming.loop``); 0: one partition.
-STREAM_SPREAD_KB = 64
+# partition per core (``execution.streaming.loop``); 0: one partition. 256:
+# the windowed count's 20,000-element events (~480 KB) gained, its
+# 10,000-element ones (~240 KB) did not (docs/performance.md, session 10).
+STREAM_SPREAD_KB = 256
 
 
 def small_data_kb_default() -> float:
@@ -94,7 +96,8 @@ class SparkRunnerOptions(PipelineOptions):
             'TestStream\'s events, main-input rows released by a side-input '
             'wait) holding at least this many KB of Beam-encoded elements are '
             'cut into consecutive parts, one Spark partition (task) per core '
-            'of the run\'s parallelism, instead of one task; splittable DoFn '
+            'of the run\'s parallelism, instead of one task (not in a '
+            'pipeline with a stateful DoFn); splittable DoFn '
             'residuals due together are always spread. 0: one partition. '
             f'Default {STREAM_SPREAD_KB}. See docs/performance.md.')
         parser.add_argument(
