@@ -23,7 +23,7 @@ buffered GroupByKey state), and the state bytes it wrote.
 
     python tests/benchmarks/streaming.py [--events 20] [--per-event 20000]
         [--keys 1000] [--debug] [--overhead-keys 0,10000,1000000]
-        [--spread-kb 64,0]
+        [--spread-kb 256,0]
 """
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument('--pipelines', default=','.join(PIPELINES))
     parser.add_argument('--spread-kb', default='',
                         help='--spark_stream_spread_kb values to run this '
-                        'runner with, comma-separated, e.g. "64,0" for an A/B '
+                        'runner with, comma-separated, e.g. "256,0" for an A/B '
                         'in one run (default: the option\'s default)')
     parser.add_argument('--overhead-keys', default='0,10000,1000000',
                         help='keys of state for the overhead part ("" to skip)')

@@ -14,7 +14,7 @@ value, so neither side pays for starting Python workers), and print per run:
   tasks' run time summed (the work), and the number of tasks.
 
     PYSPARK_PYTHON=$(which python) python -m tests.benchmarks.streaming_spread \\
-        [--events 20] [--per-event 20000] [--keys 1000] [--spread-kb 64,0] \\
+        [--events 20] [--per-event 20000] [--keys 1000] [--spread-kb 256,0] \\
         [--rounds 2]
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument('--events', type=int, default=20)
     parser.add_argument('--per-event', type=int, default=20_000)
     parser.add_argument('--keys', type=int, default=1000)
-    parser.add_argument('--spread-kb', default='64,0')
+    parser.add_argument('--spread-kb', default='256,0')
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--pipelines', default=','.join(streaming.PIPELINES))
     args = parser.parse_args()
