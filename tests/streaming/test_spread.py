@@ -9,7 +9,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger
 from apache_beam.transforms import userstate
 from apache_beam.transforms import window
@@ -37,7 +37,7 @@ class _CountBundles(beam.DoFn):
 
 
 def _source(p):
-    stream = (TestStream()
+    stream = (test_stream.TestStream()
               .add_elements([window.TimestampedValue((f'k{i % 7}', i), i % 3)
                              for i in range(BIG)])
               .advance_watermark_to(2)  # windows [0, 1) and [1, 2) close
@@ -113,7 +113,7 @@ def test_a_negative_spread_is_refused():
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True),
                       options=beam.options.pipeline_options.PipelineOptions(
                           ['--streaming', '--spark_stream_spread_kb', '-1']))
-    _ = p | TestStream().add_elements([1]) | beam.Map(print)
+    _ = p | test_stream.TestStream().add_elements([1]) | beam.Map(print)
     with pytest.raises(ValueError, match='--spark_stream_spread_kb must be >= 0'):
         p.run()
 
@@ -132,7 +132,7 @@ def test_prefetched_micro_batches_are_the_same_rows():
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     pipeline = beam.Pipeline(options=options)
-    _ = (pipeline | TestStream()
+    _ = (pipeline | test_stream.TestStream()
          .add_elements([('a', i) for i in range(3000)])
          .advance_processing_time(5)
          .add_elements([('b', 1)]).add_elements([('c', 2)])
