@@ -106,6 +106,9 @@ _DRIVER_ROWS_ONE_PARTITION = 100_000
 # stream maps its stateless stages' tasks every micro-batch).
 _MAX_CACHED_UDFS = 256
 _PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# ``SparkEngine._map_in_arrow`` (classic-only) uses PySpark's private API as
+# PySpark 4.3 has it; turned off for the process at its first failure.
+_FAST_MAP_IN_ARROW = [True]
 
 
 def _parts(session, f) -> _Parts:
@@ -176,9 +179,17 @@ class SparkEngine:
         return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
 
     def map_stage(self, data, task):
-        if self._connect or self._arrow_sources.get(id(data)) is data:
+        if (self._connect or not _FAST_MAP_IN_ARROW[0]
+                or self._arrow_sources.get(id(data)) is data):
             return data.mapInArrow(task, self._parts.schema)
-        return self._map_in_arrow(data, task)
+        try:
+            return self._map_in_arrow(data, task)
+        except Exception:  # noqa: BLE001 - PySpark's internals may differ
+            # PySpark's own call raises what is not about its internals;
+            # if it works, the private API differs here: its call from now on.
+            result = data.mapInArrow(task, self._parts.schema)
+            _FAST_MAP_IN_ARROW[0] = False
+            return result
 
     def _map_in_arrow(self, data, task):
         """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J

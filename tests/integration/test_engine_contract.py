@@ -265,3 +265,24 @@ def test_to_dataframe_is_the_functions_batches_of_each_partition(engine):
     dataframe = engine.to_dataframe(source(engine), Decode(), Decode.schema)
     assert sorted((r.tag, r.text) for r in dataframe.collect()) == sorted(
         (t, d.decode()) for t, _, d in ROWS if t != CONTROL_TAG)
+
+
+def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
+    """SparkEngine maps a task through PySpark's private API (fewer Py4J
+    calls, as PySpark 4.3 has it); where that fails, PySpark's own
+    ``mapInArrow`` gives the same rows and is used from then on."""
+    from beam_spark_inproc.spark import engine as spark_engine
+    made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
+    expected = sorted(made.collect(source(made))[0])
+    assert spark_engine._FAST_MAP_IN_ARROW == [True]  # works on this PySpark
+
+    def broken(self, data, task):
+        raise AttributeError('no such private API here')
+
+    monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', broken)
+    monkeypatch.setattr(spark_engine, '_FAST_MAP_IN_ARROW', [True])
+    try:
+        assert sorted(made.collect(source(made))[0]) == expected
+        assert spark_engine._FAST_MAP_IN_ARROW == [False]
+    finally:
+        made.release()
