@@ -19,29 +19,43 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
 from tests.streaming import oracle  # noqa: E402
+from tests.streaming import test_spread  # noqa: E402
 from tests.streaming import test_triggers  # noqa: E402
 
 # A GroupByKey cascade (a pane of the first reaches the second in the
-# micro-batch of the watermark that fired it) and a stateful DoFn with timers.
+# micro-batch of the watermark that fired it), a stateful DoFn with timers,
+# and a large TestStream event spread over two partitions of a Connect
+# DataFrame (``--spark_stream_spread_kb``): each case's builder, its flags and,
+# where it checks the spread, the bundles that saw elements (the big event as
+# one bundle per part, then three small events).
 CASES = {
-    'two_groupings': test_triggers.two_groupings,
-    'stateful_timers': test_triggers.stateful_timers,
+    'two_groupings': (test_triggers.two_groupings, (), None),
+    'stateful_timers': (test_triggers.stateful_timers, (), None),
+    'spread_windowed_sum': (test_spread.windowed_sum,
+                            ('--spark_parallelism', '2',
+                             '--spark_stream_spread_kb', '16'), 2 + 3),
 }
 
 
 def run_all(session) -> dict:
     from beam_spark_inproc import InProcessSparkRunner
     status = {}
-    for name, build in sorted(CASES.items()):
+    for name, (build, flags, bundles) in sorted(CASES.items()):
         began = time.monotonic()
         entry = status[name] = {'ok': False}
         try:
             expected = oracle.direct(build)
-            got = oracle.run(build, InProcessSparkRunner(spark=session))
+            results = []
+            got = oracle.run(build, InProcessSparkRunner(spark=session), *flags,
+                             results=results)
             entry['records'] = len(got)
             if got != expected:
                 raise AssertionError(f'over Connect: {got!r}\n'
                                      f'BundleBasedDirectRunner: {expected!r}')
+            if bundles is not None and test_spread.bundles(results[0]) != bundles:
+                raise AssertionError(
+                    f'{test_spread.bundles(results[0])} bundles saw elements '
+                    f'over Connect, expected {bundles}')
             entry['ok'] = bool(expected)
         except Exception as e:
             entry['error'] = f'{type(e).__name__}: {e}'[-6000:]

@@ -76,7 +76,7 @@ def stateful(p):
     return _source(p) | beam.ParDo(_RunningCount())
 
 
-def _bundles(result) -> int:
+def bundles(result) -> int:
     [counter] = result.metrics().query(
         MetricsFilter().with_name('bundles'))['counters']
     return counter.committed
@@ -94,10 +94,10 @@ def test_a_large_event_spreads_over_the_cores(build, parts):
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags,
                       results=results) == expected
     # The big event as one bundle per part, then the three small ones.
-    assert _bundles(results[0]) == parts + 3
+    assert bundles(results[0]) == parts + 3
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags[:3], '0',
                       results=results) == expected
-    assert _bundles(results[1]) == 1 + 3
+    assert bundles(results[1]) == 1 + 3
 
 
 def test_a_large_event_spreads_over_the_cores_on_spark(spark):
@@ -106,7 +106,7 @@ def test_a_large_event_spreads_over_the_cores_on_spark(spark):
     assert oracle.run(windowed_sum, InProcessSparkRunner(spark=spark),
                       '--spark_parallelism', '2', '--spark_stream_spread_kb',
                       '16', results=results) == expected
-    assert _bundles(results[0]) == 2 + 3
+    assert bundles(results[0]) == 2 + 3
 
 
 def test_a_negative_spread_is_refused():
