@@ -38,6 +38,9 @@ PACKED_VALUES = 'packed_values'
 ARROW_LAYOUT = 'arrow'
 PACKED_SINK_URN = 'beam-spark-inproc:packed-sink:v1'
 PACKED_VALUES_SINK_URN = 'beam-spark-inproc:packed-values-sink:v1'
+# A WindowInto with Beam's FixedWindows or SlidingWindows (payload: Beam's,
+# the WindowingStrategy), run by ``worker.assign_windows``.
+ASSIGN_WINDOWS_URN = 'beam-spark-inproc:assign-windows:v1'
 # On a PACKED_SINK_URN transform: the id of the safe coder of its elements.
 SAFE_CODER_ANNOTATION = 'beam-spark-inproc:safe-coder'
 
@@ -89,6 +92,10 @@ class Grouping:
     # Its input is written ``PACKED_VALUES`` (default windowing, batch): rows
     # hold the values' iterable encoding, spliced into grouped elements.
     values_only: bool = False
+    # Streaming: Beam's default trigger over a WindowFn that never merges,
+    # with a portable timestamp combiner: panes made without Beam's trigger
+    # driver (``worker.default_trigger``).
+    default_trigger: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,14 @@ DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 # PACKED_VALUES existed (for A/B measurements: tests/benchmarks/run.py's
 # ``inproc_packed`` engine).
 VALUES_ONLY = True
+# False: every WindowInto runs as Beam's DoFn (for A/B measurements); True:
+# one with Beam's FixedWindows or SlidingWindows assigns its windows in integer
+# microseconds (``worker.assign_windows``).
+INTEGER_WINDOWS = True
+# False: every streaming GroupByKey's panes come from Beam's trigger driver
+# (for A/B measurements); True: those with the default trigger do without it
+# (``plan.Grouping.default_trigger``).
+DEFAULT_TRIGGER_PANES = True
 # A descriptor's ports need a non-empty URL; the worker's data channel factory
 # answers every URL with the in-process channel of the running bundle.
 INPROC_URL = 'beam-spark-inproc'
@@ -176,6 +184,17 @@ def _values_only(context, buffer_id: bytes) -> bool:
             [pre_kv.component_coder_ids[1]])
 
 
+def _integer_windows(t: beam_runner_api_pb2.PTransform) -> bool:
+    """A WindowInto with FixedWindows or SlidingWindows (by URN: the worker
+    checks the WindowFn it builds, ``worker.assign_windows``)."""
+    if not INTEGER_WINDOWS or (
+            t.spec.urn != common_urns.primitives.ASSIGN_WINDOWS.urn):
+        return False
+    strategy = beam_runner_api_pb2.WindowingStrategy.FromString(t.spec.payload)
+    return strategy.window_fn.urn in (common_urns.fixed_windows.urn,
+                                      common_urns.sliding_windows.urn)
+
+
 def _buffer_kind(buffer_id: bytes) -> str:
     if buffer_id == translations.IMPULSE_BUFFER:
         return 'impulse'
@@ -197,13 +216,21 @@ def _grouping(context, buffer_id: bytes) -> p.Grouping:
     input_pcoll = translations.only_element(list(gbk.inputs.values()))
     output_pcoll = translations.only_element(list(gbk.outputs.values()))
     pre_coder_id = _safe_coder(context, input_pcoll)
+    strategy_id = context.components.pcollections[input_pcoll].windowing_strategy_id
+    strategy = context.components.windowing_strategies[strategy_id]
+    api = beam_runner_api_pb2
     return p.Grouping(
         gbk_label=gbk.unique_name,
         pre_coder_id=pre_coder_id,
         post_coder_id=_safe_coder(context, output_pcoll),
-        windowing_strategy_id=context.components.pcollections[input_pcoll]
-        .windowing_strategy_id,
-        window_coder_id=_custom_window_coder(context, input_pcoll))
+        windowing_strategy_id=strategy_id,
+        window_coder_id=_custom_window_coder(context, input_pcoll),
+        default_trigger=DEFAULT_TRIGGER_PANES and (
+            strategy.trigger.WhichOneof('trigger') == 'default' and
+            strategy.merge_status == api.MergeStatus.NON_MERGING and
+            strategy.output_time in (api.OutputTime.END_OF_WINDOW,
+                                     api.OutputTime.EARLIEST_IN_PANE,
+                                     api.OutputTime.LATEST_IN_PANE)))
 
 
 def _custom_window_coder(context, pcoll_id: str) -> str | None:
@@ -259,6 +286,8 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                     context, pcoll).encode()
         else:
             labels.append(t.unique_name)
+            if _integer_windows(t):
+                t.spec.urn = p.ASSIGN_WINDOWS_URN
             if t.spec.urn in translations.PAR_DO_URNS:
                 side_inputs.extend(_side_inputs(context, t))
                 timers.extend(_timer_families(t))

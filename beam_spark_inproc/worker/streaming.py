@@ -41,6 +41,8 @@ from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.worker import default_trigger
+from beam_spark_inproc.worker.default_trigger import DefaultTriggerPanes
 from beam_spark_inproc.worker.grouping import GROUPS_BYTES
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.rows import CONTROL_TAG
@@ -177,12 +179,26 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
             # also lets ``_expire`` drop a window once it is past its end
             # plus allowed lateness.
             self._driver.is_merging = self._windowing.windowfn.is_merging()
+        # Beam's default trigger without the driver (``worker.default_trigger``).
+        self._default = (DefaultTriggerPanes(self._windowing)
+                         if grouping.default_trigger and
+                         default_trigger.applies(self._windowing) else None)
 
     def key_panes(self, key_bytes: bytes, state_data: Optional[bytes],
                   datas: list[bytes], step: StreamingStep, out,
                   summaries: dict[int, Summary],
                   buckets: int = STATE_BUCKETS) -> Optional[bytes]:
         """Encodes the key's panes into ``out``; returns its new state (or None)."""
+        if self._default is not None:
+            encode = self._post_impl.encode_to_stream
+            state, summary = self._default.key_panes(
+                self._key_impl.decode(key_bytes), state_data, datas,
+                self._pre_impl.decode_from_stream, step,
+                lambda wv: encode(wv, out, True))
+            if state is not None:
+                summaries.setdefault(bucket_of(key_bytes, buckets),
+                                     Summary()).add(Summary(1, *summary))
+            return state
         self._clock.now = step.processing_time
         key = self._key_impl.decode(key_bytes)
         state = (load_state(state_data) if state_data is not None
