@@ -185,12 +185,15 @@ def _rewindowed(p):
             (grouped | 'ShowGrouped' >> beam.ParDo(_Show()))) | beam.Flatten()
 
 
-def test_rewindowing_as_on_fnapi_runner(tmp_path):
+def test_rewindowing_as_on_fnapi_runner(tmp_path, spark):
     expected = run_on(FnApiRunner(), _rewindowed, tmp_path / 'fnapi')
     assert len(expected) > 3 * len(_STAMPS)
     got = run_on(InProcessSparkRunner(debug=True), _rewindowed, tmp_path / 'debug')
     assert got == expected
     assert plan_module.ASSIGN_WINDOWS_URN in _urns(_rewindowed)
+    # Spark's Python workers run the same operation.
+    assert run_on(InProcessSparkRunner(spark=spark), _rewindowed,
+                  tmp_path / 'spark') == expected
 
 
 def _stream_rewindowed(p):
