@@ -21,6 +21,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.debug.rebind import driver_globals
 from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.worker import initial_split
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import DATA
@@ -32,7 +33,7 @@ from beam_spark_inproc.worker.streaming import bucket_of
 Partitions = list  # list[list[pa.RecordBatch]]
 
 
-def _rows(partition: list) -> list[tuple]:
+def partition_rows(partition: list) -> list[tuple]:
     rows = []
     for batch in partition:
         rows.extend(zip(batch.column(TAG).to_pylist(), batch.column(KEY).to_pylist(),
@@ -40,7 +41,7 @@ def _rows(partition: list) -> list[tuple]:
     return rows
 
 
-def _batch(rows: list[tuple]) -> list:
+def rows_batch(rows: list[tuple]) -> list:
     if not rows:
         return []
     tags, keys, datas = zip(*rows)
@@ -76,13 +77,13 @@ class LocalEngine:
         return self.spark_session().createDataFrame(table)
 
     def impulse(self) -> Partitions:
-        return [_batch([(0, None, ENCODED_IMPULSE_VALUE)])]
+        return [rows_batch([(0, None, ENCODED_IMPULSE_VALUE)])]
 
     def rows(self, rows: list, parts: int = 1) -> Partitions:
         rows = list(rows)
         parts = max(1, min(parts, len(rows)))
         cuts = [len(rows) * i // parts for i in range(parts + 1)]
-        return [_batch(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
+        return [rows_batch(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
 
     def map_stage(self, data: Partitions, task) -> Partitions:
         with driver_globals():
@@ -94,9 +95,9 @@ class LocalEngine:
 
     def select(self, data: Partitions, tag: int, new_tag: int,
                control: bool) -> Partitions:
-        return [_batch([(new_tag if t == tag else t, k, d)
-                        for t, k, d in _rows(partition)
-                        if t == tag or (control and t == CONTROL_TAG)])
+        return [rows_batch([(new_tag if t == tag else t, k, d)
+                            for t, k, d in partition_rows(partition)
+                            if t == tag or (control and t == CONTROL_TAG)])
                 for partition in data]
 
     def union(self, datas: list) -> Partitions:
@@ -108,16 +109,16 @@ class LocalEngine:
         if how not in e.SHUFFLES:
             raise e.unknown_shuffle(how)
         parts: list[list[tuple]] = [[] for _ in range(self._parallelism)]
-        rows = (row for partition in data for row in _rows(partition))
+        rows = (row for partition in data for row in partition_rows(partition))
         if how == e.SPREAD:  # round-robin, order kept
             for i, row in enumerate(rows):
                 parts[i % self._parallelism].append(row)
-            return [_batch(p) for p in parts]
+            return [rows_batch(p) for p in parts]
         if how == e.BUCKETED:
             for row in rows:  # whole state buckets per partition
                 bucket = -1 if row[1] is None else bucket_of(row[1])
                 parts[max(bucket, 0) % self._parallelism].append((bucket, row))
-            return [_batch([row for _, row in sorted(
+            return [rows_batch([row for _, row in sorted(
                 p, key=lambda r: (r[0], r[1][1] or b'', r[1][0]))]) for p in parts]
         for row in rows:  # a stable hash of the key bytes, never Python's hash
             parts[zlib.crc32(row[1] or b'') % self._parallelism].append(row)
@@ -125,7 +126,18 @@ class LocalEngine:
             order = lambda r: (r[0], r[1] or b'')  # noqa: E731
         else:
             order = lambda r: (r[1] or b'', r[0])  # noqa: E731
-        return [_batch(sorted(p, key=order)) for p in parts]
+        return [rows_batch(sorted(p, key=order)) for p in parts]
+
+    def spread_restrictions(self, data: Partitions, stage, ways: int):
+        """A splittable stage's input cut into one part per core
+        (``worker.initial_split``): (data, balanced), or None."""
+        spread = initial_split.spread(
+            stage, [row for partition in data for row in partition_rows(partition)],
+            ways)
+        if spread is None:
+            return None
+        parts, balanced = spread
+        return [rows_batch(part) for part in parts], balanced
 
     def cache(self, data: Partitions) -> Partitions:
         return data  # already materialized
@@ -137,7 +149,7 @@ class LocalEngine:
                 ) -> tuple[list[bytes], list[bytes]]:
         chunks, control = [], []
         for partition in data:
-            for tag, _, chunk in _rows(partition):
+            for tag, _, chunk in partition_rows(partition):
                 if tag == CONTROL_TAG:
                     control.append(chunk)
                 elif chunk and elements:

@@ -33,6 +33,10 @@ Primitives:
   state entries (the entries, or a file they were shipped as; with ``folder``,
   a stream's folder the workers read, a large side input is written there as a
   file its owner removes, instead of being added to the session);
+* ``spread_restrictions(data, stage, ways)``: a splittable stage's input the
+  driver holds, its restrictions cut into ``ways`` parts of equal size, one
+  partition each (``worker.initial_split``): (data, balanced); None for rows
+  the driver does not hold (a Spark DataFrame) or nothing to cut;
 * ``job(tag, description)``: a context naming the jobs started inside;
 * ``release()``: frees what the run cached or shipped.
 
@@ -70,6 +74,8 @@ class Engine(Protocol):
     def collect(self, data: Any, elements: bool = True
                 ) -> tuple[list[bytes], list[bytes]]: ...
     def side_input(self, entries: tuple, folder: str | None = None) -> Any: ...
+    def spread_restrictions(self, data: Any, stage: Any, ways: int
+                            ) -> tuple[Any, bool] | None: ...
     def job(self, tag: str, description: str) -> ContextManager: ...
     def release(self) -> None: ...
     def spark_session(self) -> Any: ...

@@ -15,8 +15,10 @@ Policy:
 * side inputs are collected to the driver once, just before their first consumer
   is built, and shipped with the consuming stage's task;
 * stages nobody reads are the leaves: they run together as one job at the end;
-* a stage running a splittable DoFn may run in rounds (``_rounds``): then it is
-  executed eagerly, one job per round;
+* a stage running a splittable DoFn whose input the driver holds starts with
+  its restrictions cut into one equal part per core (``_splittable``); else it
+  may run in rounds (``_rounds``): then it is executed eagerly, one job per
+  round;
 * every job (``_job``) is described by the Beam stages it runs, for the engine
   (Spark's job description) and the progress log (``progress``).
 """
@@ -303,7 +305,7 @@ class Executor:
                          self.attempt_channel, self.runtime_options,
                          log_level=logs.driver_level(), arrow_input=arrow_input)
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
-            return self._rounds(index, data, task)
+            return self._splittable(index, data, task)
         result = self.engine.map_stage(data, task)
         if control is not None:  # upstream reports of the query feeding it
             result = self.engine.union([result, control])
@@ -311,6 +313,19 @@ class Executor:
 
     def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
         return reshuffle(self.engine, stage, self._context, data)
+
+    def _splittable(self, index: int, data: Any, task: StageTask) -> Any:
+        """A splittable stage whose input the driver holds starts with its
+        restrictions cut into one equal part per core
+        (``engine.spread_restrictions``): if every cut was made, it runs as one
+        round with no runner splitting; else in rounds (``_rounds``)."""
+        spread = self.engine.spread_restrictions(data, task.stage, self.split_ways)
+        if spread is not None:
+            data, balanced = spread
+            if balanced:
+                return self.engine.map_stage(
+                    data, dataclasses.replace(task, split_after=0.0))
+        return self._rounds(index, data, task)
 
     def _rounds(self, index: int, data: Any, task: StageTask) -> Any:
         """Runs a splittable stage in rounds: the first round's stragglers are

@@ -296,6 +296,10 @@ class SparkEngine:
             for t in added:
                 self._session.removeTag(t)
 
+    def spread_restrictions(self, data, stage, ways: int):
+        """None: the rows are Spark's, not the driver's (``execution.engine``)."""
+        return None
+
     def spark_session(self):
         return self._session
 

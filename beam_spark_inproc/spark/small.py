@@ -50,8 +50,11 @@ from typing import Optional
 import pyarrow as pa
 
 from beam_spark_inproc.debug.engine import LocalEngine
+from beam_spark_inproc.debug.engine import partition_rows
+from beam_spark_inproc.debug.engine import rows_batch
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.worker import initial_split
 from beam_spark_inproc.worker import stage_task
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
@@ -79,9 +82,12 @@ _UNBLOCK_SECONDS = 2.0
 @dataclasses.dataclass
 class Local:
     """Rows held by the driver: partitions of Arrow batches (``worker.rows``).
-    ``shuffled``: the shuffle that made them (Spark redoes it on hand-over)."""
+    ``shuffled``: the shuffle that made them (Spark redoes it on hand-over);
+    ``kept``: Spark gets these partitions as they are (a splittable stage's
+    restrictions cut into one part per core, ``spread_restrictions``)."""
     partitions: list
     shuffled: Optional[str] = None
+    kept: bool = False
 
     @property
     def rows(self) -> int:
@@ -150,6 +156,12 @@ class SmallDataEngine:
         batches = [b for part in data.partitions for b in part if b.num_rows]
         if not batches:
             return self._spark.union([])
+        if data.kept:  # a partition per batch: one per part
+            parts = [pa.concat_batches(part) for part in data.partitions
+                     if any(b.num_rows for b in part)]
+            return self._session.createDataFrame(
+                pa.Table.from_batches(parts, schema=SCHEMA),
+                self._spark_schema()).coalesce(len(parts))
         table = pa.Table.from_batches(batches, schema=SCHEMA)
         if data.shuffled not in (None, e.SPREAD):
             frame = self._session.createDataFrame(
@@ -209,6 +221,19 @@ class SmallDataEngine:
                 return result
         self.stages_on_spark += 1
         return self._spark.map_stage(self.to_spark(data), task)
+
+    def spread_restrictions(self, data, stage, ways: int):
+        """Rows the driver holds cut into one part per core
+        (``worker.initial_split``): (data, balanced), or None."""
+        if not isinstance(data, Local):
+            return None
+        spread = initial_split.spread(
+            stage, [row for part in data.partitions for row in partition_rows(part)],
+            ways)
+        if spread is None:
+            return None
+        parts, balanced = spread
+        return Local([rows_batch(part) for part in parts], kept=True), balanced
 
     def collect(self, data, elements: bool = True):
         if isinstance(data, Local):

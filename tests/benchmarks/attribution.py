@@ -156,6 +156,9 @@ def main(argv=None) -> int:
     parser.add_argument('--pyspark-tasks', type=int, default=0,
                         help='also measure PySpark\'s CPU per mapInArrow task '
                         'over this many tasks (0: no)')
+    parser.add_argument('--engines', nargs='+', default=['inproc', 'direct'],
+                        help="run.py's engines to run, interleaved (default "
+                        'inproc direct); the task table for each of this runner\'s')
     parser.add_argument('--extra', action='append', default=[],
                         help='pipeline option for this runner (repeatable)')
     args = parser.parse_args(argv)
@@ -174,23 +177,25 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix='beam-spark-attr-') as workdir:
         harness = bench_run.Harness(
             spark, args.chunks, workdir, spark_session.parallelism(spark, None))
-        for engine in ('inproc', 'direct'):
+        engines = list(args.engines)
+        for engine in engines:
             harness.run(bench, 100_000, engine)  # warm
         for r in range(args.repeats):
-            for engine in ('inproc', 'direct') if r % 2 == 0 else ('direct', 'inproc'):
+            shift = r % len(engines)
+            for engine in engines[shift:] + engines[:shift]:
                 for path in glob.glob(os.path.join(times_dir, '*.jsonl')):
                     os.remove(path)
                 load = _uptime()
                 t0 = time.time()
                 seconds, result, sampler = harness.run(
                     bench, args.size, engine,
-                    args.extra if engine == 'inproc' else ())
+                    args.extra if engine.startswith('inproc') else ())
                 assert result == expected, (engine, result, expected)
                 cpu = sampler.cpu_seconds()
                 print(f'\n## {args.pipeline} at {args.size:,}, {engine}: {seconds:.2f} s; '
                       'CPU s ' + ', '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
                       + f'\n`uptime` before: {load}; after: {_uptime()}\n', flush=True)
-                if engine != 'inproc':
+                if not engine.startswith('inproc'):
                     continue
                 # The driver's own tasks (small data in the driver, ``(driver)``)
                 # are listed; their CPU is the driver's, not the workers'.

@@ -606,7 +606,8 @@ BENCHMARKS = {b.name: b for b in (
 )}
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
-           'inproc_packed', 'inproc_split1', 'inproc_split5', 'direct',
+           'inproc_packed', 'inproc_noinitsplit', 'inproc_split1',
+           'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -622,6 +623,7 @@ ENGINE_TITLES = {
     'inproc_nosmall': 'this runner, small data off',
     'inproc_timeonly': 'this runner, small data handed over on time only',
     'inproc_packed': 'this runner, GroupByKey input windowed (no values-only)',
+    'inproc_noinitsplit': 'this runner, no initial split of restrictions',
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'direct': 'DirectRunner (FnApiRunner)',
@@ -782,7 +784,8 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed') or
+        if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
+                       'inproc_noinitsplit') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -801,6 +804,7 @@ class Harness:
         import apache_beam as beam
         from beam_spark_inproc.planning import planner
         from beam_spark_inproc.spark import small
+        from beam_spark_inproc.worker import initial_split
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
         # A/B of the small-data watchdog's element limit: before it, a stage
@@ -811,6 +815,10 @@ class Harness:
         # A/B of values-only GroupByKey inputs (planning.planner.VALUES_ONLY).
         if engine == 'inproc_packed':
             planner.VALUES_ONLY = False
+        # A/B of initial splitting (worker.initial_split): off, a splittable
+        # stage starts with the restrictions Beam's split gave, in rounds.
+        if engine == 'inproc_noinitsplit':
+            initial_split.ENABLED = False
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -818,6 +826,7 @@ class Harness:
         finally:
             small.MAX_ELEMENTS = max_elements
             planner.VALUES_ONLY = True
+            initial_split.ENABLED = True
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
