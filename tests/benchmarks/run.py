@@ -1063,7 +1063,8 @@ def report(results: list, engines, args, started, elapsed, load_before,
         f'- {os.cpu_count()} cores; Spark master {args.master} (one session for all '
         f'runs); 1-min load average at start/end: {load_before[0]:.2f} / '
         f'{load_after[0]:.2f}' + (
-            f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else ''))
+            f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else '')
+        + ("; a user's session (Spark's defaults)" if args.user_session else ''))
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
@@ -1141,6 +1142,11 @@ def parse_args(argv=None):
                         help='N of the profiles (default 2M)')
     parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
                         help='Spark conf for the benchmark session (repeatable)')
+    parser.add_argument('--user-session', action='store_true',
+                        help="a session created as a user would, with Spark's "
+                        'default settings (SparkSession.builder.master(...)'
+                        '.getOrCreate(); only the Python workers\' interpreter '
+                        'set), instead of the runner\'s own')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
     args = parser.parse_args(argv)
@@ -1164,6 +1170,13 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     conf = dict(item.split('=', 1) for item in args.conf)
+    if args.user_session:  # the runner then uses the active session as it is
+        from pyspark.sql import SparkSession
+        os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
+        builder = SparkSession.builder.master(args.master)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        builder.getOrCreate()
     spark, created = spark_session.get_or_create(args.master, None, conf)
     parallelism = spark_session.parallelism(spark, None)
     _log(f'SparkSession ready ({"created" if created else "reused"}) in '
