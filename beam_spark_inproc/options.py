@@ -101,11 +101,14 @@ class SparkRunnerOptions(PipelineOptions):
             'residuals due together are always spread. 0: one partition. '
             f'Default {STREAM_SPREAD_KB}. See docs/performance.md.')
         parser.add_argument(
-            '--spark_split_after_seconds', type=float, default=1.0,
+            '--spark_split_after_seconds', type=float, default=5.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '
             'reads): a restriction still running after this many seconds is '
             'split with the SDK\'s try_split and its remainder spread over all '
-            'partitions in a next round; 0 turns it off.')
+            'partitions in a next round; 0 turns it off (and the initial '
+            'split). A stage whose input the driver holds (small data in the '
+            'driver, on by default) starts with its restrictions cut into one '
+            'equal part per core instead, in one round.')
         parser.add_argument(
             '--metrics_sink', action='append', default=None, metavar='URL',
             help='Push the pipeline\'s metrics (committed and attempted) while '

@@ -25,7 +25,10 @@ is tiny, running stages on it here; anything else is Spark's:
   the run is dropped (its bundles are retried on
   Spark, as a failed task attempt's would be) and the stage runs on Spark, its
   input spread over the run's parallelism (``to_spark``: input of a key
-  shuffle shuffled again by Spark); so do all later stages of the run;
+  shuffle shuffled again by Spark); so do all later stages reading its output;
+  later stages whose input the driver holds still run here until
+  ``MAX_HANDOVERS`` stages were handed over, then the rest of the run is
+  Spark's;
 * ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
   the runner's runtime SQL settings on the session (``session.runtime_settings``)
   and gets the job's description, so a run that stays in the driver makes no
@@ -73,6 +76,14 @@ MAX_SECONDS = 0.3
 # data is not small, however long the work takes (P1 at 4M: its 32 seeds'
 # stage had moved ~400k of them when the 0.3 s ran out).
 MAX_ELEMENTS = 100_000
+# A stage handed over to Spark leaves later stages whose input the driver
+# still holds (a Create, an Impulse: often the tiny tail of a pipeline, e.g. a
+# write's last step reading a side input) running here, until this many stages
+# have been handed over: then the rest of the run is Spark's (each hand-over
+# cost up to ``MAX_SECONDS`` of driver time). With 1, the rest of the run was
+# Spark's from the first hand-over: P1 then ran its 1-element last stage as a
+# Spark job of its own (0.1-0.3 s).
+MAX_HANDOVERS = 2
 # How often the watchdog looks at the clock and the counters.
 _POLL_SECONDS = 0.01
 # After stopping a bundle, how long to wait for its thread before unblocking.
@@ -128,7 +139,7 @@ class SmallDataEngine:
         # None: the module's limits as they are when the engine is made.
         self._max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
         self._max_elements = MAX_ELEMENTS if max_elements is None else max_elements
-        self._driver = True  # off after a run here passed the limits
+        self._handovers = 0  # runs here that passed the limits
         self.stages_in_driver = 0
         self.stages_on_spark = 0
 
@@ -210,12 +221,12 @@ class SmallDataEngine:
         return self._spark.cache(data)
 
     def map_stage(self, data, task):
-        if (self._driver and isinstance(data, Local)
+        if (self._handovers < MAX_HANDOVERS and isinstance(data, Local)
                 and self._fits(data.rows, data.nbytes) and _may_run_here(task)):
             try:
                 result = self._run_here(data, task)
             except _TooBig:
-                self._driver = False  # the rest of the run is Spark's
+                self._handovers += 1
             else:
                 self.stages_in_driver += 1
                 return result

@@ -606,7 +606,8 @@ BENCHMARKS = {b.name: b for b in (
 )}
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
-           'inproc_packed', 'inproc_noinitsplit', 'inproc_split1',
+           'inproc_packed', 'inproc_noinitsplit', 'inproc_handover1',
+           'inproc_split1',
            'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
@@ -624,6 +625,7 @@ ENGINE_TITLES = {
     'inproc_timeonly': 'this runner, small data handed over on time only',
     'inproc_packed': 'this runner, GroupByKey input windowed (no values-only)',
     'inproc_noinitsplit': 'this runner, no initial split of restrictions',
+    'inproc_handover1': 'this runner, all Spark after the first hand-over',
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'direct': 'DirectRunner (FnApiRunner)',
@@ -785,7 +787,7 @@ class Harness:
 
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
-                       'inproc_noinitsplit') or
+                       'inproc_noinitsplit', 'inproc_handover1') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -819,6 +821,10 @@ class Harness:
         # stage starts with the restrictions Beam's split gave, in rounds.
         if engine == 'inproc_noinitsplit':
             initial_split.ENABLED = False
+        # A/B of later driver stages after a hand-over (spark.small.MAX_HANDOVERS).
+        handovers = small.MAX_HANDOVERS
+        if engine == 'inproc_handover1':
+            small.MAX_HANDOVERS = 1
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -827,6 +833,7 @@ class Harness:
             small.MAX_ELEMENTS = max_elements
             planner.VALUES_ONLY = True
             initial_split.ENABLED = True
+            small.MAX_HANDOVERS = handovers
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())

@@ -248,3 +248,33 @@ def test_user_error_names_transform_as_on_spark(spark):
     assert 'ValueError: bad element 3' in message
     assert "raise ValueError('bad element %d' % x)" in info.value.worker_traceback
     assert info.value.transform == 'Explode'
+
+
+
+def _heavy_total(p):
+    """``_heavy``'s work, then CombineGlobally: its default is injected by a
+    1-element stage (DoOnce) reading the combined value as a side input."""
+    total = (p | beam.Create(list(range(4)))
+             | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
+             | beam.Map(lambda x: (x % 5, x))
+             | beam.CombinePerKey(sum)
+             | beam.Values()
+             | beam.CombineGlobally(sum))
+    assert_that(total, equal_to([sum(range(1_000_000))]))
+
+
+def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatch):
+    """The expanding stage is handed over; CombineGlobally's last stage (a
+    1-element Create reading the combined value as a side input) holds its
+    input in the driver and runs there: one Spark job fewer than when the first
+    hand-over made the rest of the run Spark's (``MAX_HANDOVERS`` 1); the
+    result is FnApiRunner's. Hand-over by element count only (a loaded machine
+    can let a tiny stage's driver run pass the 0.3 s clock)."""
+    from beam_spark_inproc.spark import small
+    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _heavy_total(p)
+    _, jobs = _jobs(spark, _heavy_total)
+    monkeypatch.setattr(small, 'MAX_HANDOVERS', 1)
+    _, jobs_before = _jobs(spark, _heavy_total)
+    assert jobs >= 1 and jobs == jobs_before - 1, (jobs, jobs_before)
