@@ -80,10 +80,12 @@ MAX_ELEMENTS = 100_000
 # still holds (a Create, an Impulse: often the tiny tail of a pipeline, e.g. a
 # write's last step reading a side input) running here, until this many stages
 # have been handed over: then the rest of the run is Spark's (each hand-over
-# cost up to ``MAX_SECONDS`` of driver time). With 1, the rest of the run was
-# Spark's from the first hand-over: P1 then ran its 1-element last stage as a
-# Spark job of its own (0.1-0.3 s).
-MAX_HANDOVERS = 2
+# cost up to ``MAX_SECONDS`` of driver time, ~0.1 s when handed over by its
+# element count). With 1, the rest of the run was Spark's from the first
+# hand-over: P1 and P3g then ran their 1-element last stage as a Spark job of
+# its own (0.15-0.3 s); P4 hands over two stages (its side input's and its main
+# input's seeds) before that last stage.
+MAX_HANDOVERS = 3
 # How often the watchdog looks at the clock and the counters.
 _POLL_SECONDS = 0.01
 # After stopping a bundle, how long to wait for its thread before unblocking.
