@@ -31,6 +31,9 @@ round without runner splitting (equal shares, one per core: splitting them
 again would only add a round), otherwise as before. Anything unexpected (an
 input of another shape, a size that is not a number, a provider that raises)
 leaves the input as it was: the runner's splitting at run time still applies.
+Nor is a drained pipeline's stage cut (``is_drain``: it truncates each
+restriction, e.g. to its first half, and the halves of a cut one would be
+truncated each: Beam's ``test_sdf_with_truncate``).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ _LOGGER = logging.getLogger(__name__)
 # Turns initial splitting on or off (an A/B switch for benchmarks: off, a
 # splittable stage starts with the restrictions Beam's split gave).
 ENABLED = True
+_TRUNCATE = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
 # A part is full within this fraction of its share: no sliver is cut off for
 # the next part.
 _SLACK = 0.02
@@ -88,6 +92,8 @@ def _spread(stage, rows, ways):
         return None
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
         stage.descriptor)
+    if any(t.spec.urn == _TRUNCATE for t in descriptor.transforms.values()):
+        return None  # drained: each restriction is truncated as it is
     context = pipeline_context.PipelineContext(descriptor)
     coder_impl = context.coders[ports[0].coder_id].get_impl()
     provider = _restriction_provider(descriptor, context)
