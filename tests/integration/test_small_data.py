@@ -263,15 +263,14 @@ def _heavy_total(p):
     assert_that(total, equal_to([sum(range(1_000_000))]))
 
 
-def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatch):
+def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatch,
+                                                                unhurried):
     """The expanding stage is handed over; CombineGlobally's last stage (a
     1-element Create reading the combined value as a side input) holds its
     input in the driver and runs there: one Spark job fewer than when the first
     hand-over made the rest of the run Spark's (``MAX_HANDOVERS`` 1); the
-    result is FnApiRunner's. Hand-over by element count only (a loaded machine
-    can let a tiny stage's driver run pass the 0.3 s clock)."""
+    result is FnApiRunner's. Hand-over by element count only (``unhurried``)."""
     from beam_spark_inproc.spark import small
-    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy_total(p)
     _, jobs = _jobs(spark, _heavy_total)
