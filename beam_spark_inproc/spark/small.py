@@ -169,12 +169,8 @@ class SmallDataEngine:
         batches = [b for part in data.partitions for b in part if b.num_rows]
         if not batches:
             return self._spark.union([])
-        if data.kept:  # a partition per batch: one per part
-            parts = [pa.concat_batches(part) for part in data.partitions
-                     if any(b.num_rows for b in part)]
-            return self._session.createDataFrame(
-                pa.Table.from_batches(parts, schema=SCHEMA),
-                self._spark_schema()).coalesce(len(parts))
+        if data.kept:
+            return self._kept_to_spark(data)
         table = pa.Table.from_batches(batches, schema=SCHEMA)
         if data.shuffled not in (None, e.SPREAD):
             frame = self._session.createDataFrame(
@@ -190,6 +186,26 @@ class SmallDataEngine:
              for batch in table.slice(start, step).to_batches()], schema=SCHEMA)
         return self._session.createDataFrame(
             table, self._spark_schema()).coalesce(ways)
+
+    def _kept_to_spark(self, data: Local):
+        """A splittable stage's parts (``spread_restrictions``), one partition
+        each. Spark slices a DataFrame made from driver rows by row count
+        (``createDataFrame`` of Arrow data: its local relation is cut into
+        equal slices, not a partition per batch), so every part is padded to
+        the same count with rows of no element (tag 0, empty data: the stage's
+        input operation decodes nothing from them); the parts then fall one per
+        slice where the session's default parallelism is the run's (a local
+        master). Elsewhere the cut still holds, only its balance may not."""
+        parts = [part for part in data.partitions if any(b.num_rows for b in part)]
+        counts = [sum(b.num_rows for b in part) for part in parts]
+        batches = []
+        for part, count in zip(parts, counts):
+            batches.extend(b for b in part if b.num_rows)
+            if count < max(counts):
+                batches.extend(rows_batch([(0, None, b'')] * (max(counts) - count)))
+        return self._session.createDataFrame(
+            pa.Table.from_batches(batches, schema=SCHEMA),
+            self._spark_schema()).coalesce(len(parts))
 
     def _spark_schema(self):
         if self._schema is None:

@@ -12,6 +12,9 @@ import random
 
 import apache_beam as beam
 import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -142,8 +145,14 @@ class _Count(beam.DoFn):
     """A user's splittable DoFn on an offset range: ``n`` -> (n, 0..n-1)."""
 
     def process(self, n, tracker=beam.DoFn.RestrictionParam(_Ranges())):
+        from pyspark import TaskContext
+        context = TaskContext.get()  # None in the driver (debug engine)
+        where = Metrics.counter(
+            'where', 'driver' if context is None else
+            f'partition-{context.partitionId()}')
         position = tracker.current_restriction().start
         while tracker.try_claim(position):
+            where.inc()
             yield f'{n} {position}'
             position += 1
 
@@ -159,3 +168,18 @@ def test_a_users_offset_range_dofn(runner, spreads, tmp_path):
     (counts, balanced), = spreads
     # 1010 positions in two parts of 505: the 1000-element range is cut.
     assert balanced and len(counts) == 2 and sum(counts) == 4
+
+
+def test_each_part_is_a_spark_partition(spark, tmp_path):
+    """Spark slices driver rows by count: the parts (2 and 2 restrictions, and
+    a control row) still run one per partition, 505 positions each."""
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                      options=PipelineOptions(**SMALL))
+    _ = _counts(p)
+    result = p.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(
+        MetricsFilter().with_namespace('where'))['counters']
+    where = {c.key.metric.name: c.committed for c in counters if c.committed}
+    assert sorted(where) == ['partition-0', 'partition-1'], where
+    assert abs(where['partition-0'] - where['partition-1']) <= 2, where
