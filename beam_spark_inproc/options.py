@@ -108,7 +108,8 @@ class SparkRunnerOptions(PipelineOptions):
             'partitions in a next round; 0 turns it off (and the initial '
             'split). A stage whose input the driver holds (small data in the '
             'driver, on by default) starts with its restrictions cut into one '
-            'equal part per core instead, in one round.')
+            'equal part per core instead, in one round (not under 1,024 units '
+            'of restriction size per core, e.g. bytes of a file).')
         parser.add_argument(
             '--metrics_sink', action='append', default=None, metavar='URL',
             help='Push the pipeline\'s metrics (committed and attempted) while '

@@ -2,15 +2,15 @@
 trigger driver.
 
 ``worker.streaming`` runs Beam's ``GeneralTriggerDriver`` per key and
-micro-batch: for a windowed count (1,000 keys, one or two precombined
-accumulators per key and micro-batch) that bookkeeping cost more than the
-values it groups (a ``TriggerContext`` and a timer named ``str(window)`` per
-element, a ``CountCombineFn`` applied per pane index, timers scanned and
-sorted, ``Timestamp`` arithmetic per window): ~20% of the stage's time in a
-profile. Where the WindowFn never merges, the trigger is Beam's
-``DefaultTrigger`` and the timestamp combiner is one of the portable three
-(``plan.Grouping.default_trigger``, checked again here on the objects), this
-module does what that driver does with that trigger, step for step, on the
+micro-batch: for a windowed count (1,000 keys, one or two values per key and
+micro-batch, partial counts combined before the shuffle) that bookkeeping cost
+more than the values it groups (a ``TriggerContext`` and a timer named
+``str(window)`` per element, a ``CountCombineFn`` applied per pane index,
+timers scanned and sorted, ``Timestamp`` arithmetic per window): ~20% of the
+stage's time in a profile. Where the WindowFn never merges, the trigger is
+Beam's ``DefaultTrigger`` and the timestamp combiner is one of the portable
+three (``plan.Grouping.default_trigger``, checked again here on the objects),
+this module does what that driver does with that trigger, step for step, on the
 same per-key state (``dump_state``'s form: timers, per-window state tags,
 global state; either path reads what the other wrote):
 

@@ -31,7 +31,13 @@ round without runner splitting (equal shares, one per core: splitting them
 again would only add a round), otherwise as before. Anything unexpected (an
 input of another shape, a size that is not a number, a provider that raises)
 leaves the input as it was: the runner's splitting at run time still applies.
-Nor is a drained pipeline's stage cut (``is_drain``: it truncates each
+Nor is tiny input cut: below ``MIN_SHARE`` units of restriction size per core
+(bytes of a file, positions of an offset range) there is no work worth a
+second core, and a piece shorter than a record reads nothing: Beam's pandas
+reader (``dataframe.io.read_csv(..., splittable=True)``) then yields a frame of
+no rows whose columns pandas types as ``object``, and the concatenated frame's
+dtypes change (Beam's ``io_test`` ``test_read_write_1_csv``, files of ~30
+bytes). Nor is a drained pipeline's stage cut (``is_drain``: it truncates each
 restriction, e.g. to its first half, and the halves of a cut one would be
 truncated each: Beam's ``test_sdf_with_truncate``).
 """
@@ -61,6 +67,9 @@ _LOGGER = logging.getLogger(__name__)
 # splittable stage starts with the restrictions Beam's split gave).
 ENABLED = True
 _TRUNCATE = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
+# Restriction size per core (bytes of a file, positions of an offset range)
+# below which the input is left as it is (see the module's docstring).
+MIN_SHARE = 1024
 # A part is full within this fraction of its share: no sliver is cut off for
 # the next part.
 _SLACK = 0.02
@@ -109,6 +118,8 @@ def _spread(stage, rows, ways):
     if not total > 0 or any(s < 0 for s in sizes):
         return None
     share = total / ways
+    if share < MIN_SHARE:
+        return None  # tiny: not worth a cut
     parts: list[list] = [[] for _ in range(ways)]
     part, filled, balanced = 0, 0.0, True
 

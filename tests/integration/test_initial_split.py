@@ -122,6 +122,16 @@ def test_an_empty_file(runner, files, spreads, tmp_path):
     assert spreads == [None]
 
 
+def test_tiny_input_is_not_cut(runner, spreads, tmp_path):
+    """Under ``MIN_SHARE`` per core the input stays as it is: a cut of a
+    30-byte file would give a piece shorter than a line, which reads nothing
+    (Beam's pandas reader then makes a frame of ``object`` columns)."""
+    (tmp_path / 'tiny.txt').write_text('0,11a,0\n1,37a,1\n2,389a,2\n')
+    got = run_on(runner(), _read(tmp_path / 'tiny.txt'), tmp_path / 'runner')
+    assert sorted(got) == _expected(tmp_path / 'tiny.txt', tmp_path)
+    assert spreads == [None]
+
+
 def test_switched_off(files, spreads, tmp_path, monkeypatch):
     monkeypatch.setattr(initial_split, 'ENABLED', False)
     got = run_on(InProcessSparkRunner(debug=True), _read(files / 'a.txt'),
@@ -158,21 +168,21 @@ class _Count(beam.DoFn):
 
 
 def _counts(p):
-    return p | beam.Create([7, 1000, 3]) | beam.ParDo(_Count())
+    return p | beam.Create([7, 3000, 3]) | beam.ParDo(_Count())
 
 
 def test_a_users_offset_range_dofn(runner, spreads, tmp_path):
     got = run_on(runner(), _counts, tmp_path / 'runner')
     assert sorted(got) == sorted(run_on(FnApiRunner(), _counts, tmp_path / 'fnapi'))
-    assert len(got) == 1010
+    assert len(got) == 3010
     (counts, balanced), = spreads
-    # 1010 positions in two parts of 505: the 1000-element range is cut.
+    # 3010 positions in two parts of 1505: the 3000-element range is cut.
     assert balanced and len(counts) == 2 and sum(counts) == 4
 
 
 def test_each_part_is_a_spark_partition(spark, tmp_path):
     """Spark slices driver rows by count: the parts (2 and 2 restrictions, and
-    a control row) still run one per partition, 505 positions each."""
+    a control row) still run one per partition, 1505 positions each."""
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
                       options=PipelineOptions(**SMALL))
     _ = _counts(p)
