@@ -176,8 +176,9 @@ class SmallDataEngine:
             frame = self._session.createDataFrame(
                 table, self._spark_schema()).coalesce(1)
             return self._spark.shuffle(frame, data.shuffled)
-        # createDataFrame of Arrow data makes a partition per batch on classic
-        # Spark (``coalesce`` caps Connect's local relation the same way).
+        # Equal slices of rows, at most one per core: Spark cuts a DataFrame
+        # made from driver rows into slices of equal row count (see
+        # ``_kept_to_spark``); ``coalesce`` caps them at ``ways``.
         table = table.combine_chunks()
         ways = max(1, min(self._parallelism, table.num_rows))
         step = -(-table.num_rows // ways)
