@@ -53,11 +53,9 @@ from typing import Optional
 import pyarrow as pa
 
 from beam_spark_inproc.debug.engine import LocalEngine
-from beam_spark_inproc.debug.engine import partition_rows
 from beam_spark_inproc.debug.engine import rows_batch
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker import initial_split
 from beam_spark_inproc.worker import stage_task
 from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
@@ -257,13 +255,11 @@ class SmallDataEngine:
         (``worker.initial_split``): (data, balanced), or None."""
         if not isinstance(data, Local):
             return None
-        spread = initial_split.spread(
-            stage, [row for part in data.partitions for row in partition_rows(part)],
-            ways)
+        spread = self._local.spread_restrictions(data.partitions, stage, ways)
         if spread is None:
             return None
-        parts, balanced = spread
-        return Local([rows_batch(part) for part in parts], kept=True), balanced
+        partitions, balanced = spread
+        return Local(partitions, kept=True), balanced
 
     def collect(self, data, elements: bool = True):
         if isinstance(data, Local):
