@@ -82,6 +82,18 @@ class InProcessSparkRunner(PipelineRunner):
                 parse_conf(opts.spark_conf))
         return self._spark
 
+    def run_pipeline(self, pipeline, options: PipelineOptions):
+        """Beam's ``run_pipeline`` (the pipeline proto, then
+        ``run_portable_pipeline``) with TestStreams' elements beside the proto
+        (``streaming.test_stream.elements_aside``)."""
+        from beam_spark_inproc.execution.streaming.test_stream import elements_aside
+        with elements_aside(pipeline) as events:
+            self._test_stream_values = events
+            try:
+                return super().run_pipeline(pipeline, options)
+            finally:
+                self._test_stream_values = {}
+
     def run_portable_pipeline(
             self, pipeline: beam_runner_api_pb2.Pipeline,
             options: PipelineOptions) -> SparkPipelineResult:
@@ -238,7 +250,9 @@ class InProcessSparkRunner(PipelineRunner):
                           if opts.spark_profile_dir else '',
                           spread=(parallelism,
                                   int(opts.spark_stream_spread_kb * 1024)),
-                          prefetch=spark is not None)
+                          prefetch=spark is not None,
+                          test_stream_values=getattr(
+                              self, '_test_stream_values', {}))
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

@@ -85,7 +85,8 @@ class StreamingExecutor:
                  after_micro_batch: Callable[[int], None] | None = None,
                  attempt_channel: tuple = (), runtime_options: tuple = (),
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
-                 prefetch: bool = False):
+                 prefetch: bool = False,
+                 test_stream_values: dict | None = None):
         self.plan = plan
         # Sources encode the next micro-batch's rows in a thread while this
         # one runs (``TestStreamSource.prefetch``): on Spark, whose jobs leave
@@ -119,9 +120,17 @@ class StreamingExecutor:
         # stage got a row per key and part; docs/performance.md).
         self._rows_spread = (1, 0) if any(
             s.stateful for s in plan.stages) else spread
-        self.sources = {i: TestStreamSource(stage, context, self._rows_spread)
+        # A TestStream's Python events when its element events are beside
+        # the plan (``test_stream.elements_aside``).
+        values = test_stream_values or {}
+        self.sources = {i: TestStreamSource(stage, context, self._rows_spread,
+                                            values.get(stage.labels[0]))
                         for i, stage in enumerate(plan.stages)
                         if stage.kind == p.TEST_STREAM_STAGE}
+        unmatched = set(values) - {s.stage.labels[0] for s in self.sources.values()}
+        if unmatched:  # their element events would replay empty
+            raise RuntimeError(f'TestStream events beside the plan for '
+                               f'{sorted(unmatched)}, which it has no stage for')
         self._coalesce = bundles_invisible(plan, context)
         n = len(plan.stages)
         self.input_wm = [MIN_TIMESTAMP] * n

@@ -24,7 +24,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                runtime_options: tuple = (),
                profile_dir: str = '',
                spread: tuple[int, int] = (1, 0),
-               prefetch: bool = False) -> StreamingPipelineResult:
+               prefetch: bool = False,
+               test_stream_values: dict | None = None) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -34,7 +35,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     workers (``StageTask.runtime_options``). ``profile_dir``: workers profile
     each bundle into it (``worker.profiling``). ``spread``: (partitions,
     bytes) for the driver's rows; ``prefetch``: sources encode the next
-    micro-batch while one runs (``StreamingExecutor``)."""
+    micro-batch while one runs (``StreamingExecutor``).
+    ``test_stream_values``: TestStreams' Python events by label, their
+    element events empty in the plan (``test_stream.elements_aside``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
@@ -45,7 +48,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     executor = StreamingExecutor(
         plan, engine, job_id, store, result.cancelled,
         result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options, profile_dir, spread, prefetch)
+        runtime_options, profile_dir, spread, prefetch, test_stream_values)
     result.executor = executor
 
     def body() -> None:
