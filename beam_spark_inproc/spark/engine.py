@@ -12,6 +12,7 @@ import functools
 import os
 import pickle
 import tempfile
+import threading
 import weakref
 
 import pyarrow as pa
@@ -135,6 +136,7 @@ class SparkEngine:
         # id(task) -> (task, its mapInArrow UDF column): ``_map_in_arrow``.
         self._udfs: dict[int, tuple] = {}
         self._arrow_sources: dict[int, object] = {}  # id -> DataFrame
+        self._thread_tags = threading.local()  # ``job``
         self._inline_bytes = inline_side_input_bytes
         self._shipper = Shipper(session, run_id, self._connect)
         try:
@@ -280,9 +282,14 @@ class SparkEngine:
         tags = [tag]
         if self._connect:
             tags.append(description.replace(',', ';')[:200])
-        added = [t for t in tags if t not in self._session.getTags()]
+        # Spark's tags are the thread's: those an enclosing ``job`` of this
+        # thread added stay (the runner's own, unique per run: no need to
+        # ask the JVM for the thread's tags, a few Py4J round trips a job).
+        held = self._thread_tags.__dict__.setdefault('tags', set())
+        added = [t for t in tags if t not in held]
         for t in added:
             self._session.addTag(t)
+            held.add(t)
         context, previous = None, None
         if not self._connect:
             context = self._session.sparkContext  # classic-only: job descriptions
@@ -294,6 +301,7 @@ class SparkEngine:
             if context is not None:
                 context.setLocalProperty('spark.job.description', previous)
             for t in added:
+                held.discard(t)
                 self._session.removeTag(t)
 
     def spread_restrictions(self, data, stage, ways: int):

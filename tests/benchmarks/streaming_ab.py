@@ -7,7 +7,14 @@ Spark's workers with the stage):
   trigger driver (``planner.INTEGER_WINDOWS = planner.DEFAULT_TRIGGER_PANES =
   False``);
 * ``windows``: integer window assignment only (``worker.assign_windows``);
-* ``on``: both, the default (``worker.default_trigger`` too).
+* ``on``: both, the default (``worker.default_trigger`` too), and the
+  driver's changes of session 13 (below);
+* ``session12``: the planner's ``on`` with the driver of session 12:
+  TestStream elements in the pipeline proto
+  (``BEAM_SPARK_INPROC_TEST_STREAM_ASIDE=0``), the next micro-batch encoded
+  from the start of this one and its DataFrame made by the loop
+  (``loop.PREFETCH_AT_JOB = False``);
+* ``aside``: ``session12`` with the TestStream's elements beside the proto.
 
 The benchmark pipelines of ``streaming.py`` run on each engine asked for, each
 variant in turn per round (after a warm-up of each), and print per run the
@@ -26,15 +33,23 @@ import argparse
 import os
 import statistics
 
+from beam_spark_inproc.execution.streaming import loop
+from beam_spark_inproc.execution.streaming import test_stream
 from beam_spark_inproc.planning import planner
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
-VARIANTS = {'off': (False, False), 'windows': (True, False), 'on': (True, True)}
+# (integer windows, default-trigger panes, TestStream elements aside,
+# prefetch at the job)
+VARIANTS = {'off': (False, False, True, True), 'windows': (True, False, True, True),
+            'on': (True, True, True, True), 'session12': (True, True, False, False),
+            'aside': (True, True, True, False)}
 
 
 def _switch(variant: str) -> None:
-    planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES = VARIANTS[variant]
+    (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
+     loop.PREFETCH_AT_JOB) = VARIANTS[variant]
+    os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
 
 
 def main() -> None:
@@ -71,7 +86,8 @@ def main() -> None:
                         (f['seconds'], f['throughput'], sum(cpu.values())))
                     print(f'{name:15s} {engine:5s} {variant:7s}: '
                           f'{f["seconds"]:6.2f} s wall, '
-                          f'{f["throughput"]:>8,.0f}/s, CPU '
+                          f'{f["throughput"]:>8,.0f}/s (steady '
+                          f'{f.get("steady throughput", 0):,.0f}/s), CPU '
                           f'{sum(cpu.values()):6.2f} s (driver '
                           f'{cpu.get("driver", 0):.2f}, JVM {cpu.get("jvm", 0):.2f}, '
                           f'Python workers {cpu.get("python", 0):.2f})  '

@@ -76,6 +76,10 @@ from beam_spark_inproc.worker.streaming_state import decode_report
 from beam_spark_inproc.worker.streaming_state import marker_rows
 
 _LOGGER = logging.getLogger(__name__)
+# Sources encode the next micro-batch, and make its engine data, when this
+# one's last job starts (``StreamingExecutor.prefetch``); False: encoded only,
+# from the start of this micro-batch (session 10; for A/B).
+PREFETCH_AT_JOB = True
 
 
 class StreamingExecutor:
@@ -88,9 +92,13 @@ class StreamingExecutor:
                  prefetch: bool = False,
                  test_stream_values: dict | None = None):
         self.plan = plan
-        # Sources encode the next micro-batch's rows in a thread while this
-        # one runs (``TestStreamSource.prefetch``): on Spark, whose jobs leave
-        # the driver waiting; not on the debug engine, which runs them here.
+        # Sources encode the next micro-batch's rows, and make its engine
+        # data, in a thread while this one's last job runs
+        # (``TestStreamSource.prefetch``, started when the job is about to
+        # start: earlier, the thread's Python work slowed the building of
+        # the job's DataFrames down, each Py4J reply waiting for the GIL):
+        # on Spark, whose jobs leave the driver waiting; not on the debug
+        # engine, which runs them here.
         self.prefetch = prefetch
         # (partitions, bytes): driver rows of at least ``bytes`` are cut into
         # that many partitions (``_driver_rows``); (1, 0) keeps one.
@@ -197,7 +205,7 @@ class StreamingExecutor:
         while not self.cancelled.is_set():
             source_rows = {i: s.step_micro_batch(self._coalesce)
                            for i, s in self.sources.items() if not s.exhausted}
-            if self.prefetch:  # the next micro-batch's, while this one runs
+            if self.prefetch and not PREFETCH_AT_JOB:  # session 10's, for A/B
                 for source in self.sources.values():
                     source.prefetch(self._coalesce)
             moved = self._run_micro_batch(source_rows)
@@ -257,9 +265,11 @@ class StreamingExecutor:
         for index, stage in enumerate(self.plan.stages):
             if stage.kind == p.TEST_STREAM_STAGE:
                 rows = source_rows.get(index)
-                if rows:
-                    self._produced[index] = self._driver_rows(rows)
                 source = self.sources[index]
+                if rows:  # made while the last micro-batch ran, if prefetched
+                    made = source.take_made()
+                    self._produced[index] = (self._driver_rows(rows)
+                                             if made is None else made)
                 self.input_wm[index] = self.output_wm[index] = min(
                     (source.watermark(t) for t in range(len(stage.outputs))),
                     default=MAX_TIMESTAMP)
@@ -293,6 +303,9 @@ class StreamingExecutor:
                     index, stage))
             self._produced[index] = self._maybe_cache(index, result)
             ran = True
+        if self.prefetch and PREFETCH_AT_JOB:  # the next micro-batch's
+            for source in self.sources.values():
+                source.prefetch(self._coalesce, self._driver_rows)
         self._harvest(final=True)
         for index in range(len(self.plan.stages)):
             self._settle(index)
