@@ -121,7 +121,8 @@ def test_a_negative_spread_is_refused():
 def test_prefetched_micro_batches_are_the_same_rows():
     """``TestStreamSource.prefetch`` (on Spark: the next micro-batch encoded
     in a thread while one runs) yields the rows stepping without it yields,
-    micro-batch by micro-batch, with the same watermarks and clock."""
+    micro-batch by micro-batch, with the same watermarks and clock; with
+    ``make``, the engine data of exactly those rows (``take_made``)."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.portability.api import beam_runner_api_pb2
@@ -145,13 +146,25 @@ def test_prefetched_micro_batches_are_the_same_rows():
         beam_runner_api_pb2.Components.FromString(plan.components))
     plain, ahead = (TestStreamSource(stage, context, (2, 1024))
                     for _ in range(2))
-    for coalesce in (True, False):
+    made = []
+
+    def make(rows):  # the engine data of the next micro-batch's rows
+        made.append(list(rows))
+        return ('data', len(made) - 1)
+
+    for coalesce, with_data in ((True, False), (False, False), (True, True),
+                                (False, True)):
         plain.position = ahead.position = 0
         batches = 0
-        ahead.prefetch(coalesce)
+        ahead.prefetch(coalesce, make if with_data else None)
         while not plain.exhausted:
             rows = ahead.step_micro_batch(coalesce)
-            ahead.prefetch(coalesce)
+            data = ahead.take_made()
+            if with_data and rows:  # made from the same rows
+                assert data[0] == 'data' and made[data[1]] == rows
+            else:
+                assert data is None
+            ahead.prefetch(coalesce, make if with_data else None)
             assert rows == plain.step_micro_batch(coalesce)
             assert (ahead.position, ahead.clock, ahead.watermarks) == (
                 plain.position, plain.clock, plain.watermarks)
