@@ -41,6 +41,7 @@ from typing import Any
 from typing import Callable
 from typing import Iterator
 
+from apache_beam.coders.coders import LengthPrefixCoder
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
@@ -125,9 +126,8 @@ class TestStreamSource:
         self._values = values
         # Per port: whether its coder is the TestStream's (else a value goes
         # through the TestStream's coder first, as through the payload).
-        self._same_coder = [
-            getattr(context.coders[port.coder_id], 'wrapped_value_coder',
-                    None) == self._coder for port in stage.outputs]
+        self._same_coder = [_value_coder(context.coders[port.coder_id])
+                            == self._coder for port in stage.outputs]
         self.position = 0
         self.clock = 0.0  # seconds, as TestClock.time()
         self.watermarks = {tag: MIN_TIMESTAMP for tag in stage.output_tags}
@@ -306,6 +306,15 @@ class TestStreamSource:
                 append(create(value, tv.timestamp.micros // 1000 * 1000,
                               _GLOBAL))
         return values
+
+
+def _value_coder(coder):
+    """A port's windowed coder's value coder, without a length prefix (which
+    frames a value and decodes it as the coder inside does)."""
+    value = getattr(coder, 'wrapped_value_coder', None)
+    if isinstance(value, LengthPrefixCoder):
+        value = value.value_coder()
+    return value
 
 
 def _make_rows(futures: list, make: Callable[[list], Any]) -> tuple | None:
