@@ -37,6 +37,8 @@ _LOGGER = logging.getLogger(__name__)
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
 # Beam's Reshuffle carries pane info from this update_compatibility_version on.
 RESHUFFLE_PANES_VERSION = '2.65.0'
+# TestStream elements set aside by this thread's ``run_pipeline`` (values).
+_ASIDE = threading.local()
 
 
 class PipelineCancelled(Exception):
@@ -88,11 +90,13 @@ class InProcessSparkRunner(PipelineRunner):
         (``streaming.test_stream.elements_aside``)."""
         from beam_spark_inproc.execution.streaming.test_stream import elements_aside
         with elements_aside(pipeline) as events:
-            self._test_stream_values = events
+            # For ``_run_stream`` below ``run_portable_pipeline``, which
+            # Beam's ``run_pipeline`` calls with the proto alone.
+            _ASIDE.values = events
             try:
                 return super().run_pipeline(pipeline, options)
             finally:
-                self._test_stream_values = {}
+                _ASIDE.values = None
 
     def run_portable_pipeline(
             self, pipeline: beam_runner_api_pb2.Pipeline,
@@ -252,7 +256,7 @@ class InProcessSparkRunner(PipelineRunner):
                                   int(opts.spark_stream_spread_kb * 1024)),
                           prefetch=spark is not None,
                           test_stream_values=getattr(
-                              self, '_test_stream_values', {}))
+                              _ASIDE, 'values', None))
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

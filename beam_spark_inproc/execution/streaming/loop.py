@@ -129,16 +129,19 @@ class StreamingExecutor:
         self._rows_spread = (1, 0) if any(
             s.stateful for s in plan.stages) else spread
         # A TestStream's Python events when its element events are beside
-        # the plan (``test_stream.elements_aside``).
-        values = test_stream_values or {}
-        self.sources = {i: TestStreamSource(stage, context, self._rows_spread,
-                                            values.get(stage.labels[0]))
-                        for i, stage in enumerate(plan.stages)
-                        if stage.kind == p.TEST_STREAM_STAGE}
-        unmatched = set(values) - {s.stage.labels[0] for s in self.sources.values()}
-        if unmatched:  # their element events would replay empty
-            raise RuntimeError(f'TestStream events beside the plan for '
-                               f'{sorted(unmatched)}, which it has no stage for')
+        # the plan (``test_stream.elements_aside``; None: in the plan).
+        values = test_stream_values
+        self.sources = {}
+        for i, stage in enumerate(plan.stages):
+            if stage.kind != p.TEST_STREAM_STAGE:
+                continue
+            if values is not None and stage.labels[0] not in values:
+                # Its element events would replay empty.
+                raise RuntimeError(f'TestStream {stage.labels[0]!r}: its '
+                                   f'elements were set aside but not found')
+            self.sources[i] = TestStreamSource(
+                stage, context, self._rows_spread,
+                None if values is None else values[stage.labels[0]])
         self._coalesce = bundles_invisible(plan, context)
         n = len(plan.stages)
         self.input_wm = [MIN_TIMESTAMP] * n

@@ -62,13 +62,14 @@ ASIDE_ENV = 'BEAM_SPARK_INPROC_TEST_STREAM_ASIDE'
 
 
 @contextlib.contextmanager
-def elements_aside(pipeline) -> Iterator[dict[str, list]]:
+def elements_aside(pipeline) -> Iterator[dict[str, list] | None]:
     """While in the block, the pipeline's TestStreams have empty element
     events (their tags kept) for ``to_runner_api``; yields {TestStream's full
-    label: its events}, the values the source replays (module doc)."""
+    label: its events}, the values the source replays (module doc); None
+    when switched off (``ASIDE_ENV``)."""
     found: dict[str, list] = {}
     if os.environ.get(ASIDE_ENV, '1') == '0':
-        yield found
+        yield None
         return
     originals = []
 
