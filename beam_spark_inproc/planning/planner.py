@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from apache_beam.internal import pickler
 from apache_beam.portability import common_urns
 from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -20,6 +21,7 @@ from beam_spark_inproc.planning.phases import PANES_BOUNDARY
 from beam_spark_inproc.planning.phases import boundary_before
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
+from beam_spark_inproc.worker import text_lines
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 # False: every GroupByKey input is written PACKED (windowed elements), as before
@@ -34,9 +36,15 @@ INTEGER_WINDOWS = True
 # (for A/B measurements); True: those with the default trigger do without it
 # (``plan.Grouping.default_trigger``).
 DEFAULT_TRIGGER_PANES = True
+# False: ReadFromText reads with Beam's own record loop (for A/B measurements);
+# True: a plain text file of Beam's default ReadFromText is read by Python's
+# line iteration (``worker.text_lines``).
+FAST_TEXT = True
 # A descriptor's ports need a non-empty URL; the worker's data channel factory
 # answers every URL with the in-process channel of the running bundle.
 INPROC_URL = 'beam-spark-inproc'
+_PROCESS_SIZED = (
+    common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn)
 
 
 def plan_pipeline(pipeline_proto: beam_runner_api_pb2.Pipeline,
@@ -195,6 +203,25 @@ def _integer_windows(t: beam_runner_api_pb2.PTransform) -> bool:
                                       common_urns.sliding_windows.urn)
 
 
+def _fast_text(t: beam_runner_api_pb2.PTransform) -> None:
+    """Beam's splittable DoFn reading a BoundedSource, in the transform that
+    processes its restrictions, becomes ``text_lines.LinesReaderDoFn`` (which
+    reads a plain text file of Beam's default ReadFromText with Python's line
+    iteration and any other source with Beam's ``source.read``)."""
+    if not FAST_TEXT or t.spec.urn != _PROCESS_SIZED:
+        return
+    payload = proto_utils.parse_Bytes(t.spec.payload,
+                                      beam_runner_api_pb2.ParDoPayload)
+    if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO:
+        return
+    data = pickler.loads(payload.do_fn.payload)
+    if not text_lines.is_beams_reader(data[0]):
+        return
+    fn = text_lines.LinesReaderDoFn(data[0]._dd)
+    payload.do_fn.payload = pickler.dumps((fn,) + tuple(data[1:]))
+    t.spec.payload = payload.SerializeToString()
+
+
 def _buffer_kind(buffer_id: bytes) -> str:
     if buffer_id == translations.IMPULSE_BUFFER:
         return 'impulse'
@@ -288,6 +315,7 @@ def _plan_stage(context, stage: translations.Stage, layouts,
             labels.append(t.unique_name)
             if _integer_windows(t):
                 t.spec.urn = p.ASSIGN_WINDOWS_URN
+            _fast_text(t)
             if t.spec.urn in translations.PAR_DO_URNS:
                 side_inputs.extend(_side_inputs(context, t))
                 timers.extend(_timer_families(t))

@@ -607,7 +607,7 @@ BENCHMARKS = {b.name: b for b in (
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
            'inproc_packed', 'inproc_noinitsplit', 'inproc_handover1',
-           'inproc_split1',
+           'inproc_split1', 'inproc_beamtext',
            'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
@@ -628,6 +628,7 @@ ENGINE_TITLES = {
     'inproc_handover1': 'this runner, all Spark after the first hand-over',
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
+    'inproc_beamtext': "this runner, ReadFromText by Beam's record loop",
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -787,7 +788,8 @@ class Harness:
 
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
-                       'inproc_noinitsplit', 'inproc_handover1') or
+                       'inproc_noinitsplit', 'inproc_handover1',
+                       'inproc_beamtext') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -825,6 +827,9 @@ class Harness:
         handovers = small.MAX_HANDOVERS
         if engine == 'inproc_handover1':
             small.MAX_HANDOVERS = 1
+        # A/B of ReadFromText's reader (worker.text_lines): Beam's record loop.
+        if engine == 'inproc_beamtext':
+            planner.FAST_TEXT = False
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -834,6 +839,7 @@ class Harness:
             planner.VALUES_ONLY = True
             initial_split.ENABLED = True
             small.MAX_HANDOVERS = handovers
+            planner.FAST_TEXT = True
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
