@@ -13,7 +13,10 @@ Policy:
   input, two outputs of one stage...) is cached, so its bundles run once
   (their side effects and metrics too);
 * side inputs are collected to the driver once, just before their first consumer
-  is built, and shipped with the consuming stage's task;
+  is built, and shipped with the consuming stage's task; a stage whose outputs
+  are read only that way says so to the engine (``StageTask.collected``: small
+  data in the driver then runs it there as long as it takes little time,
+  whatever its output's size, since that output comes to the driver anyway);
 * stages nobody reads are the leaves: they run together as one job at the end;
 * a stage running a splittable DoFn whose input the driver holds starts with
   its restrictions cut into one equal part per core (``_splittable``); else it
@@ -303,13 +306,25 @@ class Executor:
         task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
                          self.split_after, self.split_ways, self.profile_dir,
                          self.attempt_channel, self.runtime_options,
-                         log_level=logs.driver_level(), arrow_input=arrow_input)
+                         log_level=logs.driver_level(), arrow_input=arrow_input,
+                         collected=self._collected(index))
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._splittable(index, data, task)
         result = self.engine.map_stage(data, task)
         if control is not None:  # upstream reports of the query feeding it
             result = self.engine.union([result, control])
         return result
+
+    def _collected(self, index: int) -> bool:
+        """Whether every read of stage ``index``'s outputs is a side input's
+        (the output goes to the driver whole: ``_side_input_state``)."""
+        reads = [(reader, buffer_id) for (reader, buffer_id), writers
+                 in self._reads.items() if any(w == index for w, _ in writers)]
+        return bool(reads) and all(
+            buffer_id in {si.buffer_id for si in self.plan.stages[reader].side_inputs}
+            and buffer_id not in {port.buffer_id
+                                  for port in self.plan.stages[reader].inputs}
+            for reader, buffer_id in reads)
 
     def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
         return reshuffle(self.engine, stage, self._context, data)

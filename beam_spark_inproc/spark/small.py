@@ -29,6 +29,10 @@ is tiny, running stages on it here; anything else is Spark's:
   later stages whose input the driver holds still run here until
   ``MAX_HANDOVERS`` stages were handed over, then the rest of the run is
   Spark's;
+* a stage whose outputs are read only as side inputs (``StageTask.collected``),
+  which come to the driver whole in any case, is limited by time only
+  (``COLLECTED_SECONDS``, 0.6 s): whatever its output's size or element count,
+  a Spark job and the collect would cost more than the work in the driver;
 * ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
   the runner's runtime SQL settings on the session (``session.runtime_settings``)
   and gets the job's description, so a run that stays in the driver makes no
@@ -84,6 +88,15 @@ MAX_ELEMENTS = 100_000
 # its own (0.15-0.3 s); P4 hands over two stages (its side input's and its main
 # input's seeds) before that last stage.
 MAX_HANDOVERS = 3
+# A stage whose output is only read as side inputs (``StageTask.collected``:
+# collected to the driver whole anyway) runs here whatever its output's size
+# and element count, for at most this many seconds: on Spark it would cost a
+# job (~0.3-0.5 s on this machine) and the collect, for half the work per core
+# (P4's side input, 100,000 entries made from 10 seeds: handed over by its
+# element count after 0.15 s in the driver, it then took a Spark job of ~0.5 s
+# and the collect). 0: such a stage has the limits of any other (an A/B
+# switch: ``tests/benchmarks/run.py``'s ``inproc_sidespark`` engine).
+COLLECTED_SECONDS = 0.6
 # How often the watchdog looks at the clock and the counters.
 _POLL_SECONDS = 0.01
 # After stopping a bundle, how long to wait for its thread before unblocking.
@@ -297,11 +310,16 @@ class SmallDataEngine:
     def _run_here(self, data: Local, task) -> Local:
         """Each partition through the task Spark would run, unpickled from the
         bytes Spark would ship; ``_TooBig`` once the output passes the limits
-        or the run takes longer than ``max_seconds``."""
+        or the run takes longer than ``max_seconds`` (a ``collected`` task's:
+        after ``COLLECTED_SECONDS``, whatever its output)."""
         from pyspark.serializers import CloudPickleSerializer
         serializer = CloudPickleSerializer()
         shipped = serializer.dumps(task)
-        watchdog = _Watchdog(self._max_seconds, self._max_elements)
+        collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
+        if collected:
+            watchdog = _Watchdog(max(self._max_seconds, COLLECTED_SECONDS), 1 << 62)
+        else:
+            watchdog = _Watchdog(self._max_seconds, self._max_elements)
         stage_task.watch.callback = watchdog.watch
         _BEAM_LOGGER.addFilter(_not_too_big)
         rows = nbytes = 0
@@ -314,7 +332,7 @@ class SmallDataEngine:
                     for batch in outputs:
                         rows += batch.num_rows
                         nbytes += batch.nbytes
-                        if not self._fits(rows, nbytes):
+                        if not collected and not self._fits(rows, nbytes):
                             raise _TooBig()
                         out.append(batch)
                 finally:

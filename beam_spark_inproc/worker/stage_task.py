@@ -99,6 +99,10 @@ class StageTask:
     # A streaming keyed stage: where its task reads and writes its state
     # (``worker.streaming_state``); None: the state comes and goes as rows.
     state_files: Optional[StateFiles] = None
+    # Batch: every output of the stage is read only as a side input, i.e.
+    # collected to the driver whole (``execution.executor``); small data in
+    # the driver (``spark.small``) then limits its run there by time only.
+    collected: bool = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)

@@ -607,7 +607,7 @@ BENCHMARKS = {b.name: b for b in (
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
            'inproc_packed', 'inproc_noinitsplit', 'inproc_handover1',
-           'inproc_split1', 'inproc_beamtext',
+           'inproc_split1', 'inproc_beamtext', 'inproc_sidespark',
            'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
@@ -629,6 +629,7 @@ ENGINE_TITLES = {
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'inproc_beamtext': "this runner, ReadFromText by Beam's record loop",
+    'inproc_sidespark': 'this runner, side-input stages with the usual limits',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -789,7 +790,7 @@ class Harness:
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
                        'inproc_noinitsplit', 'inproc_handover1',
-                       'inproc_beamtext') or
+                       'inproc_beamtext', 'inproc_sidespark') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -830,6 +831,11 @@ class Harness:
         # A/B of ReadFromText's reader (worker.text_lines): Beam's record loop.
         if engine == 'inproc_beamtext':
             planner.FAST_TEXT = False
+        # A/B of side-input stages in the driver by time only
+        # (spark.small.COLLECTED_SECONDS): the limits of any other stage.
+        collected_seconds = small.COLLECTED_SECONDS
+        if engine == 'inproc_sidespark':
+            small.COLLECTED_SECONDS = 0
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -840,6 +846,7 @@ class Harness:
             initial_split.ENABLED = True
             small.MAX_HANDOVERS = handovers
             planner.FAST_TEXT = True
+            small.COLLECTED_SECONDS = collected_seconds
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())

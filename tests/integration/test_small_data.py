@@ -277,3 +277,57 @@ def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatc
     monkeypatch.setattr(small, 'MAX_HANDOVERS', 1)
     _, jobs_before = _jobs(spark, _heavy_total)
     assert jobs >= 1 and jobs == jobs_before - 1, (jobs, jobs_before)
+
+
+SIDE_SEEDS, PER_SIDE_SEED = 4, 5000
+
+
+def _large_side_input(p):
+    """Four seeds that become 20,000 side-input entries (past the driver's
+    row and byte limits), read as an AsDict by ten main elements."""
+    side = (p | 'SideSeeds' >> beam.Create(list(range(SIDE_SEEDS)))
+            | 'Entries' >> beam.FlatMap(lambda s: (
+                (k, k * 3) for k in range(s * PER_SIDE_SEED, (s + 1) * PER_SIDE_SEED))))
+    looked_up = (p | 'Main' >> beam.Create(list(range(10)))
+                 | beam.Map(lambda x, table: (x, table[x * 1999]),
+                            table=beam.pvalue.AsDict(side)))
+    assert_that(looked_up, equal_to([(x, x * 1999 * 3) for x in range(10)]))
+
+
+def test_side_input_stage_stays_in_the_driver_past_the_size_limits(
+        spark, monkeypatch, unhurried):
+    """A stage whose output is read only as a side input (collected to the
+    driver whole anyway, ``StageTask.collected``) runs in the driver whatever
+    its output's size: no Spark job; with ``COLLECTED_SECONDS`` 0 it has the
+    usual limits and is handed over by its 20,000 rows. The result is
+    FnApiRunner's (``assert_that``) both ways."""
+    from beam_spark_inproc.spark import small
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _large_side_input(p)
+    _, jobs = _jobs(spark, _large_side_input)
+    assert jobs == 0
+    monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0)
+    _, jobs_before = _jobs(spark, _large_side_input)
+    assert jobs_before >= 1
+
+
+class _Slow(beam.DoFn):
+    def process(self, seed):
+        import time
+        time.sleep(0.2)
+        yield seed, seed
+
+
+def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
+    """Time still hands a side-input stage over (here after 0.05 s)."""
+    from beam_spark_inproc.spark import small
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.01)
+    monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0.05)
+
+    def build(p):
+        side = p | 'Side' >> beam.Create([1, 2]) | beam.ParDo(_Slow())
+        got = (p | 'Main' >> beam.Create([1, 2])
+               | beam.Map(lambda x, d: d[x] * 10, d=beam.pvalue.AsDict(side)))
+        assert_that(got, equal_to([10, 20]))
+    _, jobs = _jobs(spark, build)
+    assert jobs >= 1
