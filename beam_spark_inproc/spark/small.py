@@ -317,7 +317,7 @@ class SmallDataEngine:
         shipped = serializer.dumps(task)
         collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
         if collected:
-            watchdog = _Watchdog(max(self._max_seconds, COLLECTED_SECONDS), 1 << 62)
+            watchdog = _Watchdog(COLLECTED_SECONDS, 1 << 62)
         else:
             watchdog = _Watchdog(self._max_seconds, self._max_elements)
         stage_task.watch.callback = watchdog.watch
