@@ -214,7 +214,10 @@ def _fast_text(t: beam_runner_api_pb2.PTransform) -> None:
                                       beam_runner_api_pb2.ParDoPayload)
     if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO:
         return
-    data = pickler.loads(payload.do_fn.payload)
+    try:
+        data = pickler.loads(payload.do_fn.payload)
+    except Exception:  # a user's splittable DoFn that will not unpickle here:
+        return         # not Beam's reader; its workers report its error
     if not text_lines.is_beams_reader(data[0]):
         return
     fn = text_lines.LinesReaderDoFn(data[0]._dd)
