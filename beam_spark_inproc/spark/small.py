@@ -363,6 +363,7 @@ class _Watchdog:
         self._running: list = []
         self._done = False
         self.expired = False
+        self.abandoned = False
         self._deadline = time.monotonic() + seconds
         self._max_elements = max_elements
         self._stopped = threading.Event()
@@ -370,44 +371,90 @@ class _Watchdog:
             target=self._poll, name='beam-small-data-watchdog', daemon=True)
         self._thread.start()
 
-    def watch(self, thread, out, processor=None) -> None:
+    def watch(self, thread, out, processor=None) -> '_Watched':
+        """Watches ``thread`` (not started yet) until it calls ``leave`` on
+        what is returned."""
+        entry = (thread, out, processor, _elements(processor))
         with self._lock:
-            self._running[:] = [(thread, out, processor, _elements(processor))]
+            self._running[:] = [entry]
+        return _Watched(self, entry)
+
+    def _leave(self, entry) -> None:
+        with self._lock:
+            if self._running and self._running[0] is entry:
+                self._running.clear()
 
     def _poll(self) -> None:
         while not self._stopped.wait(_POLL_SECONDS):
             with self._lock:
-                if self._done or not self._running:
+                if not self._signallable():
                     continue
-                thread, _, processor, before = self._running[0]
-                if not thread.is_alive():  # between two partitions' bundles
-                    continue
+                _, _, processor, before = self._running[0]
                 if (time.monotonic() < self._deadline and
                         _elements(processor) - before <= self._max_elements):
                     continue
-            self._expire()
-            return
-
-    def _expire(self) -> None:
-        with self._lock:
-            if self._done or not self._running:
+            if self._expire():
                 return
+
+    def _signallable(self) -> bool:
+        """Under the lock: a helper thread has started and not left, so its
+        ident is its own (an ended thread's ident goes to the next thread
+        started, e.g. Beam's state sampler's: signalled there, the bundle
+        that started it waited for ever)."""
+        return (not self._done and bool(self._running) and
+                self._running[0][0].is_alive())
+
+    # CPython (3.11) gives a thread being started the ident of the thread
+    # starting it until the new thread runs, and ``PyThreadState_SetAsyncExc``
+    # signals the first thread state with that ident: a signal sent while the
+    # helper starts a thread (Beam's state sampler's, at each bundle's start)
+    # can end that new thread before it says it has started, and the helper
+    # then waits for it for ever. Such a helper is given up (``abandoned``)
+    # once it has not ended ``_UNBLOCK_SECONDS`` after the signal: its
+    # consumer stops waiting for it (``stage_task``), the stage goes to Spark.
+
+    def _expire(self) -> bool:
+        with self._lock:
+            if not self._signallable():
+                return False
             self.expired = True
             thread, out = self._running[0][:2]
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(thread.ident), ctypes.py_object(_TooBig))
         thread.join(_UNBLOCK_SECONDS)
         with self._lock:
+            self.abandoned = thread.is_alive()
+            if self.abandoned:
+                _LOGGER.info('A bundle in the driver did not stop when its '
+                             'stage went to Spark (thread %s): left behind.',
+                             thread.name)
             if not self._done:
                 try:
                     out.put_nowait(_TooBig())
                 except queue.Full:
                     pass
+        return True
 
     def stop(self) -> None:
         with self._lock:
             self._done = True
         self._stopped.set()
+
+
+class _Watched:
+    """A helper thread under a ``_Watchdog``: ``leave`` is the thread's last
+    call; ``abandoned`` tells its consumer not to wait for it any more."""
+
+    def __init__(self, watchdog: _Watchdog, entry: tuple):
+        self._watchdog = watchdog
+        self._entry = entry
+
+    def leave(self) -> None:
+        self._watchdog._leave(self._entry)
+
+    @property
+    def abandoned(self) -> bool:
+        return self._watchdog.abandoned
 
 
 def _elements(processor) -> int:
@@ -424,6 +471,7 @@ def _elements(processor) -> int:
 
 # Beam's DoFnRunner logs every exception leaving a DoFn, ``_TooBig`` too: a
 # run dropped for Spark is not an error to show.
+_LOGGER = logging.getLogger(__name__)
 _BEAM_LOGGER = logging.getLogger('apache_beam.runners.common')
 
 

@@ -62,8 +62,11 @@ _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
 # A driver-side caller (``spark.small``) may set ``watch.callback`` on its own
-# thread: it is called with each bundle's helper thread, output queue and
-# BundleProcessor.
+# thread: it is called with each bundle's helper thread (before it starts),
+# output queue and BundleProcessor, and returns an object whose ``leave`` the
+# helper thread calls last (so the caller never signals a thread that has
+# ended: a thread's ident is reused by the next thread started) and whose
+# ``abandoned`` says the helper is stuck and not to be waited for.
 watch = threading.local()
 
 
@@ -365,6 +368,7 @@ class _Bundles:
         # This attempt's metrics, for the attempt channel if it does not commit:
         # the finished bundles' infos, and whether one is under way.
         self.attempt: dict = {'infos': [], 'in_bundle': False}
+        self.watched = None  # what ``watch.callback`` returned
 
     def put(self, item) -> None:
         while True:
@@ -474,15 +478,17 @@ class _Bundles:
                 times.add('bundle_thread_cpu', time.thread_time() - thread_cpu)
             if profile:
                 profile.finish()
+            if self.watched is not None:
+                self.watched.leave()
 
     def outputs(self, batches) -> Iterator[pa.RecordBatch]:
         thread = threading.Thread(
             target=self.work, args=(batches,),
             name='beam-bundle-%s' % self.task.stage.name, daemon=True)
-        thread.start()
         watcher = getattr(watch, 'callback', None)
         if watcher is not None:
-            watcher(thread, self.out, self.entry.processor)
+            self.watched = watcher(thread, self.out, self.entry.processor)
+        thread.start()
         ok = False
         try:
             while True:
@@ -507,7 +513,11 @@ class _Bundles:
             ok = True
         finally:
             self.cancelled.set()
-            thread.join()
+            if self.watched is None:
+                thread.join()
+            else:
+                while thread.is_alive() and not self.watched.abandoned:
+                    thread.join(0.05)
             if self.times is not None:
                 self.times.finish()
             self.entry.factory.current = None

@@ -332,3 +332,48 @@ def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
         assert_that(got, equal_to([10, 20]))
     _, jobs = _jobs(spark, build)
     assert jobs >= 1
+
+
+class _StuckInTheDriver(beam.DoFn):
+    """Waits, in the process that built it (the driver), on an event nothing
+    sets until the test ends: a wait the watchdog's signal cannot end (it is
+    raised only between Python instructions); in Spark's workers it does not
+    wait."""
+
+    def __init__(self, release):
+        import os
+        self._driver = os.getpid()
+        self._release = release
+
+    def process(self, x):
+        import os
+        if os.getpid() == self._driver:
+            self._release.wait()
+        yield x * 10
+
+
+def test_a_bundle_that_will_not_stop_is_left_behind(spark, monkeypatch):
+    """A bundle in the driver that the watchdog's signal cannot stop (as when
+    the signal lands on a thread the bundle is starting: CPython gives it the
+    starting thread's ident, and the bundle then waits for ever) is given up
+    after ``_UNBLOCK_SECONDS``: the stage goes to Spark and the pipeline ends
+    with FnApiRunner's result (before, the driver waited for the bundle for
+    ever)."""
+    import threading
+    from beam_spark_inproc.spark import small
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.2)
+    release = threading.Event()
+
+    def build(p):
+        got = p | beam.Create([1, 2, 3]) | beam.ParDo(_StuckInTheDriver(release))
+        assert_that(got, equal_to([10, 20, 30]))
+    outcome: list = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(_jobs(spark, build)), daemon=True)
+    runner.start()
+    try:
+        runner.join(120)
+        assert not runner.is_alive(), 'the driver waited for the bundle'
+        assert outcome[0][1] >= 1  # the stage ran on Spark
+    finally:
+        release.set()
