@@ -110,6 +110,76 @@ _PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # ``SparkEngine._map_in_arrow`` (classic-only) uses PySpark's private API as
 # PySpark 4.3 has it; turned off for the process at its first failure.
 _FAST_MAP_IN_ARROW = [True]
+# ``_JvmUdfs`` (classic-only): a new task's UDF made with the JVM objects that
+# are the same for every UDF of the session made once (4 Py4J calls a UDF
+# instead of ~30: a stream's keyed stage has a new task every micro-batch);
+# False: PySpark's ``pandas_udf`` for each (the A/B switch).
+FEW_CALLS_UDF = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_UDF', '1') != '0']
+
+
+class _JvmUdfs:
+    """A task's ``mapInArrow`` UDF column (classic-only), as PySpark's
+    ``pandas_udf(task, schema, SQL_MAP_ARROW_ITER_UDF)(tag, key, data)`` makes
+    it, with what is the same for every UDF of the session made once: the
+    Java classes, the workers' environment and includes, the parsed return
+    type, the input columns. PySpark makes each again per UDF (~30 Py4J
+    round trips: a stream's keyed stage made a new UDF every micro-batch, its
+    task carrying the micro-batch's watermarks and state files); here four:
+    the Python function, the UDF, its column, and ``mapInArrow``'s own.
+    PySpark's profiler confs only warn for an iterator UDF, so none is read.
+    ``column`` gives None when PySpark's own path is needed (a command
+    over the broadcast threshold, broadcast variables pickled with it).
+    """
+
+    def __init__(self, session, parts: _Parts):
+        from pyspark.sql.classic.column import _to_seq
+        from pyspark.util import PythonEvalType
+        sc = session.sparkContext
+        jvm = sc._jvm
+        self._sc = sc
+        self._function = jvm.SimplePythonFunction
+        self._udf = getattr(jvm, 'org.apache.spark.sql.execution.python.'
+                                 'UserDefinedPythonFunction')
+        self._schema = parts.schema
+        self._type = session._jsparkSession.parseDataType(parts.schema.json())
+        self._eval_type = PythonEvalType.SQL_MAP_ARROW_ITER_UDF
+        self._columns = _to_seq(sc, [parts.tag._jc, parts.key._jc, parts.data._jc])
+        self._threshold = jvm.PythonUtils.getBroadcastThreshold(sc._jsc)
+        self._env = self._java(dict(sc.environment))
+        self._includes_of: list | None = None
+        self._includes = None
+        self._none = self._java([])
+
+    def _java(self, value):
+        return _convert(self._sc._gateway, value)
+
+    def column(self, task):
+        from pyspark.serializers import CloudPickleSerializer
+        sc = self._sc
+        pickled = CloudPickleSerializer().dumps((task, self._schema))
+        if len(pickled) > self._threshold or any(
+                True for _ in sc._pickled_broadcast_vars):
+            return None
+        if self._includes_of != sc._python_includes:  # addPyFile since
+            self._includes_of = list(sc._python_includes)
+            self._includes = self._java(self._includes_of)
+        function = self._function(
+            bytearray(pickled), self._env, self._includes, sc.pythonExec,
+            sc.pythonVer, self._none, sc._javaAccumulator)
+        udf = self._udf(type(task).__name__, function, self._type,
+                        self._eval_type, True, self._none, self._none)
+        return udf.apply(self._columns)
+
+
+def _convert(gateway, value):
+    """A Python dict or list as a Java object, once (Py4J converts one given
+    as an argument again for every call)."""
+    from py4j.java_collections import ListConverter
+    from py4j.java_collections import MapConverter
+    client = gateway._gateway_client
+    if isinstance(value, dict):
+        return MapConverter().convert(value, client)
+    return ListConverter().convert(value, client)
 
 
 def _parts(session, f) -> _Parts:
@@ -135,6 +205,7 @@ class SparkEngine:
         self._cached: list = []
         # id(task) -> (task, its mapInArrow UDF column): ``_map_in_arrow``.
         self._udfs: dict[int, tuple] = {}
+        self._jvm_udfs: _JvmUdfs | None = None  # classic-only
         self._arrow_sources: dict[int, object] = {}  # id -> DataFrame
         self._thread_tags = threading.local()  # ``job``
         self._inline_bytes = inline_side_input_bytes
@@ -207,13 +278,20 @@ class SparkEngine:
         cached = self._udfs.get(id(task))
         if cached is None or cached[0] is not task:
             parts = self._parts
-            udf = pandas_udf(task, returnType=parts.schema,
-                             functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-            cached = (task, udf(parts.tag, parts.key, parts.data))
+            column = None
+            if FEW_CALLS_UDF[0]:
+                if self._jvm_udfs is None:
+                    self._jvm_udfs = _JvmUdfs(data.sparkSession, parts)
+                column = self._jvm_udfs.column(task)
+            if column is None:
+                udf = pandas_udf(task, returnType=parts.schema,
+                                 functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+                column = udf(parts.tag, parts.key, parts.data)._jc
+            cached = (task, column)
             if len(self._udfs) >= _MAX_CACHED_UDFS:
                 self._udfs.clear()
             self._udfs[id(task)] = cached
-        return DataFrame(data._jdf.mapInArrow(cached[1]._jc, False, None),
+        return DataFrame(data._jdf.mapInArrow(cached[1], False, None),
                          data.sparkSession)
 
     def select(self, data, tag: int, new_tag: int, control: bool):

@@ -14,7 +14,13 @@ Spark's workers with the stage):
   (``BEAM_SPARK_INPROC_TEST_STREAM_ASIDE=0``), the next micro-batch encoded
   from the start of this one and its DataFrame made by the loop
   (``loop.PREFETCH_AT_JOB = False``);
-* ``aside``: ``session12`` with the TestStream's elements beside the proto.
+* ``aside``: ``session12`` with the TestStream's elements beside the proto;
+* ``session13``: ``on`` with PySpark's ``pandas_udf`` for every new task's
+  UDF (``spark.engine.FEW_CALLS_UDF = False``: ~30 Py4J calls a UDF; a
+  stream's keyed stage makes one every micro-batch).
+
+Per run also the Py4J calls per micro-batch: all of the process's, and those
+of the thread running the micro-batches (``--py4j``).
 
 The benchmark pipelines of ``streaming.py`` run on each engine asked for, each
 variant in turn per round (after a warm-up of each), and print per run the
@@ -32,24 +38,57 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 
 from beam_spark_inproc.execution.streaming import loop
 from beam_spark_inproc.execution.streaming import test_stream
 from beam_spark_inproc.planning import planner
+from beam_spark_inproc.spark import engine as spark_engine
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
 # (integer windows, default-trigger panes, TestStream elements aside,
-# prefetch at the job)
-VARIANTS = {'off': (False, False, True, True), 'windows': (True, False, True, True),
-            'on': (True, True, True, True), 'session12': (True, True, False, False),
-            'aside': (True, True, True, False)}
+# prefetch at the job, a UDF in few Py4J calls)
+VARIANTS = {'off': (False, False, True, True, True),
+            'windows': (True, False, True, True, True),
+            'on': (True, True, True, True, True),
+            'session12': (True, True, False, False, False),
+            'aside': (True, True, True, False, False),
+            'session13': (True, True, True, True, False)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
-     loop.PREFETCH_AT_JOB) = VARIANTS[variant]
+     loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0]) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
+
+
+class _Py4jCalls:
+    """Counts py4j's ``send_command`` calls: all, and those of the thread
+    that ran the last micro-batch (the loop's)."""
+
+    def __init__(self) -> None:
+        from py4j import clientserver
+        self.all = self.loop = 0
+        self.loop_thread = None
+        send = clientserver.JavaClient.send_command
+        counter = self
+
+        def counted(client, *args, **kwargs):
+            counter.all += 1
+            if threading.get_ident() == counter.loop_thread:
+                counter.loop += 1
+            return send(client, *args, **kwargs)
+        clientserver.JavaClient.send_command = counted
+        run = loop.StreamingExecutor._run_micro_batch
+
+        def marked(executor, source_rows):
+            counter.loop_thread = threading.get_ident()
+            return run(executor, source_rows)
+        loop.StreamingExecutor._run_micro_batch = marked
+
+    def reset(self) -> None:
+        self.all = self.loop = 0
 
 
 def main() -> None:
@@ -61,8 +100,11 @@ def main() -> None:
     parser.add_argument('--engines', default='spark,debug')
     parser.add_argument('--variants', default='off,on')
     parser.add_argument('--pipelines', default=','.join(streaming.PIPELINES))
+    parser.add_argument('--py4j', action='store_true',
+                        help='count Py4J calls per micro-batch')
     args = parser.parse_args()
     streaming._instrument()
+    calls = _Py4jCalls() if args.py4j else None
     engines = [e for e in args.engines.split(',') if e]
     variants = [v for v in args.variants.split(',') if v]
     warm = argparse.Namespace(events=2, per_event=2_000, keys=2)
@@ -79,9 +121,16 @@ def main() -> None:
                     _switch(variant)
                     if engine == 'spark':  # Python workers idle for a minute end
                         streaming.run_one(name, engine, warm)
+                    if calls is not None:
+                        calls.reset()
                     with Sampler(interval=0.5) as sampler:
                         f = streaming.run_one(name, engine, args)
                     cpu = sampler.cpu_seconds()
+                    batches = f.get('micro-batches') or 1
+                    py4j = ('' if calls is None or engine != 'spark' else
+                            f'; Py4J calls per micro-batch {calls.all / batches:.1f} '
+                            f'(loop thread {calls.loop / batches:.1f}), driver CPU '
+                            f'per micro-batch {cpu.get("driver", 0) / batches * 1000:.0f} ms')
                     results.setdefault((name, engine, variant), []).append(
                         (f['seconds'], f['throughput'], sum(cpu.values())))
                     print(f'{name:15s} {engine:5s} {variant:7s}: '
@@ -90,7 +139,7 @@ def main() -> None:
                           f'{f.get("steady throughput", 0):,.0f}/s), CPU '
                           f'{sum(cpu.values()):6.2f} s (driver '
                           f'{cpu.get("driver", 0):.2f}, JVM {cpu.get("jvm", 0):.2f}, '
-                          f'Python workers {cpu.get("python", 0):.2f})  '
+                          f'Python workers {cpu.get("python", 0):.2f}){py4j}  '
                           f'[load {os.getloadavg()[0]:.1f}]', flush=True)
     _switch('on')
     print('medians: wall s, elements/s, CPU s')
