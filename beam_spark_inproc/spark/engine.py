@@ -134,7 +134,7 @@ class _JvmUdfs:
     def __init__(self, session, parts: _Parts):
         from pyspark.sql.classic.column import _to_seq
         from pyspark.util import PythonEvalType
-        sc = session.sparkContext
+        sc = session.sparkContext  # classic-only: mapInArrow UDFs
         jvm = sc._jvm
         self._sc = sc
         self._function = jvm.SimplePythonFunction

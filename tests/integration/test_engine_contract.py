@@ -286,3 +286,45 @@ def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
         assert spark_engine._FAST_MAP_IN_ARROW == [False]
     finally:
         made.release()
+
+
+def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatch):
+    """A new task's UDF made once-per-session's JVM objects (``_JvmUdfs``:
+    a stream's keyed stage has a new task every micro-batch) maps rows as
+    PySpark's ``pandas_udf`` does, in a few Py4J calls instead of ~30; a
+    command over the broadcast threshold takes PySpark's path."""
+    from py4j import clientserver
+
+    from beam_spark_inproc.spark import engine as spark_engine
+    made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
+    calls = []
+    send = clientserver.JavaClient.send_command
+
+    def counted(client, *args, **kwargs):
+        calls.append(1)
+        return send(client, *args, **kwargs)
+
+    def run(few: bool):
+        monkeypatch.setattr(spark_engine, 'FEW_CALLS_UDF', [few])
+        made.map_stage(made.impulse(), Emit(ROWS))  # session's objects made
+        data = made.impulse()
+        monkeypatch.setattr(clientserver.JavaClient, 'send_command', counted)
+        calls.clear()
+        result = made.map_stage(data, Emit(ROWS))  # a new task: a new UDF
+        count = len(calls)
+        monkeypatch.setattr(clientserver.JavaClient, 'send_command', send)
+        return count, partitions(made, result)
+
+    try:
+        pyspark_calls, pyspark_rows = run(False)
+        few_calls, few_rows = run(True)
+        assert few_rows == pyspark_rows
+        assert sorted(r for part in few_rows for r in part) == sorted(
+            (t, k, d) for t, k, d in ROWS)
+        assert few_calls <= 5 < 20 <= pyspark_calls, (few_calls, pyspark_calls)
+        jvm_udfs = made._jvm_udfs
+        monkeypatch.setattr(jvm_udfs, '_threshold', 0)  # every command "large"
+        assert jvm_udfs.column(Emit(ROWS)) is None
+        assert partitions(made, made.map_stage(made.impulse(), Emit(ROWS))) == few_rows
+    finally:
+        made.release()
