@@ -399,8 +399,7 @@ class _Watchdog:
     def _signallable(self) -> bool:
         """Under the lock: a helper thread has started and not left, so its
         ident is its own (an ended thread's ident goes to the next thread
-        started, e.g. Beam's state sampler's: signalled there, the bundle
-        that started it waited for ever)."""
+        started; but see below for a thread being started)."""
         return (not self._done and bool(self._running) and
                 self._running[0][0].is_alive())
 
