@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import uuid
 
 import apache_beam as beam
@@ -334,21 +335,25 @@ def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
     assert jobs >= 1
 
 
+# Set at the end of the test below: what its stuck bundle waits for (a module
+# global, so the DoFn unpickled in the driver waits on this very event).
+_RELEASE_STUCK = threading.Event()
+
+
 class _StuckInTheDriver(beam.DoFn):
     """Waits, in the process that built it (the driver), on an event nothing
     sets until the test ends: a wait the watchdog's signal cannot end (it is
     raised only between Python instructions); in Spark's workers it does not
     wait."""
 
-    def __init__(self, release):
+    def __init__(self):
         import os
         self._driver = os.getpid()
-        self._release = release
 
     def process(self, x):
         import os
         if os.getpid() == self._driver:
-            self._release.wait()
+            _RELEASE_STUCK.wait()
         yield x * 10
 
 
@@ -358,14 +363,16 @@ def test_a_bundle_that_will_not_stop_is_left_behind(spark, monkeypatch):
     starting thread's ident, and the bundle then waits for ever) is given up
     after ``_UNBLOCK_SECONDS``: the stage goes to Spark and the pipeline ends
     with FnApiRunner's result (before, the driver waited for the bundle for
-    ever)."""
-    import threading
+    ever). Released at the end, the bundle takes its signal and ends: a
+    signal pending for a thread that never runs again would keep every other
+    thread of the process on CPython's slow path (a profiled thread looped
+    at a function's start in CI)."""
     from beam_spark_inproc.spark import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.2)
-    release = threading.Event()
+    _RELEASE_STUCK.clear()
 
     def build(p):
-        got = p | beam.Create([1, 2, 3]) | beam.ParDo(_StuckInTheDriver(release))
+        got = p | beam.Create([1, 2, 3]) | beam.ParDo(_StuckInTheDriver())
         assert_that(got, equal_to([10, 20, 30]))
     outcome: list = []
     runner = threading.Thread(
@@ -376,4 +383,10 @@ def test_a_bundle_that_will_not_stop_is_left_behind(spark, monkeypatch):
         assert not runner.is_alive(), 'the driver waited for the bundle'
         assert outcome[0][1] >= 1  # the stage ran on Spark
     finally:
-        release.set()
+        _RELEASE_STUCK.set()
+        stuck = [t for t in threading.enumerate()
+                 if t.name.startswith('beam-bundle-') and
+                 '_StuckInTheDriver' in t.name]
+        for thread in stuck:
+            thread.join(30)
+        assert not any(t.is_alive() for t in stuck)
