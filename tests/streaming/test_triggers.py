@@ -109,8 +109,33 @@ def combine_per_key(p):
             | beam.CombinePerKey(sum))
 
 
+def leaf_grouping_beside_a_cascade(p):
+    """Two branches of two GroupByKeys each; the first branch's second
+    grouping (its stage a leaf: it only counts its panes in a counter) is
+    built before the second branch's first grouping, which the second
+    branch's second grouping then waits for (the stage order follows the
+    labels): one job runs both, and the micro-batch's last job, which runs
+    the leaves, must not run the first branch's leaf again (on Spark it did:
+    the counter doubled, as any side effect of that stage)."""
+    stream = (TestStream()
+              .add_elements([('a', 1), ('b', 2), ('a', 12)])
+              .advance_watermark_to_infinity())
+    events = _timestamped(p, stream) | beam.WindowInto(window.FixedWindows(100))
+    _ = (events
+         | 'Leaf first' >> beam.GroupByKey()
+         | 'Leaf map' >> beam.Map(lambda kv: ('all', len(kv[1])))
+         | 'Leaf second' >> beam.GroupByKey()
+         | beam.Map(lambda kv: beam.metrics.Metrics.counter(
+             'leaf', 'panes').inc()))
+    return (events
+            | 'First' >> beam.GroupByKey()
+            | beam.Map(lambda kv: ('all', len(kv[1])))
+            | 'Z' >> beam.GroupByKey())
+
+
 PIPELINES = [fixed_default, early_late_accumulating, processing_time_discarding,
-             sessions, two_groupings, combine_per_key]
+             sessions, two_groupings, combine_per_key,
+             leaf_grouping_beside_a_cascade]
 
 
 @pytest.mark.parametrize('build', PIPELINES, ids=lambda b: b.__name__)

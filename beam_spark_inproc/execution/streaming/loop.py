@@ -561,10 +561,11 @@ class StreamingExecutor:
         leaves); takes their control rows: bundles' reports and the state
         buckets' new summaries and files."""
         datas = [self._produced[i] for i in self._pending]
-        if final:
+        if final:  # a leaf already run (an earlier harvest, a splittable
+            # stage's job) is not run again: its side effects, its reports
             datas += [self._produced[i] for i in self._produced
                       if self._uses[i] == 0 and i not in self._pending
-                      and i not in self.sources]
+                      and i not in self.sources and i not in self._harvested]
         if datas:
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             with self._job():
@@ -580,6 +581,7 @@ class StreamingExecutor:
         self._state_reports = []
         for index in self._pending:
             self._settle(index)
+        self._harvested.update(self._pending)
         self._pending = []
 
     def _new_state(self, index: int, buckets: dict) -> None:
