@@ -688,6 +688,10 @@ class Sampler:
         self._first_cpu: dict = {}
         self._last_cpu: dict = {}
         self._kind: dict = {}
+        # Python processes below the JVM that started during the run: fresh
+        # Spark Python workers (and daemons), each paying Beam's imports.
+        self.fresh_spark_workers: set = set()
+        self._initial_pids: set = set()
         self._own_cpu = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -731,6 +735,10 @@ class Sampler:
             # unless it was there at the first sample.
             self._first_cpu.setdefault(pid, cpu if self._initial else 0.0)
             self._last_cpu[pid] = cpu
+            if self._initial:
+                self._initial_pids.add(pid)
+            elif kind == 'python' and pid in below_jvm and pid not in self._initial_pids:
+                self.fresh_spark_workers.add(pid)
             if kind == 'python' and pid in below_jvm:
                 self.peak_spark_worker_rss = max(self.peak_spark_worker_rss, rss)
             elif kind == 'python':
@@ -909,6 +917,7 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
         _log(f'  {bench.name} n={n:,} {engine:9s} {label}: {seconds:7.2f} s  '
              f'peak worker {rss / 2**20:6.0f} MB  ok  CPU s '
              + ' '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
+             + f'  fresh workers {len(sampler.fresh_spark_workers)}'
              + f'  load {os.getloadavg()[0]:.1f}')
         if cell is not None:
             cell.times.append(seconds)
