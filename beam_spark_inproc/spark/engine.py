@@ -69,9 +69,29 @@ class _Parts:
         # computes, ``worker.streaming.bucket_of``; a stage's state buckets
         # are a multiple of the shards, each bucket in one shard).
         self.bucket = (f.crc32(self.key) % STATE_BUCKETS).cast('int')
+        self._shard_targets: dict[int, object] = {}
         self._keep: dict[tuple[int, bool], object] = {}
         self._retag: dict[int, object] = {}
         self._impulse = self._empty = None
+
+    def shard_target(self, partitions: int):
+        """A column that ``repartition(partitions, column)`` hashes so that
+        shard b lands in partition b % ``partitions``, as on the debug engine.
+
+        Hashing the shard itself put 27 of the 64 shards in one of two
+        partitions and 37 in the other (Spark's Murmur3 of a few small ints):
+        a stream's keyed stage ran 57% of its keys in one task. Each shard is
+        mapped to an int whose Murmur3 hash (``_murmur3_int``, seed 42, as
+        Spark's ``HashPartitioning``) falls in the wanted partition."""
+        target = self._shard_targets.get(partitions)
+        if target is None:
+            f = self._f
+            values = [_hashing_to(b % partitions, partitions)
+                      for b in range(STATE_BUCKETS)]
+            target = self._shard_targets[partitions] = f.element_at(
+                f.array(*[f.lit(v) for v in values]), self.bucket + 1
+            ).cast('int')
+        return target
 
     def keep(self, tag: int, control: bool):
         """Rows of output ``tag`` (and the control rows, if ``control``)."""
@@ -102,6 +122,31 @@ class _Parts:
         return self._empty
 
 
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt`` (the hash of an int column that
+    ``HashPartitioning`` takes modulo the partitions)."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15)
+    h1 = seed ^ (k1 * 0x1B873593 & 0xFFFFFFFF)
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4  # the input's length in bytes
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def _hashing_to(partition: int, partitions: int) -> int:
+    """The smallest int >= 0 Spark's hash partitioning puts in ``partition``."""
+    value = 0
+    while _murmur3_int(value) % partitions != partition:
+        value += 1
+    return value
+
+
 _DRIVER_ROWS_ONE_PARTITION = 100_000
 # Tasks whose UDF column an engine keeps (a batch run maps each task once; a
 # stream maps its stateless stages' tasks every micro-batch).
@@ -115,6 +160,9 @@ _FAST_MAP_IN_ARROW = [True]
 # instead of ~30: a stream's keyed stage has a new task every micro-batch);
 # False: PySpark's ``pandas_udf`` for each (the A/B switch).
 FEW_CALLS_UDF = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_UDF', '1') != '0']
+# ``BUCKETED`` shuffles put shard b in partition b % parallelism
+# (``_Parts.shard_target``); False: Spark's hash of the shard (the A/B switch).
+BALANCED_SHARDS = [True]
 
 
 class _JvmUdfs:
@@ -314,8 +362,9 @@ class SparkEngine:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
         if how == e.BUCKETED:
-            return data.repartition(self._parallelism, parts.bucket
-                                    ).sortWithinPartitions(parts.bucket, parts.key, parts.tag)
+            target = (parts.shard_target(self._parallelism)
+                      if BALANCED_SHARDS[0] else parts.bucket)
+            return data.repartition(self._parallelism, target).sortWithinPartitions(parts.bucket, parts.key, parts.tag)
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input

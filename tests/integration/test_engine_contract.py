@@ -9,6 +9,7 @@ where it does not.
 from __future__ import annotations
 
 import collections
+import itertools
 
 import pyarrow as pa
 import pytest
@@ -155,6 +156,27 @@ def test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted(engine)
         seen.update({bucket_of(k) for _, k, _ in part if k is not None})
     assert all(n == 1 for n in seen.values()), seen
     assert len(seen) > 10
+
+
+def test_shuffle_bucketed_shares_the_shards_out_evenly(engine):
+    """Shard b goes to partition b % parallelism (up to the partitions'
+    order): every partition gets the same number of shards. Spark's hash of
+    the shard number had put 27 of the 64 in one of two partitions."""
+    from beam_spark_inproc.worker.streaming import STATE_BUCKETS
+    from beam_spark_inproc.worker.streaming import bucket_of
+    keys, shards = [], set()
+    for i in itertools.count():
+        key = b'k%d' % i
+        if bucket_of(key) not in shards:
+            shards.add(bucket_of(key))
+            keys.append(key)
+        if len(shards) == STATE_BUCKETS:
+            break
+    parts = partitions(engine, engine.shuffle(
+        engine.rows([(0, k, b'') for k in keys]), e.BUCKETED))
+    residues = [{bucket_of(k) % PARALLELISM for _, k, _ in part} for part in parts]
+    assert sorted(r for rs in residues for r in rs) == list(range(PARALLELISM))
+    assert all(len(rs) == 1 for rs in residues), residues
 
 
 def test_rows_from_the_driver_and_uncache(engine):
