@@ -21,10 +21,12 @@ Primitives:
   by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
   (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
-  (hash of the key's shard, ``worker.streaming.bucket_of`` with the default
-  ``STATE_BUCKETS``, sorted by shard, key, tag; rows without a key first: a
-  streaming keyed stage's input, each shard, so each of its state buckets,
-  wholly in one partition);
+  (the key's shard, ``worker.streaming.bucket_of`` with the default
+  ``STATE_BUCKETS``: shard b in partition b % parallelism; sorted by shard,
+  key, tag, then the row's input partition and position in it; rows without a
+  key first: a streaming keyed stage's input, each shard, so each of its
+  state buckets, wholly in one partition, and a key's rows in their input
+  order, whichever executor they come from);
 * ``cache(data)``: computed once however often it is read; ``uncache(data)``
   frees it (a stream caches per micro-batch);
 * ``collect(data, elements)``: (element data, control data) on the driver; with

@@ -163,6 +163,11 @@ FEW_CALLS_UDF = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_UDF', '1') != '0']
 # ``BUCKETED`` shuffles put shard b in partition b % parallelism
 # (``_Parts.shard_target``); False: Spark's hash of the shard (the A/B switch).
 BALANCED_SHARDS = [True]
+# ``BUCKETED`` shuffles sort each key's rows by their input partition and
+# position (a stream's driver rows spread over partitions reach a stateful
+# DoFn in the event's order); False: by (shard, key, tag) only (A/B switch).
+ORDERED_BUCKETED = [True]
+_ORDER = '_beam_order'
 
 
 class _JvmUdfs:
@@ -364,7 +369,18 @@ class SparkEngine:
         if how == e.BUCKETED:
             target = (parts.shard_target(self._parallelism)
                       if BALANCED_SHARDS[0] else parts.bucket)
-            return data.repartition(self._parallelism, target).sortWithinPartitions(parts.bucket, parts.key, parts.tag)
+            if not ORDERED_BUCKETED[0]:
+                return data.repartition(self._parallelism, target
+                                        ).sortWithinPartitions(
+                    parts.bucket, parts.key, parts.tag)
+            # A key's rows from several input partitions in the partitions'
+            # order, each partition's in its own order: the ordinal is the
+            # input partition's index, then the row's (taken before the
+            # exchange), whatever order the blocks are fetched in.
+            return data.withColumn(_ORDER, self._f.monotonically_increasing_id()
+                                   ).repartition(self._parallelism, target
+                                   ).sortWithinPartitions(
+                parts.bucket, parts.key, parts.tag, _ORDER).drop(_ORDER)
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input

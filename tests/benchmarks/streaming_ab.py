@@ -17,7 +17,13 @@ Spark's workers with the stage):
 * ``aside``: ``session12`` with the TestStream's elements beside the proto;
 * ``session13``: ``on`` with PySpark's ``pandas_udf`` for every new task's
   UDF (``spark.engine.FEW_CALLS_UDF = False``: ~30 Py4J calls a UDF; a
-  stream's keyed stage makes one every micro-batch).
+  stream's keyed stage makes one every micro-batch), and without session
+  14's two changes below;
+* ``s13end``: the end of session 13: ``on`` with a ``BUCKETED`` shuffle by
+  Spark's hash of the shard (``spark.engine.BALANCED_SHARDS = False``) and a
+  stateful pipeline's driver rows in one partition
+  (``loop.STATEFUL_SPREAD = spark.engine.ORDERED_BUCKETED = False``);
+* ``balanced``: ``s13end`` with the shards shared out evenly (session 14).
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``).
@@ -48,18 +54,23 @@ from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
 # (integer windows, default-trigger panes, TestStream elements aside,
-# prefetch at the job, a UDF in few Py4J calls)
-VARIANTS = {'off': (False, False, True, True, True),
-            'windows': (True, False, True, True, True),
-            'on': (True, True, True, True, True),
-            'session12': (True, True, False, False, False),
-            'aside': (True, True, True, False, False),
-            'session13': (True, True, True, True, False)}
+# prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
+# a stateful pipeline's driver rows spread with the ordered shuffle)
+VARIANTS = {'off': (False, False, True, True, True, True, True),
+            'windows': (True, False, True, True, True, True, True),
+            'on': (True, True, True, True, True, True, True),
+            'session12': (True, True, False, False, False, False, False),
+            'aside': (True, True, True, False, False, False, False),
+            'session13': (True, True, True, True, False, False, False),
+            's13end': (True, True, True, True, True, False, False),
+            'balanced': (True, True, True, True, True, True, False)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
-     loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0]) = VARIANTS[variant]
+     loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
+     spark_engine.BALANCED_SHARDS[0], spread) = VARIANTS[variant]
+    loop.STATEFUL_SPREAD = spark_engine.ORDERED_BUCKETED[0] = spread
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
 
 

@@ -1,8 +1,8 @@
 """A large TestStream micro-batch runs as one task per core
 (``--spark_stream_spread_kb``, ``StreamingExecutor._driver_rows``): the same
 panes and state as Beam's BundleBasedDirectRunner, and the stage after the
-source ran as that many bundles (one with the option at 0, or with a stateful
-DoFn in the pipeline); TestStream events encoded ahead (``prefetch``) are the
+source ran as that many bundles (one with the option at 0); a stateful DoFn
+gets each key's elements in the event's order; TestStream events encoded ahead (``prefetch``) are the
 same rows."""
 from __future__ import annotations
 
@@ -62,17 +62,26 @@ def windowed_sum(p):
 
 
 class _RunningCount(beam.DoFn):
+    """A count per key, and an output for each of the big event's elements
+    that comes after a later one of its key (none on the DirectRunner)."""
     COUNT = userstate.ReadModifyWriteStateSpec('count', beam.coders.VarIntCoder())
+    LAST = userstate.ReadModifyWriteStateSpec('last', beam.coders.VarIntCoder())
 
-    def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
+    def process(self, kv, count=beam.DoFn.StateParam(COUNT),
+                last=beam.DoFn.StateParam(LAST)):
         n = (count.read() or 0) + 1
         count.write(n)
         if kv[1] < 0:  # the small events' (a key's order within one is free)
             yield kv[0], n
+            return
+        if kv[1] < (last.read() or 0):
+            yield kv[0], 'out of order'
+        last.write(kv[1])
 
 
 def stateful(p):
-    """A count per key in state, across the big micro-batch's two tasks."""
+    """A count per key in state, across the big micro-batch's two tasks:
+    each key's elements in the event's order."""
     return _source(p) | beam.ParDo(_RunningCount())
 
 
@@ -82,10 +91,10 @@ def bundles(result) -> int:
     return counter.committed
 
 
-@pytest.mark.parametrize('build, parts', [(windowed_sum, 2), (stateful, 1)],
+@pytest.mark.parametrize('build', [windowed_sum, stateful],
                          ids=['windowed_sum', 'stateful'])
-def test_a_large_event_spreads_over_the_cores(build, parts):
-    """Spread unless a stateful DoFn reads the stream (it then gets each
+def test_a_large_event_spreads_over_the_cores(build):
+    """Spread, a stateful DoFn in the pipeline or not (it still gets each
     key's elements in the event's order, as on the DirectRunner)."""
     expected = oracle.direct(build)
     assert len(expected) >= 3
@@ -94,16 +103,18 @@ def test_a_large_event_spreads_over_the_cores(build, parts):
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags,
                       results=results) == expected
     # The big event as one bundle per part, then the three small ones.
-    assert bundles(results[0]) == parts + 3
+    assert bundles(results[0]) == 2 + 3
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags[:3], '0',
                       results=results) == expected
     assert bundles(results[1]) == 1 + 3
 
 
-def test_a_large_event_spreads_over_the_cores_on_spark(spark):
+@pytest.mark.parametrize('build', [windowed_sum, stateful],
+                         ids=['windowed_sum', 'stateful'])
+def test_a_large_event_spreads_over_the_cores_on_spark(spark, build):
     results = []
-    expected = oracle.direct(windowed_sum)
-    assert oracle.run(windowed_sum, InProcessSparkRunner(spark=spark),
+    expected = oracle.direct(build)
+    assert oracle.run(build, InProcessSparkRunner(spark=spark),
                       '--spark_parallelism', '2', '--spark_stream_spread_kb',
                       '16', results=results) == expected
     assert bundles(results[0]) == 2 + 3

@@ -80,6 +80,9 @@ _LOGGER = logging.getLogger(__name__)
 # one's last job starts (``StreamingExecutor.prefetch``); False: encoded only,
 # from the start of this micro-batch (session 10; for A/B).
 PREFETCH_AT_JOB = True
+# A pipeline with a stateful DoFn spreads its driver rows as any other
+# (``StreamingExecutor.__init__``); False: one partition (for A/B).
+STATEFUL_SPREAD = True
 
 
 class StreamingExecutor:
@@ -121,12 +124,13 @@ class StreamingExecutor:
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
-        # With a stateful DoFn the driver's rows stay whole: each key's
-        # elements reach it in its TestStream event's order (as on Beam's
-        # BundleBasedDirectRunner), and spreading a micro-batch made the
-        # stateful benchmark slower (its source stage is light, its keyed
-        # stage got a row per key and part; docs/performance.md).
-        self._rows_spread = (1, 0) if any(
+        # The driver's rows are spread with a stateful DoFn too: each part
+        # holds consecutive rows, and a ``BUCKETED`` shuffle keeps a key's
+        # rows in the order of their input partitions and positions, so each
+        # key's elements still reach it in its TestStream event's order (as on
+        # Beam's BundleBasedDirectRunner). ``STATEFUL_SPREAD`` False: whole
+        # (before session 14).
+        self._rows_spread = (1, 0) if not STATEFUL_SPREAD and any(
             s.stateful for s in plan.stages) else spread
         # A TestStream's Python events when its element events are beside
         # the plan (``test_stream.elements_aside``; None: in the plan).
