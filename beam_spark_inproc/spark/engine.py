@@ -70,6 +70,9 @@ class _Parts:
         # are a multiple of the shards, each bucket in one shard).
         self.bucket = (f.crc32(self.key) % STATE_BUCKETS).cast('int')
         self._shard_targets: dict[int, object] = {}
+        # A row's input partition and position (``SparkEngine.shuffle``).
+        self.ordinal = f.monotonically_increasing_id()
+        self.order = f.col(_ORDER)
         self._keep: dict[tuple[int, bool], object] = {}
         self._retag: dict[int, object] = {}
         self._impulse = self._empty = None
@@ -377,10 +380,9 @@ class SparkEngine:
             # order, each partition's in its own order: the ordinal is the
             # input partition's index, then the row's (taken before the
             # exchange), whatever order the blocks are fetched in.
-            return data.withColumn(_ORDER, self._f.monotonically_increasing_id()
-                                   ).repartition(self._parallelism, target
-                                   ).sortWithinPartitions(
-                parts.bucket, parts.key, parts.tag, _ORDER).drop(_ORDER)
+            return data.withColumn(_ORDER, parts.ordinal).repartition(
+                self._parallelism, target).sortWithinPartitions(
+                parts.bucket, parts.key, parts.tag, parts.order).drop(_ORDER)
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input

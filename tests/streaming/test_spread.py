@@ -1,8 +1,9 @@
 """A large TestStream micro-batch runs as one task per core
 (``--spark_stream_spread_kb``, ``StreamingExecutor._driver_rows``): the same
 panes and state as Beam's BundleBasedDirectRunner, and the stage after the
-source ran as that many bundles (one with the option at 0); a stateful DoFn
-gets each key's elements in the event's order; TestStream events encoded ahead (``prefetch``) are the
+source ran as that many bundles (one with the option at 0, or with a stateful
+DoFn in the pipeline unless ``loop.STATEFUL_SPREAD``); a stateful DoFn gets
+each key's elements in the event's order either way; TestStream events encoded ahead (``prefetch``) are the
 same rows."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.execution.streaming import loop
 from tests.streaming import oracle
 
 # 6,000 elements (~25 bytes each encoded, ~150 KB) in one element event.
@@ -91,11 +93,16 @@ def bundles(result) -> int:
     return counter.committed
 
 
-@pytest.mark.parametrize('build', [windowed_sum, stateful],
-                         ids=['windowed_sum', 'stateful'])
-def test_a_large_event_spreads_over_the_cores(build):
-    """Spread, a stateful DoFn in the pipeline or not (it still gets each
-    key's elements in the event's order, as on the DirectRunner)."""
+@pytest.mark.parametrize('build, stateful_spread, parts',
+                         [(windowed_sum, False, 2), (stateful, False, 1),
+                          (stateful, True, 2)],
+                         ids=['windowed_sum', 'stateful', 'stateful_spread'])
+def test_a_large_event_spreads_over_the_cores(build, stateful_spread, parts,
+                                              monkeypatch):
+    """Spread unless a stateful DoFn reads the stream (``STATEFUL_SPREAD``
+    off by default); spread or not, it gets each key's elements in the
+    event's order, as on the DirectRunner."""
+    monkeypatch.setattr(loop, 'STATEFUL_SPREAD', stateful_spread)
     expected = oracle.direct(build)
     assert len(expected) >= 3
     results = []
@@ -103,15 +110,17 @@ def test_a_large_event_spreads_over_the_cores(build):
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags,
                       results=results) == expected
     # The big event as one bundle per part, then the three small ones.
-    assert bundles(results[0]) == 2 + 3
+    assert bundles(results[0]) == parts + 3
     assert oracle.run(build, InProcessSparkRunner(debug=True), *flags[:3], '0',
                       results=results) == expected
     assert bundles(results[1]) == 1 + 3
 
 
 @pytest.mark.parametrize('build', [windowed_sum, stateful],
-                         ids=['windowed_sum', 'stateful'])
-def test_a_large_event_spreads_over_the_cores_on_spark(spark, build):
+                         ids=['windowed_sum', 'stateful_spread'])
+def test_a_large_event_spreads_over_the_cores_on_spark(spark, build,
+                                                       monkeypatch):
+    monkeypatch.setattr(loop, 'STATEFUL_SPREAD', True)
     results = []
     expected = oracle.direct(build)
     assert oracle.run(build, InProcessSparkRunner(spark=spark),

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -81,8 +82,12 @@ _LOGGER = logging.getLogger(__name__)
 # from the start of this micro-batch (session 10; for A/B).
 PREFETCH_AT_JOB = True
 # A pipeline with a stateful DoFn spreads its driver rows as any other
-# (``StreamingExecutor.__init__``); False: one partition (for A/B).
-STATEFUL_SPREAD = True
+# (``StreamingExecutor.__init__``; each key's elements still in order, the
+# ``BUCKETED`` shuffle sorting them by input partition and position). Off:
+# the stateful benchmark's CPU rose ~15% with it (a second source task a
+# micro-batch, a row per key and part), with no gain in wall time shown
+# on a loaded machine (docs/performance.md, session 14).
+STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '0') == '1'
 
 
 class StreamingExecutor:
@@ -124,12 +129,12 @@ class StreamingExecutor:
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
-        # The driver's rows are spread with a stateful DoFn too: each part
-        # holds consecutive rows, and a ``BUCKETED`` shuffle keeps a key's
-        # rows in the order of their input partitions and positions, so each
-        # key's elements still reach it in its TestStream event's order (as on
-        # Beam's BundleBasedDirectRunner). ``STATEFUL_SPREAD`` False: whole
-        # (before session 14).
+        # With a stateful DoFn the driver's rows stay whole unless
+        # ``STATEFUL_SPREAD``: then each part holds consecutive rows, and a
+        # ``BUCKETED`` shuffle keeps a key's rows in the order of their input
+        # partitions and positions, so each key's elements still reach the
+        # DoFn in its TestStream event's order (as on Beam's
+        # BundleBasedDirectRunner).
         self._rows_spread = (1, 0) if not STATEFUL_SPREAD and any(
             s.stateful for s in plan.stages) else spread
         # A TestStream's Python events when its element events are beside
