@@ -20,10 +20,12 @@ Spark's workers with the stage):
   stream's keyed stage makes one every micro-batch), and without session
   14's two changes below;
 * ``s13end``: the end of session 13: ``on`` with a ``BUCKETED`` shuffle by
-  Spark's hash of the shard (``spark.engine.BALANCED_SHARDS = False``) and a
-  stateful pipeline's driver rows in one partition
-  (``loop.STATEFUL_SPREAD = spark.engine.ORDERED_BUCKETED = False``);
-* ``balanced``: ``s13end`` with the shards shared out evenly (session 14).
+  Spark's hash of the shard (``spark.engine.BALANCED_SHARDS = False``),
+  sorted without the rows' input position
+  (``spark.engine.ORDERED_BUCKETED = False``);
+* ``balanced``: ``s13end`` with the shards shared out evenly (session 14);
+* ``spread``: ``on`` with a stateful pipeline's driver rows spread over the
+  cores (``loop.STATEFUL_SPREAD``, off by default).
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``).
@@ -55,22 +57,24 @@ from tests.benchmarks.run import Sampler
 
 # (integer windows, default-trigger panes, TestStream elements aside,
 # prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
-# a stateful pipeline's driver rows spread with the ordered shuffle)
-VARIANTS = {'off': (False, False, True, True, True, True, True),
-            'windows': (True, False, True, True, True, True, True),
-            'on': (True, True, True, True, True, True, True),
-            'session12': (True, True, False, False, False, False, False),
-            'aside': (True, True, True, False, False, False, False),
-            'session13': (True, True, True, True, False, False, False),
-            's13end': (True, True, True, True, True, False, False),
-            'balanced': (True, True, True, True, True, True, False)}
+# the BUCKETED shuffle ordered by input position, a stateful pipeline's
+# driver rows spread)
+VARIANTS = {'off': (False, False, True, True, True, True, True, False),
+            'windows': (True, False, True, True, True, True, True, False),
+            'on': (True, True, True, True, True, True, True, False),
+            'session12': (True, True, False, False, False, False, False, False),
+            'aside': (True, True, True, False, False, False, False, False),
+            'session13': (True, True, True, True, False, False, False, False),
+            's13end': (True, True, True, True, True, False, False, False),
+            'balanced': (True, True, True, True, True, True, False, False),
+            'spread': (True, True, True, True, True, True, True, True)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
      loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
-     spark_engine.BALANCED_SHARDS[0], spread) = VARIANTS[variant]
-    loop.STATEFUL_SPREAD = spark_engine.ORDERED_BUCKETED[0] = spread
+     spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
+     loop.STATEFUL_SPREAD) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
 
 
