@@ -40,6 +40,7 @@ pipeline has neither a WindowInto nor a GroupByKey: its A/B shows the noise.
     PYSPARK_PYTHON=$(which python) python -m tests.benchmarks.streaming_ab \\
         [--events 20] [--per-event 20000] [--keys 1000] [--rounds 3] \\
         [--engines spark,debug] [--variants off,on] [--pipelines ...]
+        [--py4j] [--event-log DIR]
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ import argparse
 import os
 import statistics
 import threading
+import time
 
 from beam_spark_inproc.execution.streaming import loop
 from beam_spark_inproc.execution.streaming import test_stream
@@ -106,6 +108,39 @@ class _Py4jCalls:
         self.all = self.loop = 0
 
 
+def _tasks(folder: str, since_ms: int) -> str:
+    """From the newest Spark event log in ``folder`` (uncompressed), the
+    tasks launched since ``since_ms``: per stage of several tasks, the
+    shuffle records its tasks read (the last such stage's) and their run
+    times; the sums of each such stage's longest and shortest task and of
+    the one-task stages' (the critical path when every task has a core)."""
+    import glob
+    import json
+    logs = sorted(glob.glob(os.path.join(folder, '*', 'events_*')),
+                  key=os.path.getmtime)
+    stages: dict[int, list] = {}
+    with open(logs[-1]) as f:
+        for line in f:
+            event = json.loads(line)
+            if (event['Event'] != 'SparkListenerTaskEnd'
+                    or event['Task Info']['Launch Time'] < since_ms):
+                continue
+            metrics = event['Task Metrics']
+            stages.setdefault(event['Stage ID'], []).append((
+                event['Task Info']['Index'],
+                metrics.get('Shuffle Read Metrics', {}).get('Total Records Read', 0),
+                metrics['Executor Run Time']))
+    many = [sorted(t) for t in stages.values() if len(t) > 1]
+    records = next((tuple(r for _, r, _ in t) for t in reversed(many)
+                    if sum(r for _, r, _ in t) > 100), ())
+    longest = sum(max(ms for _, _, ms in t) for t in many) / 1000
+    shortest = sum(min(ms for _, _, ms in t) for t in many) / 1000
+    single = sum(t[0][2] for t in stages.values() if len(t) == 1) / 1000
+    return (f'; tasks of several-task stages: records {records}, longest '
+            f'summed {longest:.2f} s, shortest {shortest:.2f} s; one-task '
+            f'stages {single:.2f} s')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument('--events', type=int, default=20)
@@ -117,7 +152,16 @@ def main() -> None:
     parser.add_argument('--pipelines', default=','.join(streaming.PIPELINES))
     parser.add_argument('--py4j', action='store_true',
                         help='count Py4J calls per micro-batch')
+    parser.add_argument('--event-log', default='',
+                        help='a folder for Spark event logs: print per run the '
+                        'keyed tasks\' records and the stages\' task times')
     args = parser.parse_args()
+    flags: list[str] = []
+    if args.event_log:
+        os.makedirs(args.event_log, exist_ok=True)
+        flags = ['--spark_conf', 'spark.eventLog.enabled=true',
+                 '--spark_conf', f'spark.eventLog.dir={args.event_log}',
+                 '--spark_conf', 'spark.eventLog.compress=false']
     streaming._instrument()
     calls = _Py4jCalls() if args.py4j else None
     engines = [e for e in args.engines.split(',') if e]
@@ -130,22 +174,25 @@ def main() -> None:
         for engine in engines:
             for variant in variants:
                 _switch(variant)
-                streaming.run_one(name, engine, warm)
+                streaming.run_one(name, engine, warm, flags=flags)
             for _ in range(args.rounds):
                 for variant in variants:
                     _switch(variant)
                     if engine == 'spark':  # Python workers idle for a minute end
-                        streaming.run_one(name, engine, warm)
+                        streaming.run_one(name, engine, warm, flags=flags)
                     if calls is not None:
                         calls.reset()
+                    since = int(time.time() * 1000)
                     with Sampler(interval=0.5) as sampler:
-                        f = streaming.run_one(name, engine, args)
+                        f = streaming.run_one(name, engine, args, flags=flags)
                     cpu = sampler.cpu_seconds()
                     batches = f.get('micro-batches') or 1
                     py4j = ('' if calls is None or engine != 'spark' else
                             f'; Py4J calls per micro-batch {calls.all / batches:.1f} '
                             f'(loop thread {calls.loop / batches:.1f}), driver CPU '
                             f'per micro-batch {cpu.get("driver", 0) / batches * 1000:.0f} ms')
+                    if args.event_log and engine == 'spark':
+                        py4j += _tasks(args.event_log, since)
                     results.setdefault((name, engine, variant), []).append(
                         (f['seconds'], f['throughput'], sum(cpu.values())))
                     print(f'{name:15s} {engine:5s} {variant:7s}: '
