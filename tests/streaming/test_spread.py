@@ -3,8 +3,8 @@
 panes and state as Beam's BundleBasedDirectRunner, and the stage after the
 source ran as that many bundles (one with the option at 0, or with a stateful
 DoFn in the pipeline unless ``loop.STATEFUL_SPREAD``); a stateful DoFn gets
-each key's elements in the event's order either way; TestStream events encoded ahead (``prefetch``) are the
-same rows."""
+each key's elements in the event's order either way; TestStream events
+encoded ahead (``prefetch``) are the same rows."""
 from __future__ import annotations
 
 import apache_beam as beam
