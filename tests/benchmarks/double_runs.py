@@ -14,7 +14,8 @@ pipeline runs on Spark (``local[2]``, small data off; in batch also on) under
 ``--orders`` stage orders: Beam orders independent branches by set iteration
 (the hash seed), so the stages are shuffled (seeded) before ``sort_stages``
 (as ``tests/streaming/test_on_spark.py`` forces one order). Prints, per
-pipeline and engine, OK or DIFF with the reference and each distinct result
+pipeline and engine, OK or DIFF with the reference (SAME: no reference,
+every order gave one result whose counters are its files: check by hand) and each distinct result
 (counters, files) with the orders that gave it.
 """
 from __future__ import annotations
@@ -237,8 +238,13 @@ def main() -> None:
     original = list(phases.PHASES)
     for name in args.pipelines:
         build = globals()[name]
-        reference = _run(build, BundleBasedDirectRunner() if streaming
-                         else FnApiRunner(), streaming)[1]
+        try:
+            reference = _run(build, BundleBasedDirectRunner() if streaming
+                             else FnApiRunner(), streaming)[1]
+        except Exception as error:  # noqa: BLE001 - e.g. BundleBasedDirect-
+            # Runner has no splittable DoFn in a stream: check by hand
+            print(f'(no reference for {name}: {str(error)[:100]})')
+            reference = None
         for engine, flags in engines:
             start, seen = time.time(), collections.defaultdict(list)
             try:
@@ -248,8 +254,14 @@ def main() -> None:
                                    streaming, flags))].append(order)
             finally:
                 phases.PHASES[:] = original
-            ok = list(seen) == [repr((reference, reference))]
-            print(f'{"OK  " if ok else "DIFF"} {name:22} {engine:12} '
+            if reference is None:  # SAME: one result, counters as files
+                one = [eval(r) for r in seen]  # noqa: S307 - our own repr
+                ok = 'SAME' if len(one) == 1 and one[0][0] == one[0][1] \
+                    else 'DIFF'
+            else:
+                ok = ('OK  ' if list(seen) == [repr((reference, reference))]
+                      else 'DIFF')
+            print(f'{ok} {name:22} {engine:12} '
                   f'{time.time() - start:5.1f} s  reference {reference}; '
                   f'(counters, files): orders {dict(seen)}', flush=True)
     shutil.rmtree(FOLDER, ignore_errors=True)
