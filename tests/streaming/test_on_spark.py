@@ -41,8 +41,9 @@ def test_a_leaf_keyed_stage_run_early_is_not_run_again(spark, monkeypatch,
     """A keyed stage nothing reads, run in a micro-batch's earlier job (a
     later keyed stage waited for another one in that job), is not run again
     by the micro-batch's last job: its counter and the other branch's panes
-    as on BundleBasedDirectRunner (on Spark the leaf ran twice: the counter
-    doubled; the cause of a rare failure of Beam's
+    as on BundleBasedDirectRunner (before the fix the counter doubled on
+    both engines: on Spark the leaf ran twice, on the debug engine its
+    reports were taken twice; the cause of a rare failure of Beam's
     ``test_multiple_outputs_with_watermark_advancement`` here, whose
     ``assert_that`` matcher saw its panes twice). Beam's stage order among
     independent branches follows set iteration (the hash seed): the leaf's

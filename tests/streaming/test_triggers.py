@@ -110,13 +110,15 @@ def combine_per_key(p):
 
 
 def leaf_grouping_beside_a_cascade(p):
-    """Two branches of two GroupByKeys each; the first branch's second
+    """Two branches of two GroupByKeys each. When the first branch's second
     grouping (its stage a leaf: it only counts its panes in a counter) is
     built before the second branch's first grouping, which the second
-    branch's second grouping then waits for (the stage order follows the
-    labels): one job runs both, and the micro-batch's last job, which runs
-    the leaves, must not run the first branch's leaf again (on Spark it did:
-    the counter doubled, as any side effect of that stage)."""
+    branch's second grouping then waits for, one job runs both, and the
+    micro-batch's last job, which runs the leaves, must not run the first
+    branch's leaf again (before the fix the counter doubled: on Spark the
+    leaf ran twice, on the debug engine its reports were taken twice). That
+    order is one of those Beam's fusion gives by set iteration (the hash
+    seed); ``test_on_spark`` forces it."""
     stream = (TestStream()
               .add_elements([('a', 1), ('b', 2), ('a', 12)])
               .advance_watermark_to_infinity())
