@@ -36,6 +36,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import attempts
+from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
@@ -106,6 +107,9 @@ class StageTask:
     # collected to the driver whole (``execution.executor``); small data in
     # the driver (``spark.small``) then limits its run there by time only.
     collected: bool = False
+    # Freeze what a Spark Python worker keeps between tasks out of the garbage
+    # collector's way (``worker.gc_epochs``); the driver's switch when made.
+    gc_freeze: bool = dataclasses.field(default_factory=gc_epochs.enabled)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -294,6 +298,14 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
+    gc_epochs.EPOCHS.task_started(task.gc_freeze)
+    try:
+        yield from _run_task(task, batches)
+    finally:
+        gc_epochs.EPOCHS.task_finished()
+
+
+def _run_task(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     times = profiling.task_times(task.stage.name)
     if times is not None:
         batches = _counted(batches, times)

@@ -25,7 +25,10 @@ Spark's workers with the stage):
   (``spark.engine.ORDERED_BUCKETED = False``);
 * ``balanced``: ``s13end`` with the shards shared out evenly (session 14);
 * ``spread``: ``on`` with a stateful pipeline's driver rows spread over the
-  cores (``loop.STATEFUL_SPREAD``, off by default).
+  cores (``loop.STATEFUL_SPREAD``, off by default);
+* ``s14end``: the end of session 14: ``on`` without session 15's frozen
+  objects in the Python workers (``BEAM_SPARK_INPROC_GC_FREEZE=0``,
+  ``worker.gc_epochs``: PySpark's full garbage collection after every task).
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``).
@@ -54,30 +57,35 @@ from beam_spark_inproc.execution.streaming import loop
 from beam_spark_inproc.execution.streaming import test_stream
 from beam_spark_inproc.planning import planner
 from beam_spark_inproc.spark import engine as spark_engine
+from beam_spark_inproc.worker import gc_epochs
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
 # (integer windows, default-trigger panes, TestStream elements aside,
 # prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
 # the BUCKETED shuffle ordered by input position, a stateful pipeline's
-# driver rows spread)
-VARIANTS = {'off': (False, False, True, True, True, True, True, False),
-            'windows': (True, False, True, True, True, True, True, False),
-            'on': (True, True, True, True, True, True, True, False),
-            'session12': (True, True, False, False, False, False, False, False),
-            'aside': (True, True, True, False, False, False, False, False),
-            'session13': (True, True, True, True, False, False, False, False),
-            's13end': (True, True, True, True, True, False, False, False),
-            'balanced': (True, True, True, True, True, True, False, False),
-            'spread': (True, True, True, True, True, True, True, True)}
+# driver rows spread, the workers' objects frozen between tasks)
+VARIANTS = {'off': (False, False, True, True, True, True, True, False, True),
+            'windows': (True, False, True, True, True, True, True, False, True),
+            'on': (True, True, True, True, True, True, True, False, True),
+            'session12': (True, True, False, False, False, False, False, False,
+                          False),
+            'aside': (True, True, True, False, False, False, False, False, False),
+            'session13': (True, True, True, True, False, False, False, False,
+                          False),
+            's13end': (True, True, True, True, True, False, False, False, False),
+            'balanced': (True, True, True, True, True, True, False, False, False),
+            'spread': (True, True, True, True, True, True, True, True, True),
+            's14end': (True, True, True, True, True, True, True, False, False)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
      loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
      spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
-     loop.STATEFUL_SPREAD) = VARIANTS[variant]
+     loop.STATEFUL_SPREAD, freeze) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
+    os.environ[gc_epochs.ENV] = '1' if freeze else '0'
 
 
 class _Py4jCalls:
