@@ -8,10 +8,12 @@ long-lived worker does not keep every pipeline it ever ran.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import pickle
 import threading
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners import pipeline_context
@@ -19,6 +21,7 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import FNAPI_
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import sdk_worker
+from apache_beam.runners.worker import statesampler
 from apache_beam.runners.worker.statecache import StateCache
 
 from beam_spark_inproc.planning import plan as p
@@ -37,6 +40,41 @@ from beam_spark_inproc.worker.streaming import StreamingGroupAlsoByWindow
 # a stateful stage's time; state here is in-process already, and side inputs
 # are cached per bundle by the DoFn runner: no cache.
 _STATE_CACHE_BYTES = 0
+
+# Beam's state sampler (the ``*_msecs`` execution-time metrics) runs a thread
+# per bundle that sleeps up to ``sampling_period_ms`` (Beam's default 200) at
+# a time, and the bundle's end joins it: a bundle of a second or more waited
+# ~130 ms for it, one of 0.1-0.3 s (a micro-batch's) 10-30 ms, on the
+# critical path of its task. A shorter period ends the wait sooner (and
+# samples finer); the thread sleeps without the GIL. The driver's setting
+# (``BEAM_SPARK_INPROC_SAMPLING_MS``) travels with the task
+# (``StageTask.sampling_ms``); 0 keeps Beam's default.
+SAMPLING_MS_ENV = 'BEAM_SPARK_INPROC_SAMPLING_MS'
+SAMPLING_MS = 5
+
+
+def sampling_ms() -> int:
+    """The driver's sampling period for the workers' bundles (0: Beam's)."""
+    return int(os.environ.get(SAMPLING_MS_ENV, SAMPLING_MS))
+
+
+@contextlib.contextmanager
+def _sampling_period(ms: int) -> Iterator[None]:
+    """BundleProcessors built inside the block sample every ``ms`` at most."""
+    if not ms:
+        yield
+        return
+    original = statesampler.StateSampler
+
+    class StateSampler(original):  # type: ignore[misc, valid-type]
+        def __init__(self, prefix, counter_factory, sampling_period_ms=ms):
+            super().__init__(prefix, counter_factory, sampling_period_ms)
+
+    statesampler.StateSampler = StateSampler
+    try:
+        yield
+    finally:
+        statesampler.StateSampler = original
 
 
 @dataclasses.dataclass
@@ -79,7 +117,8 @@ def _build(task) -> Entry:
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), grouped_values)
     factory = ChannelFactory()
-    with collect_contexts() as contexts:
+    with collect_contexts() as contexts, _sampling_period(
+            getattr(task, 'sampling_ms', 0)):
         processor = bundle_processor.BundleProcessor(
             FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
     timer_queue = TimerQueue(stage, {

@@ -110,6 +110,9 @@ class StageTask:
     # Freeze what a Spark Python worker keeps between tasks out of the garbage
     # collector's way (``worker.gc_epochs``); the driver's switch when made.
     gc_freeze: bool = dataclasses.field(default_factory=gc_epochs.enabled)
+    # The longest sleep of Beam's state sampler thread, which a bundle's end
+    # waits for (``processors.SAMPLING_MS``); 0: Beam's default.
+    sampling_ms: int = dataclasses.field(default_factory=processors.sampling_ms)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)

@@ -28,7 +28,10 @@ Spark's workers with the stage):
   cores (``loop.STATEFUL_SPREAD``, off by default);
 * ``s14end``: the end of session 14: ``on`` without session 15's frozen
   objects in the Python workers (``BEAM_SPARK_INPROC_GC_FREEZE=0``,
-  ``worker.gc_epochs``: PySpark's full garbage collection after every task).
+  ``worker.gc_epochs``: PySpark's full garbage collection after every task)
+  and with Beam's 200 ms state sampler period (``BEAM_SPARK_INPROC_SAMPLING_MS=0``,
+  ``worker.processors.SAMPLING_MS``: a bundle's end waits for the sampler);
+* ``freeze``: ``s14end`` with the frozen objects (``on`` but the sampler).
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``).
@@ -58,34 +61,41 @@ from beam_spark_inproc.execution.streaming import test_stream
 from beam_spark_inproc.planning import planner
 from beam_spark_inproc.spark import engine as spark_engine
 from beam_spark_inproc.worker import gc_epochs
+from beam_spark_inproc.worker import processors
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
 # (integer windows, default-trigger panes, TestStream elements aside,
 # prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
 # the BUCKETED shuffle ordered by input position, a stateful pipeline's
-# driver rows spread, the workers' objects frozen between tasks)
-VARIANTS = {'off': (False, False, True, True, True, True, True, False, True),
-            'windows': (True, False, True, True, True, True, True, False, True),
-            'on': (True, True, True, True, True, True, True, False, True),
+# driver rows spread, the workers' objects frozen between tasks, the
+# longest sleep of Beam's state sampler in ms, 0 for Beam's 200)
+VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5),
+            'windows': (True, False, True, True, True, True, True, False, True, 5),
+            'on': (True, True, True, True, True, True, True, False, True, 5),
             'session12': (True, True, False, False, False, False, False, False,
-                          False),
-            'aside': (True, True, True, False, False, False, False, False, False),
+                          False, 0),
+            'aside': (True, True, True, False, False, False, False, False, False,
+                      0),
             'session13': (True, True, True, True, False, False, False, False,
-                          False),
-            's13end': (True, True, True, True, True, False, False, False, False),
-            'balanced': (True, True, True, True, True, True, False, False, False),
-            'spread': (True, True, True, True, True, True, True, True, True),
-            's14end': (True, True, True, True, True, True, True, False, False)}
+                          False, 0),
+            's13end': (True, True, True, True, True, False, False, False, False,
+                       0),
+            'balanced': (True, True, True, True, True, True, False, False, False,
+                         0),
+            'spread': (True, True, True, True, True, True, True, True, True, 5),
+            's14end': (True, True, True, True, True, True, True, False, False, 0),
+            'freeze': (True, True, True, True, True, True, True, False, True, 0)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
      loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
      spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
-     loop.STATEFUL_SPREAD, freeze) = VARIANTS[variant]
+     loop.STATEFUL_SPREAD, freeze, sampling) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
     os.environ[gc_epochs.ENV] = '1' if freeze else '0'
+    os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
 
 
 class _Py4jCalls:
