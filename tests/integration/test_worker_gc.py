@@ -1,0 +1,42 @@
+"""Inside Spark's Python workers: the objects kept between tasks are frozen out
+of PySpark's garbage collection after every task (``worker.gc_epochs``), and
+bundles sample at the runner's state-sampler period
+(``worker.processors.SAMPLING_MS``); both off with their switches.
+
+The unit tests (``tests/unit/test_gc_epochs.py``) check the policy; this checks
+that a real worker is recognized as one forked by PySpark's daemon.
+"""
+from __future__ import annotations
+
+import gc
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.worker import statesampler
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.worker import gc_epochs
+from beam_spark_inproc.worker import processors
+from tests.integration.outputs import run_to_lines
+
+
+class _Probe(beam.DoFn):
+    def process(self, element):
+        yield (element, gc_epochs.forked_by_pyspark_daemon(),
+               gc.get_freeze_count() > 0,
+               statesampler.get_current_tracker().sampling_period_ms)
+
+
+@pytest.mark.parametrize('on', [True, False])
+def test_workers_freeze_and_sample_as_the_task_says(spark, tmp_path,
+                                                    monkeypatch, on):
+    if not on:
+        monkeypatch.setenv(gc_epochs.ENV, '0')
+        monkeypatch.setenv(processors.SAMPLING_MS_ENV, '0')
+    lines = run_to_lines(
+        InProcessSparkRunner(spark=spark),
+        lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
+                   | beam.ParDo(_Probe())),
+        str(tmp_path / 'out'))
+    period = processors.SAMPLING_MS if on else 200
+    assert lines == [repr((i, True, on, period)) for i in range(4)]
