@@ -608,7 +608,7 @@ BENCHMARKS = {b.name: b for b in (
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
            'inproc_packed', 'inproc_noinitsplit', 'inproc_handover1',
            'inproc_split1', 'inproc_beamtext', 'inproc_sidespark',
-           'inproc_split5', 'direct',
+           'inproc_split5', 'inproc_s14end', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -630,6 +630,8 @@ ENGINE_TITLES = {
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'inproc_beamtext': "this runner, ReadFromText by Beam's record loop",
     'inproc_sidespark': 'this runner, side-input stages with the usual limits',
+    'inproc_s14end': "this runner, PySpark's full gc after every task, Beam's "
+                     "200 ms state sampler (session 14)",
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -798,7 +800,8 @@ class Harness:
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
                        'inproc_noinitsplit', 'inproc_handover1',
-                       'inproc_beamtext', 'inproc_sidespark') or
+                       'inproc_beamtext', 'inproc_sidespark',
+                       'inproc_s14end') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -844,6 +847,14 @@ class Harness:
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0
+        # A/B of session 15's Python-worker changes: PySpark's full garbage
+        # collection after every task (``worker.gc_epochs`` off) and Beam's
+        # 200 ms state sampler period (``worker.processors.SAMPLING_MS``).
+        switches = {'BEAM_SPARK_INPROC_GC_FREEZE': '0',
+                    'BEAM_SPARK_INPROC_SAMPLING_MS': '0'}
+        saved = {k: os.environ.get(k) for k in switches}
+        if engine == 'inproc_s14end':
+            os.environ.update(switches)
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -855,6 +866,11 @@ class Harness:
             small.MAX_HANDOVERS = handovers
             planner.FAST_TEXT = True
             small.COLLECTED_SECONDS = collected_seconds
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
