@@ -95,6 +95,11 @@ class Entry:
 
 
 _lock = threading.Lock()
+# Building a processor swaps two of Beam's module attributes for the time of the
+# build (``collect_contexts``, ``_sampling_period``): builds in one process
+# (the driver's debug engine or small data, two pipelines in two threads) take
+# turns, so neither sees the other's swap nor puts back the wrong original.
+_build_lock = threading.Lock()
 _idle: dict[tuple[str, str], list[Entry]] = {}
 _job: Optional[str] = None
 
@@ -117,7 +122,7 @@ def _build(task) -> Entry:
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), grouped_values)
     factory = ChannelFactory()
-    with collect_contexts() as contexts, _sampling_period(
+    with _build_lock, collect_contexts() as contexts, _sampling_period(
             getattr(task, 'sampling_ms', 0)):
         processor = bundle_processor.BundleProcessor(
             FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
