@@ -145,8 +145,10 @@ class LocalEngine:
     def uncache(self, data: Partitions) -> None:
         pass
 
-    def collect(self, data: Partitions, elements: bool = True
-                ) -> tuple[list[bytes], list[bytes]]:
+    def collect(self, data: Partitions, elements: bool = True,
+                started=None) -> tuple[list[bytes], list[bytes]]:
+        if started is not None:  # already computed: nothing to wait for
+            started()
         chunks, control = [], []
         for partition in data:
             for tag, _, chunk in partition_rows(partition):

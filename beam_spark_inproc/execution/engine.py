@@ -29,8 +29,9 @@ Primitives:
   order, whichever executor they come from);
 * ``cache(data)``: computed once however often it is read; ``uncache(data)``
   frees it (a stream caches per micro-batch);
-* ``collect(data, elements)``: (element data, control data) on the driver; with
-  ``elements=False`` only the control rows travel (the leaves' job);
+* ``collect(data, elements, started)``: (element data, control data) on the
+  driver; with ``elements=False`` only the control rows travel (the leaves'
+  job); ``started`` (if given) is called once, just before the action runs;
 * ``side_input(entries, folder=None)``: what a task carries for a side input's
   state entries (the entries, or a file they were shipped as; with ``folder``,
   a stream's folder the workers read, a large side input is written there as a
@@ -55,7 +56,7 @@ Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
 """
 from __future__ import annotations
 
-from typing import Any, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 GROUP = 'group'
 KEYED = 'keyed'
@@ -73,7 +74,8 @@ class Engine(Protocol):
     def shuffle(self, data: Any, how: str) -> Any: ...
     def cache(self, data: Any) -> Any: ...
     def uncache(self, data: Any) -> None: ...
-    def collect(self, data: Any, elements: bool = True
+    def collect(self, data: Any, elements: bool = True,
+                started: Callable[[], None] | None = None
                 ) -> tuple[list[bytes], list[bytes]]: ...
     def side_input(self, entries: tuple, folder: str | None = None) -> Any: ...
     def spread_restrictions(self, data: Any, stage: Any, ways: int

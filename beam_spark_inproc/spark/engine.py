@@ -171,6 +171,12 @@ BALANCED_SHARDS = [True]
 # DoFn in the event's order); False: by (shard, key, tag) only (A/B switch).
 ORDERED_BUCKETED = [True]
 _ORDER = '_beam_order'
+# ``SparkEngine.job`` inside an enclosing ``job`` of the same thread (a
+# stream's loop holds its tag for the whole stream) sets only the
+# description, the previous one known in Python; ``collect(elements=False)``
+# takes the control rows' columns without a ``select`` (2 Datasets fewer to
+# analyse); False: session 14's calls (the A/B switch).
+FEW_CALLS_JOB = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_JOB', '1') != '0']
 
 
 class _JvmUdfs:
@@ -400,15 +406,28 @@ class SparkEngine:
         data.unpersist()
         self._cached = [d for d in self._cached if d is not data]
 
-    def collect(self, data, elements: bool = True
+    def collect(self, data, elements: bool = True, started=None
                 ) -> tuple[list[bytes], list[bytes]]:
         """(element data, control data) of a result, on the driver; with
-        ``elements=False`` only the control rows leave the executors."""
+        ``elements=False`` only the control rows leave the executors.
+        ``started`` is called once the action's DataFrame is built, just
+        before it runs (a stream starts its next micro-batch's prefetch
+        there: its Python work no longer slows this job's building)."""
         parts = self._parts
         if not elements:
-            table = data.filter(parts.is_control).select(parts.data).toArrow()
+            control = data.filter(parts.is_control)
+            if not FEW_CALLS_JOB[0]:
+                control = control.select(parts.data)
+            elif started is not None and not self._connect:
+                return [], self._control_rows(control, started)
+            if started is not None:
+                started()
+            table = control.toArrow()
             return [], table.column(DATA).to_pylist()
-        table = data.select(parts.tag, parts.data).toArrow()
+        selected = data.select(parts.tag, parts.data)
+        if started is not None:
+            started()
+        table = selected.toArrow()
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(),
                               table.column(DATA).to_pylist()):
@@ -418,32 +437,71 @@ class SparkEngine:
                 chunks.append(chunk)
         return chunks, control
 
+    @staticmethod
+    def _control_rows(control, started) -> list[bytes]:
+        """``control.toArrow()``'s data column (classic-only), with
+        ``started`` called once the job runs: PySpark's ``toArrow`` asks the
+        JVM for the schema and two confs and sets the call site first (a
+        prefetch started before them made each reply wait for the GIL);
+        here the action itself (``collectAsArrowToPython``, the job starting
+        when its socket is connected), then the batches as ``toArrow`` reads
+        them (``ArrowCollectSerializer``: in partition order)."""
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+        from pyspark.util import _load_from_socket
+        port, secret, server = control._jdf.collectAsArrowToPython()
+        try:
+            with _load_from_socket((port, secret),
+                                   ArrowCollectSerializer()) as batches:
+                started()
+                return [value for batch in batches
+                        for value in batch.column(DATA).to_pylist()]
+        finally:
+            with unwrap_spark_exception():
+                server.getResult()  # the job's failure, as ``toArrow`` raises it
+
     @contextlib.contextmanager
     def job(self, tag: str, description: str):
         """Spark jobs started inside carry the pipeline's tag (for
         ``SparkSession.interruptTag``) and the Beam description: as the job
         description on classic Spark, as a second tag over Connect (whose
-        server sets descriptions itself)."""
+        server sets descriptions itself); an empty description leaves the
+        description alone (a stream's loop holds its tag for the whole
+        stream, each micro-batch's ``job`` then sets only the description)."""
         tags = [tag]
-        if self._connect:
+        if self._connect and description:
             tags.append(description.replace(',', ';')[:200])
         # Spark's tags are the thread's: those an enclosing ``job`` of this
         # thread added stay (the runner's own, unique per run: no need to
         # ask the JVM for the thread's tags, a few Py4J round trips a job).
-        held = self._thread_tags.__dict__.setdefault('tags', set())
+        local = self._thread_tags.__dict__
+        held = local.setdefault('tags', set())
         added = [t for t in tags if t not in held]
         for t in added:
             self._session.addTag(t)
             held.add(t)
         context, previous = None, None
-        if not self._connect:
+        # The descriptions enclosing ``job``s of this thread set, innermost
+        # last: the one to put back is known without asking the JVM.
+        descriptions = local.setdefault('descriptions', [])
+        described = pushed = False
+        if not self._connect and (description or FEW_CALLS_JOB[0]):
             context = self._session.sparkContext  # classic-only: job descriptions
-            previous = context.getLocalProperty('spark.job.description')
-            context.setJobDescription(description)
+            if descriptions and FEW_CALLS_JOB[0]:
+                previous = descriptions[-1]
+            else:
+                previous = context.getLocalProperty('spark.job.description')
+            described = bool(description)
+            if described:
+                context.setJobDescription(description)
+            descriptions.append(description if described else previous)
+            pushed = True
         try:
             yield
         finally:
-            if context is not None:
+            if pushed:
+                descriptions.pop()
+            if described:
                 context.setLocalProperty('spark.job.description', previous)
             for t in added:
                 held.discard(t)

@@ -274,9 +274,9 @@ class SmallDataEngine:
         partitions, balanced = spread
         return Local(partitions, kept=True), balanced
 
-    def collect(self, data, elements: bool = True):
+    def collect(self, data, elements: bool = True, started=None):
         if isinstance(data, Local):
-            return self._local.collect(data.partitions, elements)
+            return self._local.collect(data.partitions, elements, started)
         if self._settings is not None:
             self._exit.enter_context(self._settings())
             self._settings = None
@@ -284,7 +284,7 @@ class SmallDataEngine:
         with contextlib.ExitStack() as jobs:
             for tag, description in self._jobs:
                 jobs.enter_context(self._spark.job(tag, description))
-            return self._spark.collect(data, elements)
+            return self._spark.collect(data, elements, started)
 
     def side_input(self, entries: tuple, folder: str | None = None):
         if sum(len(k) + len(v) for k, v in entries) <= self._max_bytes:

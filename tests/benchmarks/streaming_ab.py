@@ -31,7 +31,13 @@ Spark's workers with the stage):
   ``worker.gc_epochs``: PySpark's full garbage collection after every task)
   and with Beam's 200 ms state sampler period (``BEAM_SPARK_INPROC_SAMPLING_MS=0``,
   ``worker.processors.SAMPLING_MS``: a bundle's end waits for the sampler);
-* ``freeze``: ``s14end`` with the frozen objects (``on`` but the sampler).
+* ``freeze``: ``s14end`` with the frozen objects (``on`` but the sampler);
+* ``driver14``: ``on`` with the driver's calls around a micro-batch's last
+  job as at the end of session 14: the next micro-batch's prefetch started
+  before the job's tags and query are made, the job tag added and removed
+  per job (``loop.QUIET_JOB_START = False``), the job description read from
+  the JVM per job and a ``select`` in the leaves' collect
+  (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``).
@@ -69,30 +75,40 @@ from tests.benchmarks.run import Sampler
 # prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
 # the BUCKETED shuffle ordered by input position, a stateful pipeline's
 # driver rows spread, the workers' objects frozen between tasks, the
-# longest sleep of Beam's state sampler in ms, 0 for Beam's 200)
-VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5),
-            'windows': (True, False, True, True, True, True, True, False, True, 5),
-            'on': (True, True, True, True, True, True, True, False, True, 5),
+# longest sleep of Beam's state sampler in ms, 0 for Beam's 200; the
+# driver's quiet job start and few calls a job, session 15)
+VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
+                    True, True),
+            'windows': (True, False, True, True, True, True, True, False, True, 5,
+                        True, True),
+            'on': (True, True, True, True, True, True, True, False, True, 5,
+                   True, True),
             'session12': (True, True, False, False, False, False, False, False,
-                          False, 0),
+                          False, 0, False, False),
             'aside': (True, True, True, False, False, False, False, False, False,
-                      0),
+                      0, False, False),
             'session13': (True, True, True, True, False, False, False, False,
-                          False, 0),
+                          False, 0, False, False),
             's13end': (True, True, True, True, True, False, False, False, False,
-                       0),
+                       0, False, False),
             'balanced': (True, True, True, True, True, True, False, False, False,
-                         0),
-            'spread': (True, True, True, True, True, True, True, True, True, 5),
-            's14end': (True, True, True, True, True, True, True, False, False, 0),
-            'freeze': (True, True, True, True, True, True, True, False, True, 0)}
+                         0, False, False),
+            'spread': (True, True, True, True, True, True, True, True, True, 5,
+                       True, True),
+            's14end': (True, True, True, True, True, True, True, False, False, 0,
+                       False, False),
+            'freeze': (True, True, True, True, True, True, True, False, True, 0,
+                       True, True),
+            'driver14': (True, True, True, True, True, True, True, False, True, 5,
+                         False, False)}
 
 
 def _switch(variant: str) -> None:
     (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
      loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
      spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
-     loop.STATEFUL_SPREAD, freeze, sampling) = VARIANTS[variant]
+     loop.STATEFUL_SPREAD, freeze, sampling, loop.QUIET_JOB_START,
+     spark_engine.FEW_CALLS_JOB[0]) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
     os.environ[gc_epochs.ENV] = '1' if freeze else '0'
     os.environ[processors.SAMPLING_MS_ENV] = str(sampling)

@@ -81,6 +81,14 @@ _LOGGER = logging.getLogger(__name__)
 # one's last job starts (``StreamingExecutor.prefetch``); False: encoded only,
 # from the start of this micro-batch (session 10; for A/B).
 PREFETCH_AT_JOB = True
+# With ``PREFETCH_AT_JOB``: the prefetch starts once the last job's
+# DataFrames are built and its action is about to run (``engine.collect``'s
+# ``started``), not before the job's tags and query are made: the prefetch
+# thread's Python work had made each of those Py4J replies wait for the GIL
+# (~30 ms a micro-batch). And the stream's job tag is set on the loop's
+# thread once for the whole stream (``run``), not per job. False: session
+# 14's (for A/B).
+QUIET_JOB_START = os.environ.get('BEAM_SPARK_INPROC_QUIET_JOB_START', '1') != '0'
 # A pipeline with a stateful DoFn spreads its driver rows as any other
 # (``StreamingExecutor.__init__``; each key's elements still in order, the
 # ``BUCKETED`` shuffle sorting them by input partition and position). Off:
@@ -208,7 +216,12 @@ class StreamingExecutor:
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
         try:
-            self._loop()
+            if QUIET_JOB_START:  # each micro-batch's ``_job`` then only
+                # describes its jobs; the tag stays on this thread
+                with self.engine.job(self._tag, ''):
+                    self._loop()
+            else:
+                self._loop()
         finally:
             for source in self.sources.values():
                 source.close()
@@ -315,10 +328,15 @@ class StreamingExecutor:
                     index, stage))
             self._produced[index] = self._maybe_cache(index, result)
             ran = True
+        prefetch = None
         if self.prefetch and PREFETCH_AT_JOB:  # the next micro-batch's
-            for source in self.sources.values():
-                source.prefetch(self._coalesce, self._driver_rows)
-        self._harvest(final=True)
+            def prefetch():
+                for source in self.sources.values():
+                    source.prefetch(self._coalesce, self._driver_rows)
+            if not QUIET_JOB_START:
+                prefetch()
+                prefetch = None
+        self._harvest(final=True, started=prefetch)
         for index in range(len(self.plan.stages)):
             self._settle(index)
         self._impulse_done = True
@@ -484,9 +502,13 @@ class StreamingExecutor:
                 else:
                     self._reports.append(decoded)
 
+    @property
+    def _tag(self) -> str:
+        return 'beam-pipeline-' + self.job_id[:8]
+
     @contextlib.contextmanager
     def _job(self):
-        with self.engine.job('beam-pipeline-' + self.job_id[:8],
+        with self.engine.job(self._tag,
                              f'Beam stream {self.job_id[:8]} micro-batch '
                              f'{self.micro_batch}'):
             yield
@@ -565,10 +587,12 @@ class StreamingExecutor:
         return True
 
     # -- running ----------------------------------------------------------
-    def _harvest(self, final: bool) -> None:
+    def _harvest(self, final: bool,
+                 started: Callable[[], None] | None = None) -> None:
         """One job: runs the pending keyed stages (and, if ``final``, the
         leaves); takes their control rows: bundles' reports and the state
-        buckets' new summaries and files."""
+        buckets' new summaries and files. ``started``: called when the job
+        is about to run (at once if there is none)."""
         datas = [self._produced[i] for i in self._pending]
         if final:  # a leaf already run (an earlier harvest, a splittable
             # stage's job) is not run again: its side effects, its reports
@@ -578,8 +602,11 @@ class StreamingExecutor:
         if datas:
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             with self._job():
-                _, control = self.engine.collect(data, elements=False)
+                _, control = self.engine.collect(data, elements=False,
+                                                 started=started)
             self._take(control)
+        elif started is not None:
+            started()
         names = {s.name: i for i, s in enumerate(self.plan.stages)}
         updated = set()
         for decoded in self._state_reports:
