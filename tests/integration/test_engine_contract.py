@@ -235,6 +235,58 @@ def test_job_is_a_context(engine):
         assert engine.collect(engine.impulse())[0] == [ENCODED_IMPULSE_VALUE]
 
 
+class Fail:
+    def __call__(self, batches):
+        for _ in batches:
+            raise ValueError('the task failed on purpose')
+        yield from ()
+
+
+def test_collect_calls_started_once_and_a_failed_job_raises(engine):
+    """A stream starts its next micro-batch's prefetch in ``started``: once
+    per collect, before the rows come back; a task's failure still reaches
+    the driver (Spark: the leaves' control rows without ``toArrow``)."""
+    calls = []
+    assert engine.collect(source(engine), elements=False,
+                          started=lambda: calls.append('control')) == (
+        [], [b'report'])
+    chunks, control = engine.collect(source(engine),
+                                     started=lambda: calls.append('all'))
+    assert (len(chunks), control) == (len(ROWS) - 1, [b'report'])
+    assert calls == ['control', 'all']
+    with pytest.raises(Exception, match='the task failed on purpose'):
+        engine.collect(engine.map_stage(engine.impulse(), Fail()),
+                       elements=False, started=lambda: None)
+
+
+def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
+    """A stream's loop holds its tag for the whole stream (``job(tag, '')``)
+    and describes each micro-batch's job inside: the description put back
+    is the one before, known without asking the JVM (classic Spark)."""
+    from beam_spark_inproc.spark.engine import SparkEngine
+    engine = SparkEngine(spark, PARALLELISM, 'contract')
+    context = spark.sparkContext
+    context.setJobDescription('a user\'s own')
+    try:
+        with engine.job('beam-pipeline-nested', ''):
+            assert context.getLocalProperty('spark.job.description') == \
+                'a user\'s own'
+            for n in range(2):
+                with engine.job('beam-pipeline-nested', f'micro-batch {n}'):
+                    assert context.getLocalProperty(
+                        'spark.job.description') == f'micro-batch {n}'
+                    assert 'beam-pipeline-nested' in spark.getTags()
+                assert context.getLocalProperty('spark.job.description') == \
+                    'a user\'s own'
+                assert 'beam-pipeline-nested' in spark.getTags()
+        assert 'beam-pipeline-nested' not in spark.getTags()
+        assert context.getLocalProperty('spark.job.description') == \
+            'a user\'s own'
+    finally:
+        context.setLocalProperty('spark.job.description', None)
+        engine.release()
+
+
 
 # --- Spark interop primitives (runner-native stages) -------------------------
 

@@ -165,6 +165,37 @@ def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
     assert sorted(r[0] for r in records) == list(range(test_sources._TOTAL))
 
 
+def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
+    """The next micro-batch's rows are made in the prefetch thread, started
+    by the last job's ``engine.collect`` (``started``) or at once when a
+    micro-batch runs no job: every element event after the first comes made
+    (never started: none would, and the loop would make them itself), and
+    the panes are the DirectRunner's."""
+    from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
+    taken = []
+    take = TestStreamSource.take_made
+
+    def recorded(source):
+        made = take(source)
+        taken.append(made is not None)
+        return made
+    monkeypatch.setattr(TestStreamSource, 'take_made', recorded)
+
+    def build(p):
+        stream = TestStream()
+        for i in range(4):
+            stream = stream.add_elements(
+                [window.TimestampedValue((f'k{j % 3}', j), i) for j in range(5)]
+            ).advance_watermark_to(i + 1)
+        return (p | stream.advance_watermark_to_infinity()
+                | beam.WindowInto(window.FixedWindows(1))
+                | beam.CombinePerKey(sum))
+    expected = oracle.direct(build)
+    taken.clear()
+    assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
+    assert taken[1:] == [True] * 3, taken
+
+
 def test_user_failure_names_the_transform_and_spark_stays_usable(spark):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
