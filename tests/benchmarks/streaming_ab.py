@@ -40,7 +40,10 @@ Spark's workers with the stage):
   (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
-of the thread running the micro-batches (``--py4j``).
+of the thread running the micro-batches (``--py4j``); and the loop thread's
+timeline (``--timeline``): per micro-batch after the first, the medians of
+the time before the first job's collect (building), in collects (the jobs),
+after the last one (the commit), and the loop thread's own CPU.
 
 The benchmark pipelines of ``streaming.py`` run on each engine asked for, each
 variant in turn per round (after a warm-up of each), and print per run the
@@ -142,6 +145,54 @@ class _Py4jCalls:
         self.all = self.loop = 0
 
 
+class _Timeline:
+    """Marks of the loop thread per micro-batch: start, first collect,
+    time in collects, end of the last collect, end; its thread CPU."""
+
+    def __init__(self) -> None:
+        self.marks: list[dict] = []
+        run = loop.StreamingExecutor._run_micro_batch
+        collect = spark_engine.SparkEngine.collect
+        current: dict = {}
+        marks = self.marks
+
+        def timed(executor, source_rows):
+            current.clear()
+            current.update(start=time.perf_counter(), cpu=time.thread_time(),
+                           collect=0.0)
+            try:
+                return run(executor, source_rows)
+            finally:
+                current['end'] = time.perf_counter()
+                current['cpu'] = time.thread_time() - current['cpu']
+                marks.append(dict(current))
+        loop.StreamingExecutor._run_micro_batch = timed
+
+        def collected(engine, data, elements=True, started=None):
+            at = time.perf_counter()
+            current.setdefault('first', at)
+            try:
+                return collect(engine, data, elements, started)
+            finally:
+                current['last'] = time.perf_counter()
+                current['collect'] += current['last'] - at
+        spark_engine.SparkEngine.collect = collected
+
+    def summary(self) -> str:
+        marks = [m for m in self.marks if 'first' in m][1:]
+        self.marks.clear()
+        if not marks:
+            return ''
+
+        def ms(values) -> float:
+            return statistics.median(values) * 1000
+        return (f'; per micro-batch (medians) {ms([m["end"] - m["start"] for m in marks]):.0f} ms: '
+                f'before the job {ms([m["first"] - m["start"] for m in marks]):.0f}, '
+                f'jobs {ms([m["collect"] for m in marks]):.0f}, '
+                f'after {ms([m["end"] - m["last"] for m in marks]):.0f}, '
+                f'loop thread CPU {ms([m["cpu"] for m in marks]):.0f}')
+
+
 def _tasks(folder: str, since_ms: int) -> str:
     """From the newest Spark event log in ``folder`` (uncompressed), the
     tasks launched since ``since_ms``: per stage of several tasks, the
@@ -186,6 +237,9 @@ def main() -> None:
     parser.add_argument('--pipelines', default=','.join(streaming.PIPELINES))
     parser.add_argument('--py4j', action='store_true',
                         help='count Py4J calls per micro-batch')
+    parser.add_argument('--timeline', action='store_true',
+                        help='per run, the loop thread\'s time a micro-batch '
+                        'before, in and after its jobs')
     parser.add_argument('--event-log', default='',
                         help='a folder for Spark event logs: print per run the '
                         'keyed tasks\' records and the stages\' task times')
@@ -198,6 +252,7 @@ def main() -> None:
                  '--spark_conf', 'spark.eventLog.compress=false']
     streaming._instrument()
     calls = _Py4jCalls() if args.py4j else None
+    timeline = _Timeline() if args.timeline else None
     engines = [e for e in args.engines.split(',') if e]
     variants = [v for v in args.variants.split(',') if v]
     warm = argparse.Namespace(events=2, per_event=2_000, keys=2)
@@ -216,6 +271,8 @@ def main() -> None:
                         streaming.run_one(name, engine, warm, flags=flags)
                     if calls is not None:
                         calls.reset()
+                    if timeline is not None:
+                        timeline.marks.clear()
                     since = int(time.time() * 1000)
                     with Sampler(interval=0.5) as sampler:
                         f = streaming.run_one(name, engine, args, flags=flags)
@@ -227,6 +284,8 @@ def main() -> None:
                             f'per micro-batch {cpu.get("driver", 0) / batches * 1000:.0f} ms')
                     if args.event_log and engine == 'spark':
                         py4j += _tasks(args.event_log, since)
+                    if timeline is not None and engine == 'spark':
+                        py4j += timeline.summary()
                     results.setdefault((name, engine, variant), []).append(
                         (f['seconds'], f['throughput'], sum(cpu.values())))
                     print(f'{name:15s} {engine:5s} {variant:7s}: '
