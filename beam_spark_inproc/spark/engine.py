@@ -177,6 +177,9 @@ _ORDER = '_beam_order'
 # takes the control rows' columns without a ``select`` (2 Datasets fewer to
 # analyse); False: session 14's calls (the A/B switch).
 FEW_CALLS_JOB = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_JOB', '1') != '0']
+# ``SparkEngine._control_rows`` (classic-only) uses PySpark's private API as
+# PySpark 4.3 has it; turned off for the process if it is not there.
+_FAST_COLLECT = [True]
 
 
 class _JvmUdfs:
@@ -418,8 +421,16 @@ class SparkEngine:
             control = data.filter(parts.is_control)
             if not FEW_CALLS_JOB[0]:
                 control = control.select(parts.data)
-            elif started is not None and not self._connect:
-                return [], self._control_rows(control, started)
+            elif started is not None and not self._connect and _FAST_COLLECT[0]:
+                try:
+                    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+                    from pyspark.util import _load_from_socket
+                except ImportError:  # PySpark's internals differ: toArrow
+                    _FAST_COLLECT[0] = False
+                else:
+                    return [], self._control_rows(
+                        control, started, _load_from_socket,
+                        ArrowCollectSerializer)
             if started is not None:
                 started()
             table = control.toArrow()
@@ -438,7 +449,8 @@ class SparkEngine:
         return chunks, control
 
     @staticmethod
-    def _control_rows(control, started) -> list[bytes]:
+    def _control_rows(control, started, load_from_socket,
+                      serializer) -> list[bytes]:
         """``control.toArrow()``'s data column (classic-only), with
         ``started`` called once the job runs: PySpark's ``toArrow`` asks the
         JVM for the schema and two confs and sets the call site first (a
@@ -447,12 +459,9 @@ class SparkEngine:
         when its socket is connected), then the batches as ``toArrow`` reads
         them (``ArrowCollectSerializer``: in partition order)."""
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
-        from pyspark.sql.pandas.serializers import ArrowCollectSerializer
-        from pyspark.util import _load_from_socket
         port, secret, server = control._jdf.collectAsArrowToPython()
         try:
-            with _load_from_socket((port, secret),
-                                   ArrowCollectSerializer()) as batches:
+            with load_from_socket((port, secret), serializer()) as batches:
                 started()
                 return [value for batch in batches
                         for value in batch.column(DATA).to_pylist()]

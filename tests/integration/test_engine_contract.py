@@ -259,6 +259,24 @@ def test_collect_calls_started_once_and_a_failed_job_raises(engine):
                        elements=False, started=lambda: None)
 
 
+def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
+    """Without PySpark's private collect API (``_load_from_socket``) the
+    leaves' control rows come by ``toArrow``, ``started`` still called once."""
+    import pyspark.util
+    from beam_spark_inproc.spark import engine as spark_engine
+    monkeypatch.delattr(pyspark.util, '_load_from_socket')
+    monkeypatch.setattr(spark_engine, '_FAST_COLLECT', [True])
+    engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
+    calls = []
+    try:
+        assert engine.collect(source(engine), elements=False,
+                              started=lambda: calls.append(1)) == ([], [b'report'])
+    finally:
+        engine.release()
+    assert calls == [1]
+    assert spark_engine._FAST_COLLECT == [False]
+
+
 def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
     """A stream's loop holds its tag for the whole stream (``job(tag, '')``)
     and describes each micro-batch's job inside: the description put back
