@@ -461,13 +461,18 @@ class SparkEngine:
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
         port, secret, server = control._jdf.collectAsArrowToPython()
         try:
-            with load_from_socket((port, secret), serializer()) as batches:
+            with load_from_socket((port, secret), serializer()) as stream:
                 started()
-                return [value for batch in batches
-                        for value in batch.column(DATA).to_pylist()]
+                batches = list(stream)
         finally:
             with unwrap_spark_exception():
                 server.getResult()  # the job's failure, as ``toArrow`` raises it
+        if batches and isinstance(batches[-1], list):
+            # older PySpark: the batches as they came, then their order
+            order = batches.pop()
+            batches = [batches[i] for i in order]
+        return [value for batch in batches
+                for value in batch.column(DATA).to_pylist()]
 
     @contextlib.contextmanager
     def job(self, tag: str, description: str):

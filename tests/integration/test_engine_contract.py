@@ -277,6 +277,32 @@ def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
     assert spark_engine._FAST_COLLECT == [False]
 
 
+def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
+    """Older PySpark's collect serializer yields the batches as they came and
+    then their order (4.3's yields them in order): the control rows are the
+    same either way."""
+    import pyspark.sql.pandas.serializers as serializers
+    from beam_spark_inproc.spark import engine as spark_engine
+    current = serializers.ArrowCollectSerializer
+
+    class OlderProtocol(current):
+        def load_stream(self, stream):
+            batches = list(super().load_stream(stream))
+            yield from reversed(batches)
+            yield list(reversed(range(len(batches))))
+
+    engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
+    data = engine.union([source(engine), source(engine)])
+    try:
+        expected = engine.collect(data, elements=False, started=lambda: None)
+        monkeypatch.setattr(serializers, 'ArrowCollectSerializer', OlderProtocol)
+        assert engine.collect(data, elements=False,
+                              started=lambda: None) == expected == (
+            [], [b'report', b'report'])
+    finally:
+        engine.release()
+
+
 def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
     """A stream's loop holds its tag for the whole stream (``job(tag, '')``)
     and describes each micro-batch's job inside: the description put back
