@@ -297,9 +297,9 @@ def runtime_settings(session, streaming: bool = False) -> dict:
     values = lambda: {k: session.conf.get(k, None) for k in keys}  # noqa: E731
     original, collect, seen = values(), SparkEngine.collect, []
 
-    def spying(self, data, elements=True):
+    def spying(self, data, elements=True, started=None):
         seen.append(values())
-        return collect(self, data, elements)
+        return collect(self, data, elements, started)
 
     try:
         for key, value in USER_SETTINGS.items():

@@ -56,9 +56,9 @@ def test_settings_named_in_spark_conf_are_left_alone(spark, monkeypatch):
     from beam_spark_inproc.spark.engine import SparkEngine
     collect = SparkEngine.collect
 
-    def spying(self, data, elements=True):
+    def spying(self, data, elements=True, started=None):
         seen.append(spark.conf.get(key))
-        return collect(self, data, elements)
+        return collect(self, data, elements, started)
 
     monkeypatch.setattr(SparkEngine, 'collect', spying)
     try:
