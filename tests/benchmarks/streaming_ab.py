@@ -25,7 +25,8 @@ Spark's workers with the stage):
   (``spark.engine.ORDERED_BUCKETED = False``);
 * ``balanced``: ``s13end`` with the shards shared out evenly (session 14);
 * ``spread``: ``on`` with a stateful pipeline's driver rows spread over the
-  cores (``loop.STATEFUL_SPREAD``, off by default);
+  cores (``loop.STATEFUL_SPREAD``; on by default since session 15,
+  so ``on`` turns it off and ``spread`` is the default);
 * ``s14end``: the end of session 14: ``on`` without session 15's frozen
   objects in the Python workers (``BEAM_SPARK_INPROC_GC_FREEZE=0``,
   ``worker.gc_epochs``: PySpark's full garbage collection after every task)

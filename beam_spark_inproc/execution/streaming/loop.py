@@ -91,11 +91,12 @@ PREFETCH_AT_JOB = True
 QUIET_JOB_START = os.environ.get('BEAM_SPARK_INPROC_QUIET_JOB_START', '1') != '0'
 # A pipeline with a stateful DoFn spreads its driver rows as any other
 # (``StreamingExecutor.__init__``; each key's elements still in order, the
-# ``BUCKETED`` shuffle sorting them by input partition and position). Off:
-# the stateful benchmark's CPU rose ~15% with it (a second source task a
-# micro-batch, a row per key and part), with no gain in wall time shown
-# on a loaded machine (docs/performance.md, session 14).
-STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '0') == '1'
+# ``BUCKETED`` shuffle sorting them by input partition and position). On
+# since session 15: with the workers' fixed cost per task gone, the source
+# stage's one core was on the critical path (stateful benchmark +8% on the
+# quiet machine, CPU +3%; under load it cost more than it gained, session
+# 14; docs/performance.md). ``BEAM_SPARK_INPROC_STATEFUL_SPREAD=0``: whole.
+STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '1') != '0'
 
 
 class StreamingExecutor:
