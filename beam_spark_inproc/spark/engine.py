@@ -177,8 +177,9 @@ _ORDER = '_beam_order'
 # takes the control rows' columns without a ``select`` (2 Datasets fewer to
 # analyse); False: session 14's calls (the A/B switch).
 FEW_CALLS_JOB = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_JOB', '1') != '0']
-# ``SparkEngine._control_rows`` (classic-only) uses PySpark's private API as
-# PySpark 4.3 has it; turned off for the process if it is not there.
+# ``SparkEngine._control_rows`` (classic-only) uses PySpark's private collect
+# API (reading both of its stream protocols: batches in order, or as they came
+# followed by their order); turned off for the process if it is not there.
 _FAST_COLLECT = [True]
 
 
