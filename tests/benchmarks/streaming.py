@@ -23,7 +23,15 @@ buffered GroupByKey state), and the state bytes it wrote.
 
     python tests/benchmarks/streaming.py [--events 20] [--per-event 20000]
         [--keys 1000] [--debug] [--overhead-keys 0,10000,1000000]
-        [--spread-kb 256,0]
+        [--spread-kb 256,0] [--warm-runs 0]
+
+Before the timed runs, this runner runs each pipeline on a tiny stream (2 x 10)
+to start Spark's session and Python workers. ``--warm-runs N`` adds N untimed
+runs of the full-size stream on Spark first: the driver JVM's JIT compiler
+(C1) is still compiling Spark's hot paths through the first few full-size runs
+(the JVM's CPU a run falls from ~4.4 to ~2.4 s over 4 runs of 20 x 20,000,
+docs/performance.md, session 16), which a stream that runs for hours has long
+paid. The BundleBasedDirectRunner, pure Python, has nothing to warm.
 """
 from __future__ import annotations
 
@@ -210,10 +218,15 @@ def main() -> None:
                         'in one run (default: the option\'s default)')
     parser.add_argument('--overhead-keys', default='0,10000,1000000',
                         help='keys of state for the overhead part ("" to skip)')
+    parser.add_argument('--warm-runs', type=int, default=0,
+                        help='untimed full-size runs of each pipeline on Spark '
+                        'before the timed ones (the JVM\'s JIT warm-up)')
     args = parser.parse_args()
     _instrument()
     print(f'load average {os.getloadavg()}; {args.events} events x '
-          f'{args.per_event} elements, {args.keys} keys')
+          f'{args.per_event} elements, {args.keys} keys'
+          + (f'; {args.warm_runs} full-size warm-up runs a pipeline on Spark'
+             if args.warm_runs else ''))
     spreads = args.spread_kb.split(',')
     runners = [('direct', '')] + [
         (r, kb) for r in ['spark'] + (['debug'] if args.debug else [])
@@ -222,6 +235,9 @@ def main() -> None:
     warm = argparse.Namespace(events=2, per_event=10, keys=2)
     for name in PIPELINES:
         run_one(name, 'spark', warm)
+    for _ in range(args.warm_runs):
+        for name in [n for n in args.pipelines.split(',') if n]:
+            run_one(name, 'spark', args)
     for name in [n for n in args.pipelines.split(',') if n]:
         base = None
         for runner_name, kb in runners:
