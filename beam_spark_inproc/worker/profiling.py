@@ -109,6 +109,31 @@ def summarize(directory: str) -> dict:
 # slow-down (``tests/benchmarks/attribution.py`` reads them).
 TASK_TIMES_ENV = 'BEAM_SPARK_INPROC_TASK_TIMES'
 _last_task_end: dict = {}
+# The garbage collector's work in this process (task timing only): per
+# generation the collections and their CPU seconds, counted by a callback
+# installed with the first ``TaskTimes``.
+_gc_totals: dict = {}
+
+
+def _gc_callback(phase: str, info: dict) -> None:
+    if phase == 'start':
+        _gc_totals['_start'] = time.process_time()
+        return
+    generation = info.get('generation', 0)
+    _gc_totals[f'gc{generation}'] = _gc_totals.get(f'gc{generation}', 0) + 1
+    _gc_totals[f'gc{generation}_cpu'] = (
+        _gc_totals.get(f'gc{generation}_cpu', 0.0)
+        + time.process_time() - _gc_totals.get('_start', time.process_time()))
+
+
+def _gc_snapshot() -> dict:
+    import gc
+    if _gc_callback not in gc.callbacks:
+        gc.callbacks.append(_gc_callback)
+    snapshot = {k: v for k, v in _gc_totals.items() if not k.startswith('_')}
+    snapshot['gc_frozen'] = gc.get_freeze_count()
+    snapshot['gc_counts'] = gc.get_count()
+    return snapshot
 
 
 class TaskTimes:
@@ -121,6 +146,15 @@ class TaskTimes:
         self.start_wall, self.start_cpu = now, cpu
         self.main_cpu = time.thread_time()
         previous = _last_task_end.get('cpu')
+        self.gc_start = _gc_snapshot()
+        # Collections since the previous task's end (PySpark's own, after it).
+        self.record['gc_before'] = {
+            k: v - _last_task_end.get('gc', {}).get(k, 0)
+            for k, v in self.gc_start.items() if k.startswith('gc') and
+            k not in ('gc_frozen', 'gc_counts')}
+        self.record['gc_frozen_at_start'] = self.gc_start['gc_frozen']
+        self.record['gc_counts_at_start'] = self.gc_start['gc_counts']
+        self.record['rss_kb_at_start'] = _rss_kb()
         self.record.update(
             start=now,
             # CPU this process spent since its previous task ended: PySpark's
@@ -142,11 +176,23 @@ class TaskTimes:
             wall=end_wall - self.start_wall,
             process_cpu=end_cpu - self.start_cpu,
             main_thread_cpu=time.thread_time() - self.main_cpu)
-        _last_task_end.update(cpu=end_cpu, wall=end_wall)
+        gc_end = _gc_snapshot()
+        self.record['gc_during'] = {
+            k: v - self.gc_start.get(k, 0) for k, v in gc_end.items()
+            if k.startswith('gc') and k not in ('gc_frozen', 'gc_counts')}
+        _last_task_end.update(cpu=end_cpu, wall=end_wall, gc=gc_end)
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, 'tasks-%d.jsonl' % os.getpid())
         with open(path, 'a') as f:
             f.write(json.dumps(self.record) + '\n')
+
+
+def _rss_kb() -> int:
+    try:
+        with open('/proc/self/statm') as f:
+            return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') // 1024
+    except OSError:
+        return 0
 
 
 def task_times(stage: str):
