@@ -111,6 +111,27 @@ def _steal() -> float:
     return int(fields[8]) / os.sysconf('SC_CLK_TCK')
 
 
+def _spread(records: list, stage: str) -> str:
+    """The stage's tasks' bundle-thread CPU (median, 90th percentile, max, in
+    ms) and how it moves with the CPU of the young collections during each
+    task (fixed work: a slower task whose collections are slower too ran on
+    a slower CPU, not more work)."""
+    tasks = [r for r in records if r['stage'].endswith(stage)
+             and r.get('bundle_thread_cpu') and r['gc_during'].get('gc0')]
+    if len(tasks) < 4:
+        return ''
+    cpu = [r['bundle_thread_cpu'] * 1000 for r in tasks]
+    per_gc = [r['gc_during']['gc0_cpu'] / r['gc_during']['gc0'] * 1000
+              for r in tasks]
+    try:
+        corr = f'{statistics.correlation(cpu, per_gc):.2f}'
+    except statistics.StatisticsError:
+        corr = '-'
+    return (f'; bundle thread ms a task: median {statistics.median(cpu):.0f}, '
+            f'p90 {statistics.quantiles(cpu, n=10)[-1]:.0f}, max {max(cpu):.0f}; '
+            f'correlation with a young collection\'s CPU {corr}')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument('--pipeline', default='stateful')
@@ -193,7 +214,7 @@ def main() -> None:
                   f'[load {os.getloadavg()[0]:.1f}]', flush=True)
             for stage, (count, stage_cpu, rows) in sorted(by_stage.items()):
                 print(f'    stage ...{stage}: {count} tasks, {stage_cpu:.2f} CPU-s, '
-                      f'{rows} rows in', flush=True)
+                      f'{rows} rows in{_spread(records, stage)}', flush=True)
             for pid, (pcpu, rss) in sorted(workers.items()):
                 print(f'    pid {pid}: {pcpu:.2f} CPU-s, RSS {rss:.0f} MB, '
                       f'{tasks_by_pid.get(pid, 0)} tasks', flush=True)

@@ -129,3 +129,28 @@ def test_task_times_mark_each_task(tmp_path, monkeypatch):
         assert r['output_batches'] >= 1
     # The Square stage read every element once (plus any control rows).
     assert sum(r['input_rows'] for r in square) >= 500
+
+
+def test_task_times_count_collections_during_and_between_tasks(tmp_path):
+    """Each task's record counts the garbage collections (by generation,
+    with their CPU) during the task and since the previous task's end
+    (PySpark's ``gc.collect()`` after a task), and the frozen objects."""
+    import gc
+    import json
+
+    from beam_spark_inproc.worker import profiling
+    first = profiling.TaskTimes(str(tmp_path), 'stage-a')
+    gc.collect(1)
+    gc.collect(1)
+    first.finish()
+    gc.collect()  # as PySpark's daemon-forked worker after a task
+    second = profiling.TaskTimes(str(tmp_path), 'stage-b')
+    second.finish()
+    records = [json.loads(line) for path in tmp_path.glob('tasks-*.jsonl')
+               for line in path.read_text().splitlines()]
+    a, b = sorted(records, key=lambda r: r['start'])
+    assert a['gc_during']['gc1'] >= 2 and a['gc_during']['gc1_cpu'] > 0
+    assert b['gc_before']['gc2'] >= 1 and b['gc_before']['gc2_cpu'] > 0
+    assert b['gc_during'].get('gc2', 0) == 0
+    assert b['gc_frozen_at_start'] == gc.get_freeze_count()
+    assert b['rss_kb_at_start'] > 0
