@@ -11,8 +11,8 @@ inherit it), and prints per round:
 * from the tasks' marks: CPU inside tasks (the bundle thread's and the main
   thread's), CPU between tasks (PySpark reading the next task, its
   ``gc.collect()`` after the last one), the garbage collections by
-  generation during tasks and between them with their CPU, the frozen
-  object count at task starts; per stage (source, keyed) the tasks' CPU.
+  generation during tasks and between them with their CPU, the epochs of
+  frozen objects begun; per stage (source, keyed) the tasks' CPU.
 
     PYSPARK_PYTHON=$(which python) python -m tests.benchmarks.worker_rounds \\
         [--pipeline stateful] [--rounds 6] [--events 20] [--per-event 20000] \\
@@ -200,15 +200,20 @@ def main() -> None:
             tasks_by_pid: dict = {}
             for r in records:
                 tasks_by_pid[r['pid']] = tasks_by_pid.get(r['pid'], 0) + 1
-            frozen = sorted({r.get('gc_frozen_at_start', 0) for r in records})
+            # Tasks that began an epoch of frozen objects (``gc_epochs``):
+            # the task before ended one, and PySpark's collection after it
+            # walked every object.
+            begun = sorted(r['gc_frozen_at_start'][1] for r in records
+                           if r.get('gc_frozen_at_start')
+                           and r['gc_frozen_at_start'][0] == 0)
             print(f'round {n} {variant}: {f["throughput"]:,.0f}/s, {f["seconds"]:.2f} s; '
                   f'Python workers {cpu.get("python", 0):.2f} CPU-s (JVM '
                   f'{cpu.get("jvm", 0):.2f}, driver {cpu.get("driver", 0):.2f}); '
                   f'{len(records)} tasks: inside {inside:.2f} (bundle threads '
                   f'{bundle:.2f}, main threads {main_thread:.2f}), between '
                   f'{between:.2f}; gc during tasks: {_gc_text(_sum_gc(records, "gc_during"))}; '
-                  f'between: {_gc_text(_sum_gc(records, "gc_before"))}; frozen at '
-                  f'starts {frozen[0] if frozen else 0}-{frozen[-1] if frozen else 0}; '
+                  f'between: {_gc_text(_sum_gc(records, "gc_before"))}; epochs begun '
+                  f'{len(begun)} (of {begun} tasks); '
                   f'calibration {calibrated * 1000:.0f} ms, canary {canary.median_ms():.2f} ms, steal {steal:.2f} s; fresh '
                   f'workers {len(sampler.fresh_spark_workers)}  '
                   f'[load {os.getloadavg()[0]:.1f}]', flush=True)

@@ -152,5 +152,5 @@ def test_task_times_count_collections_during_and_between_tasks(tmp_path):
     assert a['gc_during']['gc1'] >= 2 and a['gc_during']['gc1_cpu'] > 0
     assert b['gc_before']['gc2'] >= 1 and b['gc_before']['gc2_cpu'] > 0
     assert b['gc_during'].get('gc2', 0) == 0
-    assert b['gc_frozen_at_start'] == gc.get_freeze_count()
+    assert b['gc_frozen_at_start'] is None  # not a worker forked by PySpark
     assert b['rss_kb_at_start'] > 0
