@@ -21,8 +21,17 @@ PySpark's daemon, and only there (the debug engine and small data run the same
   after that task is a full one: it frees the frozen objects that died in the
   epoch (BundleProcessors of an earlier job or side-input version, dropped from
   the cache), and the next task freezes anew, with the processors built since.
-  Epochs last 1, 2, 4, ... tasks, then ``MAX_EPOCH_TASKS``: a worker's first
-  tasks build its processors, which are soon frozen too.
+  The first epoch lasts one task (what importing Beam left behind is freed
+  after it, and the first task's processors are frozen from the second on),
+  then every epoch ``MAX_EPOCH_TASKS``. Session 15 let epochs grow 1, 2, 4,
+  ... tasks up to that, so that processors built in a worker's first tasks
+  were soon frozen too; but a stage's processors are ~600 tracked objects
+  (a collection walks them in ~0.3 ms), while each epoch's end costs a full
+  collection (~70 ms): eight of them in a worker's first 255 tasks, ~0.2-0.4
+  CPU-s a round of the stateful benchmark in a fresh session's first rounds
+  (docs/performance.md, session 16). ``StageTask.gc_epoch_doubling``
+  (``doubling()`` in the driver, ``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``)
+  keeps session 15's schedule.
 
 What is held frozen beyond its life is bounded by what was alive at an epoch's
 start, never by the number of tasks.
@@ -39,12 +48,20 @@ import sys
 from typing import Optional
 
 ENV = 'BEAM_SPARK_INPROC_GC_FREEZE'
+DOUBLING_ENV = 'BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING'
 MAX_EPOCH_TASKS = 256
 
 
 def enabled() -> bool:
     """The driver's switch, read when a ``StageTask`` is made."""
     return os.environ.get(ENV, '1') != '0'
+
+
+def doubling() -> bool:
+    """The driver's choice of epoch lengths, read when a ``StageTask`` is
+    made: True, 1, 2, 4, ... tasks (session 15); False, 1 then
+    ``MAX_EPOCH_TASKS``."""
+    return os.environ.get(DOUBLING_ENV, '0') == '1'
 
 
 def forked_by_pyspark_daemon() -> bool:
@@ -63,8 +80,10 @@ class Epochs:
         self.frozen = False
         self.tasks = 0  # tasks finished in this epoch
         self.length = 1  # tasks in this epoch
+        self.doubling = False  # the schedule of the last task started
 
-    def task_started(self, freeze: bool) -> None:
+    def task_started(self, freeze: bool, doubling: bool = False) -> None:
+        self.doubling = doubling
         if self.active is None:
             self.active = forked_by_pyspark_daemon()
         if not self.active:
@@ -85,7 +104,8 @@ class Epochs:
         if self.tasks >= self.length:
             gc.unfreeze()  # PySpark's collection after this task is full
             self.frozen, self.tasks = False, 0
-            self.length = min(2 * self.length, MAX_EPOCH_TASKS)
+            self.length = (min(2 * self.length, MAX_EPOCH_TASKS)
+                           if self.doubling else MAX_EPOCH_TASKS)
 
 
 EPOCHS = Epochs()

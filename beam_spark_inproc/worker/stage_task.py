@@ -110,6 +110,9 @@ class StageTask:
     # Freeze what a Spark Python worker keeps between tasks out of the garbage
     # collector's way (``worker.gc_epochs``); the driver's switch when made.
     gc_freeze: bool = dataclasses.field(default_factory=gc_epochs.enabled)
+    # Its epochs' lengths: 1, 2, 4, ... tasks (session 15) or 1 then 256.
+    gc_epoch_doubling: bool = dataclasses.field(
+        default_factory=gc_epochs.doubling)
     # The longest sleep of Beam's state sampler thread, which a bundle's end
     # waits for (``processors.SAMPLING_MS``); 0: Beam's default.
     sampling_ms: int = dataclasses.field(default_factory=processors.sampling_ms)
@@ -301,7 +304,8 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
-    gc_epochs.EPOCHS.task_started(task.gc_freeze)
+    gc_epochs.EPOCHS.task_started(task.gc_freeze,
+                                  getattr(task, 'gc_epoch_doubling', False))
     try:
         yield from _run_task(task, batches)
     finally:

@@ -38,7 +38,13 @@ Spark's workers with the stage):
   before the job's tags and query are made, the job tag added and removed
   per job (``loop.QUIET_JOB_START = False``), the job description read from
   the JVM per job and a ``select`` in the leaves' collect
-  (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too.
+  (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too;
+* ``doubling``: ``spread`` (the defaults) with session 15's epochs of frozen
+  objects in the workers, 1, 2, 4, ... tasks long
+  (``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``, ``worker.gc_epochs``; the
+  default since session 16 is 1 task, then 256): it differs only in a
+  worker's first ~255 tasks, so compare fresh sessions' first rounds
+  (``worker_rounds --variants``), not rounds after the warm-up.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``); and the loop thread's
@@ -80,31 +86,34 @@ from tests.benchmarks.run import Sampler
 # the BUCKETED shuffle ordered by input position, a stateful pipeline's
 # driver rows spread, the workers' objects frozen between tasks, the
 # longest sleep of Beam's state sampler in ms, 0 for Beam's 200; the
-# driver's quiet job start and few calls a job, session 15)
+# driver's quiet job start and few calls a job, session 15; the frozen
+# objects' epochs growing 1, 2, 4, ... tasks, session 15's, not 1 then 256)
 VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
-                    True, True),
+                    True, True, False),
             'windows': (True, False, True, True, True, True, True, False, True, 5,
-                        True, True),
+                        True, True, False),
             'on': (True, True, True, True, True, True, True, False, True, 5,
-                   True, True),
+                   True, True, False),
             'session12': (True, True, False, False, False, False, False, False,
-                          False, 0, False, False),
+                          False, 0, False, False, False),
             'aside': (True, True, True, False, False, False, False, False, False,
-                      0, False, False),
+                      0, False, False, False),
             'session13': (True, True, True, True, False, False, False, False,
-                          False, 0, False, False),
+                          False, 0, False, False, False),
             's13end': (True, True, True, True, True, False, False, False, False,
-                       0, False, False),
+                       0, False, False, False),
             'balanced': (True, True, True, True, True, True, False, False, False,
-                         0, False, False),
+                         0, False, False, False),
             'spread': (True, True, True, True, True, True, True, True, True, 5,
-                       True, True),
+                       True, True, False),
             's14end': (True, True, True, True, True, True, True, False, False, 0,
-                       False, False),
+                       False, False, False),
             'freeze': (True, True, True, True, True, True, True, False, True, 0,
-                       True, True),
+                       True, True, False),
             'driver14': (True, True, True, True, True, True, True, False, True, 5,
-                         False, False)}
+                         False, False, False),
+            'doubling': (True, True, True, True, True, True, True, True, True, 5,
+                         True, True, True)}
 
 
 def _switch(variant: str) -> None:
@@ -112,10 +121,11 @@ def _switch(variant: str) -> None:
      loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
      spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
      loop.STATEFUL_SPREAD, freeze, sampling, loop.QUIET_JOB_START,
-     spark_engine.FEW_CALLS_JOB[0]) = VARIANTS[variant]
+     spark_engine.FEW_CALLS_JOB[0], doubling) = VARIANTS[variant]
     os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
     os.environ[gc_epochs.ENV] = '1' if freeze else '0'
     os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
+    os.environ[gc_epochs.DOUBLING_ENV] = '1' if doubling else '0'
 
 
 class _Py4jCalls:

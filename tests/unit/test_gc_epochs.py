@@ -32,11 +32,12 @@ class _Cycle:
 
 
 def test_a_task_freezes_what_is_alive_and_the_epochs_end_unfrozen(unfrozen):
+    """Session 15's schedule (``gc_epoch_doubling``): 1, 2, 4, ... tasks."""
     epochs = gc_epochs.Epochs(active=True)
     for length in (1, 2, 4, 8):
         for i in range(length):
             before = gc.get_freeze_count()
-            epochs.task_started(True)
+            epochs.task_started(True, doubling=True)
             assert gc.get_freeze_count() > 0
             assert (before == 0) == (i == 0)  # frozen at an epoch's start only
             epochs.task_finished()
@@ -44,10 +45,25 @@ def test_a_task_freezes_what_is_alive_and_the_epochs_end_unfrozen(unfrozen):
             assert (gc.get_freeze_count() == 0) == (i == length - 1)
     assert epochs.length == 16
     epochs.length = gc_epochs.MAX_EPOCH_TASKS
-    epochs.task_started(True)
+    epochs.task_started(True, doubling=True)
     for _ in range(gc_epochs.MAX_EPOCH_TASKS):
         epochs.task_finished()
     assert epochs.length == gc_epochs.MAX_EPOCH_TASKS
+
+
+def test_by_default_the_first_epoch_is_one_task_then_the_longest(unfrozen):
+    """One full collection after the first task, then one every
+    ``MAX_EPOCH_TASKS`` tasks: a worker's first 255 tasks end 2 epochs,
+    not 8."""
+    epochs = gc_epochs.Epochs(active=True)
+    ends = []
+    for task in range(2 * gc_epochs.MAX_EPOCH_TASKS + 1):
+        epochs.task_started(True)
+        assert gc.get_freeze_count() > 0
+        epochs.task_finished()
+        if gc.get_freeze_count() == 0:
+            ends.append(task)
+    assert ends == [0, gc_epochs.MAX_EPOCH_TASKS, 2 * gc_epochs.MAX_EPOCH_TASKS]
 
 
 def test_garbage_frozen_in_an_epoch_is_collected_after_it(unfrozen):
@@ -55,18 +71,18 @@ def test_garbage_frozen_in_an_epoch_is_collected_after_it(unfrozen):
     epochs = gc_epochs.Epochs(active=True)
     epochs.task_finished()  # nothing frozen: nothing counted
     assert epochs.length == 1
-    epochs.task_started(True)
+    epochs.task_started(True, doubling=True)
     epochs.task_finished()  # epoch of 1 ends
     garbage = _Cycle()
     dead = weakref.ref(garbage)
-    epochs.task_started(True)  # epoch of 2: the cycle is frozen
+    epochs.task_started(True, doubling=True)  # epoch of 2: the cycle is frozen
     del garbage
     gc.collect()  # PySpark's collection after the task
     assert dead() is not None
     epochs.task_finished()
     gc.collect()
     assert dead() is not None  # the epoch's second task is still to come
-    epochs.task_started(True)
+    epochs.task_started(True, doubling=True)
     epochs.task_finished()
     gc.collect()  # after the epoch's last task: a full collection
     assert dead() is None
@@ -95,11 +111,14 @@ def test_only_a_worker_forked_by_pysparks_daemon_freezes(unfrozen):
 
 def test_the_switches_travel_with_the_task(monkeypatch):
     task = stage_task.StageTask('job', None)
-    assert (task.gc_freeze, task.sampling_ms) == (True, processors.SAMPLING_MS)
+    assert (task.gc_freeze, task.sampling_ms, task.gc_epoch_doubling) == (
+        True, processors.SAMPLING_MS, False)
     monkeypatch.setenv(gc_epochs.ENV, '0')
     monkeypatch.setenv(processors.SAMPLING_MS_ENV, '0')
+    monkeypatch.setenv(gc_epochs.DOUBLING_ENV, '1')
     task = stage_task.StageTask('job', None)
-    assert (task.gc_freeze, task.sampling_ms) == (False, 0)
+    assert (task.gc_freeze, task.sampling_ms, task.gc_epoch_doubling) == (
+        False, 0, True)
 
 
 class _SamplerPeriod(beam.DoFn):
