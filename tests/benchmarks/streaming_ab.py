@@ -44,7 +44,14 @@ Spark's workers with the stage):
   (``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``, ``worker.gc_epochs``; the
   default since session 16 is 1 task, then 256): it differs only in a
   worker's first ~255 tasks, so compare fresh sessions' first rounds
-  (``worker_rounds --variants``), not rounds after the warm-up.
+  (``worker_rounds --variants``), not rounds after the warm-up;
+* ``s15end``: ``spread`` without session 16's next micro-batch's stateless
+  steps built in the prefetch thread (``loop.PREBUILD = False``) and
+  without its whole inputs (a select keeping every row skipped,
+  ``loop.WHOLE_INPUTS = False``); every variant above but ``on``,
+  ``spread``, ``windows``, ``off`` and ``doubling`` has both off;
+* ``prebuild``: ``s15end`` with ``loop.PREBUILD``; ``whole``: with
+  ``loop.WHOLE_INPUTS``.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``); and the loop thread's
@@ -116,16 +123,28 @@ VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
                          True, True, True)}
 
 
+# Session 16's (variant -> (``loop.PREBUILD``, ``loop.WHOLE_INPUTS``));
+# any other variant has them off.
+SESSION16 = {'on': (True, True), 'spread': (True, True),
+             'windows': (True, True), 'off': (True, True),
+             'doubling': (True, True), 's15end': (False, False),
+             'prebuild': (True, False), 'whole': (False, True)}
+
+
 def _switch(variant: str) -> None:
-    (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
-     loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
-     spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
-     loop.STATEFUL_SPREAD, freeze, sampling, loop.QUIET_JOB_START,
-     spark_engine.FEW_CALLS_JOB[0], doubling) = VARIANTS[variant]
-    os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
-    os.environ[gc_epochs.ENV] = '1' if freeze else '0'
-    os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
-    os.environ[gc_epochs.DOUBLING_ENV] = '1' if doubling else '0'
+    if variant in ('s15end', 'prebuild', 'whole'):
+        _switch('spread')
+    else:
+        (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
+         loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
+         spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
+         loop.STATEFUL_SPREAD, freeze, sampling, loop.QUIET_JOB_START,
+         spark_engine.FEW_CALLS_JOB[0], doubling) = VARIANTS[variant]
+        os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
+        os.environ[gc_epochs.ENV] = '1' if freeze else '0'
+        os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
+        os.environ[gc_epochs.DOUBLING_ENV] = '1' if doubling else '0'
+    loop.PREBUILD, loop.WHOLE_INPUTS = SESSION16.get(variant, (False, False))
 
 
 class _Py4jCalls:

@@ -170,8 +170,22 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     by the last job's ``engine.collect`` (``started``) or at once when a
     micro-batch runs no job: every element event after the first comes made
     (never started: none would, and the loop would make them itself), and
-    the panes are the DirectRunner's."""
+    the panes are the DirectRunner's. The steps from the source's rows to
+    the keyed stage's shuffle are built there too (``prebuild``): each
+    micro-batch after the first takes every one of them built."""
+    from beam_spark_inproc.execution.streaming import loop
+    from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
     from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
+    monkeypatch.setattr(loop, 'PREBUILD', True)
+    counts = []
+    finish = Prebuilder.finish
+
+    def counted(prebuilder, micro_batch):
+        if prebuilder._finished != micro_batch:
+            counts.append((prebuilder.hits, prebuilder.misses))
+            prebuilder.hits = prebuilder.misses = 0
+        finish(prebuilder, micro_batch)
+    monkeypatch.setattr(Prebuilder, 'finish', counted)
     taken = []
     take = TestStreamSource.take_made
 
@@ -194,6 +208,10 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     taken.clear()
     assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
     assert taken[1:] == [True] * 3, taken
+    # (hits, misses) per micro-batch: the element events' four, then the
+    # final watermark's (no rows: nothing to build)
+    steps = counts[0][1]
+    assert steps >= 3 and counts[:4] == [(0, steps)] + [(steps, 0)] * 3, counts
 
 
 def test_user_failure_names_the_transform_and_spark_stays_usable(spark):

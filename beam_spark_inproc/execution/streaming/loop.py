@@ -39,6 +39,7 @@ The engine does the work through its contract only (``execution.engine``:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -53,6 +54,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming import restart
+from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
@@ -97,6 +99,12 @@ QUIET_JOB_START = os.environ.get('BEAM_SPARK_INPROC_QUIET_JOB_START', '1') != '0
 # quiet machine, CPU +3%; under load it cost more than it gained, session
 # 14; docs/performance.md). ``BEAM_SPARK_INPROC_STATEFUL_SPREAD=0``: whole.
 STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '1') != '0'
+# With the prefetch: the next micro-batch's steps from its source data
+# that do not depend on its watermarks (selects, stateless stages'
+# ``map_stage``, the shuffle before a keyed stage) built in the prefetch
+# thread while this one's job runs (``prebuild``), not on the loop's path.
+# ``BEAM_SPARK_INPROC_PREBUILD=0``: built by the loop (the A/B switch).
+PREBUILD = os.environ.get('BEAM_SPARK_INPROC_PREBUILD', '1') != '0'
 
 
 class StreamingExecutor:
@@ -117,6 +125,11 @@ class StreamingExecutor:
         # on Spark, whose jobs leave the driver waiting; not on the debug
         # engine, which runs them here.
         self.prefetch = prefetch
+        self._prebuilder = None
+        if prefetch and PREBUILD:
+            engine = self._prebuilder = Prebuilder(
+                engine, lambda task: any(
+                    task is t for t in self._stateless.values()))
         # (partitions, bytes): driver rows of at least ``bytes`` are cut into
         # that many partitions (``_driver_rows``); (1, 0) keeps one.
         self.spread = spread
@@ -296,6 +309,8 @@ class StreamingExecutor:
                     made = source.take_made()
                     self._produced[index] = (self._driver_rows(rows)
                                              if made is None else made)
+                    if self._prebuilder is not None:
+                        self._prebuilder.source(index, self._produced[index])
                 self.input_wm[index] = self.output_wm[index] = min(
                     (source.watermark(t) for t in range(len(stage.outputs))),
                     default=MAX_TIMESTAMP)
@@ -332,8 +347,14 @@ class StreamingExecutor:
         prefetch = None
         if self.prefetch and PREFETCH_AT_JOB:  # the next micro-batch's
             def prefetch():
-                for source in self.sources.values():
-                    source.prefetch(self._coalesce, self._driver_rows)
+                make = self._driver_rows
+                if self._prebuilder is not None:
+                    self._prebuilder.finish(self.micro_batch)
+                for index, source in self.sources.items():
+                    if self._prebuilder is not None:
+                        make = functools.partial(
+                            self._prebuild, index, self.micro_batch + 1)
+                    source.prefetch(self._coalesce, make)
             if not QUIET_JOB_START:
                 prefetch()
                 prefetch = None
@@ -341,6 +362,8 @@ class StreamingExecutor:
         for index in range(len(self.plan.stages)):
             self._settle(index)
         self._impulse_done = True
+        if self._prebuilder is not None:
+            self._prebuilder.finish(self.micro_batch)
         for data in self._cached:
             self.engine.uncache(data)
         self.committed_metrics.add(self._reports)  # in the commit record
@@ -354,6 +377,13 @@ class StreamingExecutor:
                 or (list(self.input_wm), list(self.output_wm)) != before)
 
     # -- building ---------------------------------------------------------
+    def _prebuild(self, index: int, micro_batch: int, rows: list) -> Any:
+        """Source ``index``'s rows for ``micro_batch`` as engine data, and
+        the last micro-batch's steps from them (``prebuild``): in the
+        prefetch thread."""
+        return self._prebuilder.prebuild(index, self._driver_rows(rows),
+                                         micro_batch)
+
     def _driver_rows(self, rows: list, always: bool = False) -> Any:
         """Rows the driver made (source events, released main input, due
         residuals) as engine data: one partition, so one task; or, when they
