@@ -105,6 +105,13 @@ STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '1') != '0
 # thread while this one's job runs (``prebuild``), not on the loop's path.
 # ``BEAM_SPARK_INPROC_PREBUILD=0``: built by the loop (the A/B switch).
 PREBUILD = os.environ.get('BEAM_SPARK_INPROC_PREBUILD', '1') != '0'
+# A stage's input from a writer whose rows are all of the one output it
+# reads (a single-output TestStream; a single-output stateless stage whose
+# control rows the reader carries on) is the writer's data itself, not a
+# ``select`` that keeps every row (``_whole``): on Spark a ``filter`` fewer
+# to analyse, plan and run per such input and micro-batch.
+# ``BEAM_SPARK_INPROC_WHOLE_INPUTS=0``: a select each (the A/B switch).
+WHOLE_INPUTS = os.environ.get('BEAM_SPARK_INPROC_WHOLE_INPUTS', '1') != '0'
 
 
 class StreamingExecutor:
@@ -571,10 +578,28 @@ class StreamingExecutor:
             if writer not in self._produced:
                 continue
             new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
+            carry = self._carry(writer)
+            if self._whole(writer, writer_tag, new_tag, carry):
+                parts.append((tag, self._produced[writer]))
+                continue
             parts.append((tag, self.engine.select(
-                self._produced[writer], writer_tag, new_tag,
-                self._carry(writer))))
+                self._produced[writer], writer_tag, new_tag, carry)))
         return parts
+
+    def _whole(self, writer: int, tag: int, new_tag: int, carry: bool) -> bool:
+        """Whether ``select(writer's data, tag, new_tag, carry)`` would keep
+        every row as it is: the writer has the one output ``tag`` (=
+        ``new_tag``), and either is a TestStream (driver rows, no control
+        rows) or a stateless stage whose control rows the reader carries (a
+        keyed or splittable stage's data holds rows of other tags too:
+        state, summaries, residuals)."""
+        w = self.plan.stages[writer]
+        if not WHOLE_INPUTS or tag != new_tag or len(w.outputs) != 1:
+            return False
+        if w.kind == p.TEST_STREAM_STAGE:
+            return True
+        return carry and w.kind == p.SDK_STAGE and not (
+            w.grouped or w.stateful or w.split_input)
 
     def _waits_for_pending(self, index: int) -> bool:
         """Whether a stage's input watermark depends on a keyed stage built
