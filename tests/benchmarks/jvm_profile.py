@@ -115,9 +115,7 @@ def _counters(pid: int) -> dict[str, int]:
     out = subprocess.run(['jcmd', str(pid), 'PerfCounter.print'],
                          capture_output=True, text=True).stdout
     wanted = ('java.cls.loadedClasses', 'java.cls.unloadedClasses',
-              'sun.ci.totalCompiles', 'sun.ci.totalTime',
-              'sun.os.hrt.frequency', 'sun.gc.collector.0.time',
-              'sun.gc.collector.1.time', 'sun.gc.collector.0.invocations')
+              'sun.ci.totalCompiles')
     found = {}
     for line in out.splitlines():
         key, _, value = line.partition('=')
@@ -240,7 +238,6 @@ def main() -> None:
             after_counters, after_gen = _counters(pid), _codegen(session)
             batches = f.get('micro-batches') or 1
             total = (after_cpu - before_cpu) / _TICK
-            hz = after_counters.get('sun.os.hrt.frequency', 1e9) or 1e9
             d = {k: after_counters.get(k, 0) - before_counters.get(k, 0)
                  for k in after_counters}
             ms = 1000 / _TICK / batches
@@ -252,7 +249,6 @@ def main() -> None:
                   f'{d.get("java.cls.loadedClasses", 0) / batches:.1f} '
                   f'(unloaded {d.get("java.cls.unloadedClasses", 0)}), JIT '
                   f'compiles {d.get("sun.ci.totalCompiles", 0) / batches:.0f} '
-                  f'({d.get("sun.ci.totalTime", 0) / hz * 1000 / batches:.1f} ms) '
                   f'a micro-batch; Janino compiles {after_gen[0] - before_gen[0]} '
                   f'({after_gen[1] - before_gen[1]:.0f} ms) in the run; '
                   f'[load {os.getloadavg()[0]:.1f}]', flush=True)
