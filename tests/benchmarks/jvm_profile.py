@@ -250,7 +250,7 @@ def main() -> None:
                   f'(unloaded {d.get("java.cls.unloadedClasses", 0)}), JIT '
                   f'compiles {d.get("sun.ci.totalCompiles", 0) / batches:.0f} '
                   f'a micro-batch; Janino compiles {after_gen[0] - before_gen[0]} '
-                  f'({after_gen[1] - before_gen[1]:.0f} ms) in the run; '
+                  f'in the run; '
                   f'[load {os.getloadavg()[0]:.1f}]', flush=True)
             print('    threads: ' + ', '.join(
                 f'{n} {t * ms:.1f}' for n, t in poller.names.most_common(14)
