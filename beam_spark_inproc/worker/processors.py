@@ -30,6 +30,7 @@ from beam_spark_inproc.worker.channel import ChannelFactory
 from beam_spark_inproc.worker.channel import key_extractor
 from beam_spark_inproc.worker.grouped_values import GroupedValuesStore
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+from beam_spark_inproc.worker.key_state import KeyStateHandler
 from beam_spark_inproc.worker.keyed import RoutingStateHandler
 from beam_spark_inproc.worker.keyed import TimerQueue
 from beam_spark_inproc.worker.keyed import collect_contexts
@@ -121,6 +122,9 @@ def _build(task) -> Entry:
         descriptor, iterable_state_write=grouped_values.write)
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), grouped_values)
+    if routing is not None and getattr(task, 'key_state', False):
+        # Bag user state straight from the key's entries (``worker.key_state``).
+        state_handler = KeyStateHandler(state_handler, routing)
     factory = ChannelFactory()
     with _build_lock, collect_contexts() as contexts, _sampling_period(
             getattr(task, 'sampling_ms', 0)):

@@ -43,6 +43,7 @@ from beam_spark_inproc.worker import profiling
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
+from beam_spark_inproc.worker.key_state import enabled as key_state_enabled
 from beam_spark_inproc.worker.keyed import keyed_input_elements
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
@@ -116,6 +117,9 @@ class StageTask:
     # The longest sleep of Beam's state sampler thread, which a bundle's end
     # waits for (``processors.SAMPLING_MS``); 0: Beam's default.
     sampling_ms: int = dataclasses.field(default_factory=processors.sampling_ms)
+    # A stateful stage's bag user state served from the key's entries
+    # (``worker.key_state``); the driver's switch when made.
+    key_state: bool = dataclasses.field(default_factory=key_state_enabled)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
