@@ -30,7 +30,20 @@ ENV = 'BEAM_SPARK_INPROC_KEY_STATE'
 # Values of a state up to this many encoded bytes are decoded at once into a
 # list; a larger state is decoded as it is iterated (as Beam's handler does).
 _LIST_BYTES = 64 << 10
-_DONE = sdk_worker._Future.done()
+
+
+class _Done:
+    """A state call's answer, already done (Beam's ``_Future.done()`` waits
+    on a ``threading.Event`` at each ``get``)."""
+
+    def get(self, timeout=None):
+        return None
+
+    def wait(self, timeout=None):
+        return True
+
+
+_DONE = _Done()
 
 
 def enabled() -> bool:

@@ -92,6 +92,10 @@ def streaming_keyed_input_elements(task, entry, batches,
         entry.state_expiry = StateExpiry(entry.processor.process_bundle_descriptor)
     expiry = entry.state_expiry
 
+    # ``worker.key_state``: one servicer for the task's keys, emptied per key.
+    light = getattr(task, 'key_state', False)
+    servicer = StateServicer()
+
     def rows():
         for columns in column_slices(batches, KEY, TAG, DATA):
             yield from zip(*columns)
@@ -102,7 +106,12 @@ def streaming_keyed_input_elements(task, entry, batches,
                 if tag == CONTROL_TAG:
                     forward(CONTROL_TAG, None, data)
             continue
-        servicer = StateServicer()
+        if light:
+            # What the last key kept was copied out (``state``, ``ordered``).
+            servicer._state.clear()
+            servicer._ordered_list_keys.clear()
+        else:
+            servicer = StateServicer()
         routing._user = servicer
         if queue is not None:
             queue.clear()
@@ -134,6 +143,14 @@ def streaming_keyed_input_elements(task, entry, batches,
         if not state and not pending:
             continue
         forward(STATE_TAG, key, dumps((state, ordered, pending)))
+        if light and queue is None:  # the key's summary: its state's expiry
+            bucket = summaries.get(bucket_of(key, buckets))
+            if bucket is None:
+                bucket = summaries[bucket_of(key, buckets)] = Summary()
+            bucket.keys += 1
+            if expires < bucket.event_timer:
+                bucket.event_timer = expires
+            continue
         summary = _summary(queue) if queue is not None else Summary(keys=1)
         summary.event_timer = min(summary.event_timer, expires)
         summaries.setdefault(bucket_of(key, buckets), Summary()).add(summary)
