@@ -51,7 +51,13 @@ Spark's workers with the stage):
   ``loop.WHOLE_INPUTS = False``); every variant above but ``on``,
   ``spread``, ``windows``, ``off`` and ``doubling`` has both off;
 * ``prebuild``: ``s15end`` with ``loop.PREBUILD``; ``whole``: with
-  ``loop.WHOLE_INPUTS``.
+  ``loop.WHOLE_INPUTS``;
+* ``beamstate``: ``spread`` (the defaults) with a stateful stage's user state
+  through Beam's ``GlobalCachingStateHandler`` and the runner's layers down
+  to a ``StateServicer`` per key, as before session 16
+  (``BEAM_SPARK_INPROC_KEY_STATE=0``, ``worker.key_state``); the variants
+  standing for the end of an earlier session (and ``prebuild``, ``whole``)
+  have it too.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``); and the loop thread's
@@ -84,6 +90,7 @@ from beam_spark_inproc.execution.streaming import test_stream
 from beam_spark_inproc.planning import planner
 from beam_spark_inproc.spark import engine as spark_engine
 from beam_spark_inproc.worker import gc_epochs
+from beam_spark_inproc.worker import key_state
 from beam_spark_inproc.worker import processors
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
@@ -121,6 +128,13 @@ VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
                          False, False, False),
             'doubling': (True, True, True, True, True, True, True, True, True, 5,
                          True, True, True)}
+VARIANTS['beamstate'] = VARIANTS['spread']
+# Variants with a stateful stage's user state through Beam's handler and the
+# runner's layers (``BEAM_SPARK_INPROC_KEY_STATE=0``): ``beamstate`` and
+# those that stand for the end of a session before 16.
+BEAM_STATE = frozenset(['beamstate', 'session12', 'aside', 'session13',
+                        's13end', 'balanced', 's14end', 'freeze', 's15end',
+                        'prebuild', 'whole'])
 
 
 # Session 16's (variant -> (``loop.PREBUILD``, ``loop.WHOLE_INPUTS``));
@@ -128,7 +142,8 @@ VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
 SESSION16 = {'on': (True, True), 'spread': (True, True),
              'windows': (True, True), 'off': (True, True),
              'doubling': (True, True), 's15end': (False, False),
-             'prebuild': (True, False), 'whole': (False, True)}
+             'prebuild': (True, False), 'whole': (False, True),
+             'beamstate': (True, True)}
 
 
 def _switch(variant: str) -> None:
@@ -145,6 +160,7 @@ def _switch(variant: str) -> None:
         os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
         os.environ[gc_epochs.DOUBLING_ENV] = '1' if doubling else '0'
     loop.PREBUILD, loop.WHOLE_INPUTS = SESSION16.get(variant, (False, False))
+    os.environ[key_state.ENV] = '0' if variant in BEAM_STATE else '1'
 
 
 class _Py4jCalls:
