@@ -127,19 +127,29 @@ def _gc_callback(phase: str, info: dict) -> None:
 
 
 def _gc_snapshot() -> dict:
-    # Not ``gc.get_freeze_count()``: it walks the frozen objects' list
-    # (~156,000 in a worker, ~10 ms of cache misses), which had made the
-    # marks cost ~25 ms of CPU a task.
+    """The collections so far and their CPU, per generation (``_gc_totals``
+    without its running start)."""
+    import gc
+    if _gc_callback not in gc.callbacks:
+        gc.callbacks.append(_gc_callback)
+    return {k: v for k, v in _gc_totals.items() if not k.startswith('_')}
+
+
+def _gc_since(now: dict, then: dict) -> dict:
+    return {k: v - then.get(k, 0) for k, v in now.items()}
+
+
+def _gc_state() -> tuple:
+    """The frozen objects' epoch (tasks done, length) or None, and the
+    collector's counts. Not ``gc.get_freeze_count()``: it walks the frozen
+    objects' list (~156,000 in a worker, ~10 ms of cache misses), which had
+    made the marks cost ~25 ms of CPU a task."""
     import gc
 
     from beam_spark_inproc.worker import gc_epochs
-    if _gc_callback not in gc.callbacks:
-        gc.callbacks.append(_gc_callback)
-    snapshot = {k: v for k, v in _gc_totals.items() if not k.startswith('_')}
     epochs = gc_epochs.EPOCHS
-    snapshot['gc_frozen'] = (epochs.tasks, epochs.length) if epochs.frozen else None
-    snapshot['gc_counts'] = gc.get_count()
-    return snapshot
+    return ((epochs.tasks, epochs.length) if epochs.frozen else None,
+            gc.get_count())
 
 
 class TaskTimes:
@@ -154,12 +164,10 @@ class TaskTimes:
         previous = _last_task_end.get('cpu')
         self.gc_start = _gc_snapshot()
         # Collections since the previous task's end (PySpark's own, after it).
-        self.record['gc_before'] = {
-            k: v - _last_task_end.get('gc', {}).get(k, 0)
-            for k, v in self.gc_start.items() if k.startswith('gc') and
-            k not in ('gc_frozen', 'gc_counts')}
-        self.record['gc_frozen_at_start'] = self.gc_start['gc_frozen']
-        self.record['gc_counts_at_start'] = self.gc_start['gc_counts']
+        self.record['gc_before'] = _gc_since(self.gc_start,
+                                             _last_task_end.get('gc', {}))
+        (self.record['gc_frozen_at_start'],
+         self.record['gc_counts_at_start']) = _gc_state()
         self.record['rss_kb_at_start'] = _rss_kb()
         self.record.update(
             start=now,
@@ -183,9 +191,7 @@ class TaskTimes:
             process_cpu=end_cpu - self.start_cpu,
             main_thread_cpu=time.thread_time() - self.main_cpu)
         gc_end = _gc_snapshot()
-        self.record['gc_during'] = {
-            k: v - self.gc_start.get(k, 0) for k, v in gc_end.items()
-            if k.startswith('gc') and k not in ('gc_frozen', 'gc_counts')}
+        self.record['gc_during'] = _gc_since(gc_end, self.gc_start)
         _last_task_end.update(cpu=end_cpu, wall=end_wall, gc=gc_end)
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, 'tasks-%d.jsonl' % os.getpid())
