@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import os
 
-from apache_beam.coders.coder_impl import create_InputStream
-from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.runners.worker import sdk_worker
 
 ENV = 'BEAM_SPARK_INPROC_KEY_STATE'
@@ -51,13 +49,6 @@ def enabled() -> bool:
     return os.environ.get(ENV, '1') != '0'
 
 
-def _lazy(coder, data: bytes):
-    stream = create_InputStream(data)
-    decode = coder.decode_from_stream
-    while stream.size() > 0:
-        yield decode(stream, True)
-
-
 class KeyStateHandler(sdk_worker.CachingStateHandler):
     """Bag user state from ``routing``'s current servicer; the rest from
     ``other`` (Beam's handler over the runner's layers)."""
@@ -78,23 +69,15 @@ class KeyStateHandler(sdk_worker.CachingStateHandler):
         data = chunks[0] if len(chunks) == 1 else b''.join(chunks)
         if len(data) > _LIST_BYTES:
             return _Lazy(coder, data)
-        stream = create_InputStream(data)
-        decode = coder.decode_from_stream
-        values = []
-        while stream.size() > 0:
-            values.append(decode(stream, True))
-        return values
+        return list(coder.decode_all(data))
 
     def extend(self, state_key, coder, elements):
         if not state_key.HasField('bag_user_state'):
             return self._other.extend(state_key, coder, elements)
-        out = create_OutputStream()
-        encode = coder.encode_to_stream
-        for element in elements:
-            encode(element, out, True)
-        if out.size():
+        data = coder.encode_all(elements)
+        if data:
             self._routing._user._state[state_key.SerializeToString()].append(
-                out.get())
+                data)
         return _DONE
 
     def clear(self, state_key):
@@ -115,4 +98,4 @@ class _Lazy:
         self._data = data
 
     def __iter__(self):
-        return _lazy(self._coder, self._data)
+        return self._coder.decode_all(self._data)
