@@ -2,13 +2,17 @@
 engine: every kind built on a bag (bag, combining, set, read-modify-write),
 read after writes and clears in the same element, a state large enough to be
 decoded as it is iterated, kept across micro-batches and windows; the outputs
-compared with BundleBasedDirectRunner, with the switch on and off."""
+compared with BundleBasedDirectRunner, with the switch on and off, and what
+each key writes back holding that key's state only."""
 from __future__ import annotations
+
+import collections
 
 import apache_beam as beam
 import pytest
 from apache_beam.coders import BytesCoder
 from apache_beam.coders import VarIntCoder
+from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import combiners
 from apache_beam.transforms import userstate
@@ -16,6 +20,7 @@ from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.worker import key_state
+from beam_spark_inproc.worker import streaming_keyed
 from tests.streaming import oracle
 
 
@@ -61,11 +66,48 @@ def _pipeline(p):
             | beam.ParDo(_EveryBagKind()))
 
 
+def _count_calls(monkeypatch, owner, name: str, calls: collections.Counter):
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls[name] += 1
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, counted)
+
+
 @pytest.mark.parametrize('on', ['1', '0'])
 def test_bag_state_kinds_match_the_direct_runner(on, monkeypatch):
     monkeypatch.setenv(key_state.ENV, on)
     expected = oracle.direct(_pipeline)
     assert len(expected) == 24
-    # The lazy path is taken: some element read over _LIST_BYTES of state.
+    # Some element reads over _LIST_BYTES of state (the lazy path, when on).
     assert max(eval(r[0][1])[5] for r in expected) > key_state._LIST_BYTES
+    calls = collections.Counter()
+    for name in ('blocking_get', 'extend', 'clear'):
+        _count_calls(monkeypatch, key_state.KeyStateHandler, name, calls)
+    _count_calls(monkeypatch, key_state._Lazy, '__iter__', calls)
+    # What each key writes back between micro-batches: (state, ordered,
+    # pending), the state's entries keyed by serialized StateKeys.
+    written = []
+    dumps = streaming_keyed.dumps
+
+    def recorded(value):
+        written.append(value)
+        return dumps(value)
+    monkeypatch.setattr(streaming_keyed, 'dumps', recorded)
+
     assert oracle.run(_pipeline, InProcessSparkRunner(debug=True)) == expected
+
+    if on == '1':
+        assert calls['blocking_get'] and calls['extend'] and calls['clear']
+        assert calls['__iter__'], 'the large state was not read lazily'
+    else:  # Beam's handler throughout
+        assert not calls, calls
+    # Both keys write state back after each of the first micro-batches, each
+    # row with its own key's entries only (a servicer reused across keys and
+    # not emptied would carry the last key's entries into the next one's).
+    assert len(written) >= 4
+    for state, _, _ in written:
+        keys = {beam_fn_api_pb2.StateKey.FromString(k).bag_user_state.key
+                for k in state}
+        assert len(keys) == 1, keys
