@@ -133,7 +133,9 @@ class StreamingExecutor:
         # engine, which runs them here.
         self.prefetch = prefetch
         self._prebuilder = None
-        if prefetch and PREBUILD:
+        # Replayed from the prefetch at the last job (``_prefetch_made``);
+        # session 10's prefetch (``PREFETCH_AT_JOB`` off) would record only.
+        if prefetch and PREBUILD and PREFETCH_AT_JOB:
             engine = self._prebuilder = Prebuilder(
                 engine, lambda task: any(
                     task is t for t in self._stateless.values()))
