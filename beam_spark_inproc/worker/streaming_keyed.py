@@ -143,16 +143,16 @@ def streaming_keyed_input_elements(task, entry, batches,
         if not state and not pending:
             continue
         forward(STATE_TAG, key, dumps((state, ordered, pending)))
-        if light and queue is None:  # the key's summary: its state's expiry
-            bucket = summaries.get(bucket_of(key, buckets))
-            if bucket is None:
-                bucket = summaries[bucket_of(key, buckets)] = Summary()
+        bucket = summaries.get(bucket_of(key, buckets))
+        if bucket is None:
+            bucket = summaries[bucket_of(key, buckets)] = Summary()
+        if queue is None:  # the key's summary: its state's expiry
             bucket.keys += 1
             if expires < bucket.event_timer:
                 bucket.event_timer = expires
             continue
-        summary = _summary(queue) if queue is not None else Summary(keys=1)
+        summary = _summary(queue)
         summary.event_timer = min(summary.event_timer, expires)
-        summaries.setdefault(bucket_of(key, buckets), Summary()).add(summary)
+        bucket.add(summary)
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())
