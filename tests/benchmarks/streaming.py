@@ -23,7 +23,7 @@ buffered GroupByKey state), and the state bytes it wrote.
 
     python tests/benchmarks/streaming.py [--events 20] [--per-event 20000]
         [--keys 1000] [--debug] [--overhead-keys 0,10000,1000000]
-        [--spread-kb 256,0] [--warm-runs 0]
+        [--spread-kb 256,0] [--warm-runs 0] [--runner-flags "--spark_conf K=V"]
 
 Before the timed runs, this runner runs each pipeline on a tiny stream (2 x 10)
 to start Spark's session and Python workers. ``--warm-runs N`` adds N untimed
@@ -39,6 +39,7 @@ import argparse
 import glob
 import os
 import pickle
+import shlex
 import statistics
 import tempfile
 import time
@@ -221,7 +222,12 @@ def main() -> None:
     parser.add_argument('--warm-runs', type=int, default=0,
                         help='untimed full-size runs of each pipeline on Spark '
                         'before the timed ones (the JVM\'s JIT warm-up)')
+    parser.add_argument('--runner-flags', default='',
+                        help='pipeline options for every run on this runner, '
+                        'the first one (which starts the session) included, '
+                        'e.g. "--spark_conf spark.driver.extraJavaOptions=..."')
     args = parser.parse_args()
+    flags = shlex.split(args.runner_flags)
     _instrument()
     print(f'load average {os.getloadavg()}; {args.events} events x '
           f'{args.per_event} elements, {args.keys} keys'
@@ -234,10 +240,10 @@ def main() -> None:
     # Start Spark (session, Python workers) before anything is timed.
     warm = argparse.Namespace(events=2, per_event=10, keys=2)
     for name in PIPELINES:
-        run_one(name, 'spark', warm)
+        run_one(name, 'spark', warm, flags=flags)
     for _ in range(args.warm_runs):
         for name in [n for n in args.pipelines.split(',') if n]:
-            run_one(name, 'spark', args)
+            run_one(name, 'spark', args, flags=flags)
     for name in [n for n in args.pipelines.split(',') if n]:
         base = None
         for runner_name, kb in runners:
@@ -245,8 +251,9 @@ def main() -> None:
                 # Spark ends Python workers idle for a minute (the
                 # DirectRunner's run takes longer): whichever Spark run came
                 # first paid for starting them again.
-                run_one(name, 'spark', warm, kb)
-            f = run_one(name, runner_name, args, kb)
+                run_one(name, 'spark', warm, kb, flags)
+            f = run_one(name, runner_name, args, kb,
+                        flags if runner_name != 'direct' else ())
             if runner_name == 'direct':
                 base = f['throughput']
             ratio = f' ({f["throughput"] / base:.1f}x direct)' if base else ''
