@@ -133,7 +133,7 @@ class StreamingExecutor:
         # engine, which runs them here.
         self.prefetch = prefetch
         self._prebuilder = None
-        # Replayed from the prefetch at the last job (``_prefetch_made``);
+        # Replayed by the prefetch at the last job (``_prebuild``);
         # session 10's prefetch (``PREFETCH_AT_JOB`` off) would record only.
         if prefetch and PREBUILD and PREFETCH_AT_JOB:
             engine = self._prebuilder = Prebuilder(
