@@ -4,6 +4,8 @@ the Python events' values. The rows must be those the payload gives
 (``TestStreamSource`` over Beam's own ``to_runner_api``), event for event."""
 from __future__ import annotations
 
+import sys
+
 import apache_beam as beam
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -103,6 +105,35 @@ def test_aside_rows_are_the_payloads(make, same_coder):
             full.position, full.clock, full.watermarks)
         steps += 1
     assert aside.exhausted and steps == len(full.events) + 1
+
+
+@pytest.mark.parametrize('same_coder', [None, False])
+def test_values_reach_the_encoder_one_at_a_time(same_coder):
+    """Each windowed value is garbage once encoded: the encoder gets them one
+    at a time, on both paths (payload and aside). A list of a whole event's
+    values outlived the driver's young collections and, promoted ~20,000 a
+    micro-batch, set off full collections of every object of the program
+    inside a stream (docs/performance.md, session 18)."""
+    for source in _sources(_tagged, same_coder):
+        refs = []
+
+        def spy(encode):
+            def counted(tag, values):
+                def each():
+                    for wv in values:
+                        # This frame's name and getrefcount's argument: 2
+                        # when nothing else holds the value.
+                        refs.append(sys.getrefcount(wv))
+                        yield wv
+                return encode(tag, each())
+            return counted
+
+        source._encoders = [spy(e) for e in source._encoders]
+        rows = []
+        while not source.exhausted:
+            rows += source.step()
+        assert len(refs) == 5 and len(rows) == 3, (refs, rows)
+        assert set(refs) == {2}, refs
 
 
 def test_events_beside_the_plan_must_match_it():
