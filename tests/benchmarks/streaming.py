@@ -25,6 +25,15 @@ buffered GroupByKey state), and the state bytes it wrote.
         [--keys 1000] [--debug] [--overhead-keys 0,10000,1000000]
         [--spread-kb 256,0] [--warm-runs 0] [--runner-flags "--spark_conf K=V"]
 
+Each element event is one micro-batch here (a watermark event follows it), so
+``--per-event`` is the micro-batch's size. At the reference 20,000 about three
+quarters of a stateful micro-batch on Spark is its fixed cost (~0.19 s a
+micro-batch with 20 elements: Spark's job and query, the overhead part below);
+under load a micro-batch holds what arrived since the last one (an unbounded
+source that reads what is there), so the steady-state throughput of a loaded
+stream is the figure at ``--per-event 100000`` (docs/performance.md, session
+18), where the work per element outweighs that fixed cost.
+
 Before the timed runs, this runner runs each pipeline on a tiny stream (2 x 10)
 to start Spark's session and Python workers. ``--warm-runs N`` adds N untimed
 runs of the full-size stream on Spark first: the driver JVM's JIT compiler
