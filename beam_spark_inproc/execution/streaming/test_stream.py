@@ -280,8 +280,8 @@ class TestStreamSource:
     # young collections of the whole event and was promoted to the oldest
     # generation, ~20,000 objects a micro-batch, enough to set off a full
     # collection of the driver (all of the program's objects, the TestStream's
-    # own elements among them, ~0.3 s holding the GIL) every micro-batch or
-    # few (docs/performance.md, session 18).
+    # own elements among them, ~0.3 s holding the GIL) once or twice in a
+    # stream of 20 such micro-batches (docs/performance.md, session 18).
 
     def _proto_values(self, element_event) -> Iterator:
         """An element event's windowed values from the payload."""
