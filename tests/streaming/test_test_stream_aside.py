@@ -107,23 +107,41 @@ def test_aside_rows_are_the_payloads(make, same_coder):
     assert aside.exhausted and steps == len(full.events) + 1
 
 
+def _many() -> TestStream:
+    """One element event of ten plain values (no ``WindowedValueHolder``,
+    whose row would keep its value alive), then one of one."""
+    return (TestStream()
+            .add_elements([window.TimestampedValue(('k', i), i) for i in range(10)])
+            .advance_watermark_to(10)
+            .add_elements([('k', 10)])
+            .advance_watermark_to_infinity())
+
+
 @pytest.mark.parametrize('same_coder', [None, False])
 def test_values_reach_the_encoder_one_at_a_time(same_coder):
     """Each windowed value is garbage once encoded: the encoder gets them one
-    at a time, on both paths (payload and aside). A list of a whole event's
-    values outlived the driver's young collections and, promoted ~20,000 a
-    micro-batch, set off full collections of every object of the program
-    inside a stream (docs/performance.md, session 18)."""
-    for source in _sources(_tagged, same_coder):
-        refs = []
+    at a time on both paths (payload and aside), and holds none it has
+    encoded. A list of a whole event's values outlived the driver's young
+    collections and, promoted ~20,000 a micro-batch, set off full collections
+    of every object of the program inside a stream (docs/performance.md,
+    session 18)."""
+    for source in _sources(_many, same_coder):
+        given, kept = [], []
 
         def spy(encode):
             def counted(tag, values):
                 def each():
+                    probe = object()  # held by this frame alone
+                    alone = sys.getrefcount(probe)
+                    older = last = None
                     for wv in values:
-                        # This frame's name and getrefcount's argument: 2
-                        # when nothing else holds the value.
-                        refs.append(sys.getrefcount(wv))
+                        # Nothing but this frame holds the value handed on,
+                        given.append(sys.getrefcount(wv) - alone)
+                        # nor the one two before it once the encoder asks
+                        # for the next (its loop still names the last).
+                        if older is not None:
+                            kept.append(sys.getrefcount(older) - alone)
+                        older, last = last, wv
                         yield wv
                 return encode(tag, each())
             return counted
@@ -132,8 +150,9 @@ def test_values_reach_the_encoder_one_at_a_time(same_coder):
         rows = []
         while not source.exhausted:
             rows += source.step()
-        assert len(refs) == 5 and len(rows) == 3, (refs, rows)
-        assert set(refs) == {2}, refs
+        assert rows and len(given) == 11 and len(kept) == 8, (given, kept)
+        assert set(given) == {0}, given
+        assert set(kept) == {0}, kept
 
 
 def test_events_beside_the_plan_must_match_it():
