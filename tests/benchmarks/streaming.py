@@ -30,9 +30,9 @@ Each element event is one micro-batch here (a watermark event follows it), so
 quarters of a stateful micro-batch on Spark is its fixed cost (~0.19 s a
 micro-batch with 20 elements: Spark's job and query, the overhead part below);
 under load a micro-batch holds what arrived since the last one (an unbounded
-source that reads what is there), so the steady-state throughput of a loaded
-stream is the figure at ``--per-event 100000`` (docs/performance.md, session
-18), where the work per element outweighs that fixed cost.
+source that reads what is there), so the throughput of a stream under load is
+the figure at ``--per-event 100000`` (docs/performance.md, session 18), where
+the work per element outweighs that fixed cost.
 
 Before the timed runs, this runner runs each pipeline on a tiny stream (2 x 10)
 to start Spark's session and Python workers. ``--warm-runs N`` adds N untimed
