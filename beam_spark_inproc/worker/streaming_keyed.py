@@ -143,9 +143,10 @@ def streaming_keyed_input_elements(task, entry, batches,
         if not state and not pending:
             continue
         forward(STATE_TAG, key, dumps((state, ordered, pending)))
-        bucket = summaries.get(bucket_of(key, buckets))
+        number = bucket_of(key, buckets)
+        bucket = summaries.get(number)
         if bucket is None:
-            bucket = summaries[bucket_of(key, buckets)] = Summary()
+            bucket = summaries[number] = Summary()
         if queue is None:  # the key's summary: its state's expiry
             bucket.keys += 1
             if expires < bucket.event_timer:
