@@ -74,6 +74,17 @@ class InProcessSparkRunner(PipelineRunner):
     def default_environment(self, options: PipelineOptions):
         return environments.EmbeddedPythonEnvironment.default()
 
+    def _lazy_session(self, options: PipelineOptions):
+        """A ``LazySession`` where this runner would create a local session
+        (none given, none active, a local master): else None."""
+        if self._spark is not None:
+            return None
+        opts = options.view_as(SparkRunnerOptions)
+        from beam_spark_inproc.spark import session
+        return session.lazy_local_session(
+            functools.partial(self.session, options), opts.spark_master,
+            opts.spark_remote)
+
     def session(self, options: Optional[PipelineOptions] = None):
         """The SparkSession this runner runs on (created on first use)."""
         if self._spark is None:
@@ -146,36 +157,64 @@ class InProcessSparkRunner(PipelineRunner):
         else:
             from beam_spark_inproc.spark import session as spark_session
             from beam_spark_inproc.spark.engine import SparkEngine
-            spark = self.session(options)
-            parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
-            from beam_spark_inproc.spark import workers
-            problem = workers.known_problem(spark)
-            if problem is not None:
-                raise problem
-            diagnose = workers.explain_missing_modules
-            make_engine = functools.partial(
-                SparkEngine, spark, parallelism, job_id, extra_py_files,
-                int(opts.spark_inline_side_input_mb * (1 << 20)))
-            # The runtime SQL settings the runner relies on, on a user's
-            # session too (its values come back afterwards).
-            settings = functools.partial(
-                spark_session.runtime_settings, spark,
-                keep=parse_conf(opts.spark_conf))
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
-            if (opts.spark_small_data_kb > 0 and not streaming
-                    and not any(s.kind == NATIVE_STAGE for s in plan.stages)):
+            small = (opts.spark_small_data_kb > 0 and not streaming
+                     and not any(s.kind == NATIVE_STAGE for s in plan.stages))
+            lazy = self._lazy_session(options) if small else None
+            if lazy is None:
+                spark = self.session(options)
+                parallelism = spark_session.parallelism(
+                    spark, opts.spark_parallelism)
+                from beam_spark_inproc.spark import workers
+                problem = workers.known_problem(spark)
+                if problem is not None:
+                    raise problem
+
+                def get_spark(ready=spark):
+                    return ready
+                attempt_host = spark_session.callback_host(spark)
+            else:
+                # A local session the runner creates, once a stage needs
+                # Spark: its cores and callback address are known up front.
+                parallelism = (opts.spark_parallelism or
+                               spark_session.local_parallelism(opts.spark_master))
+                get_spark = lazy.get
+                attempt_host = '127.0.0.1'
+                from beam_spark_inproc.spark.small import always_on_spark
+                if any(always_on_spark(s) for s in plan.stages):
+                    lazy.start()
+
+            def diagnose(error):
+                if lazy is not None and not lazy.created:
+                    return None
+                from beam_spark_inproc.spark import workers
+                return workers.explain_missing_modules(error, get_spark())
+
+            def make_engine():
+                return SparkEngine(
+                    get_spark(), parallelism, job_id, extra_py_files,
+                    int(opts.spark_inline_side_input_mb * (1 << 20)))
+
+            # The runtime SQL settings the runner relies on, on a user's
+            # session too (its values come back afterwards).
+            def settings():
+                return spark_session.runtime_settings(
+                    get_spark(), keep=parse_conf(opts.spark_conf))
+            if small:
                 from beam_spark_inproc.spark.small import SmallDataEngine
                 engine = SmallDataEngine(
-                    spark, make_engine, parallelism,
+                    get_spark, make_engine, parallelism,
                     max_bytes=int(opts.spark_small_data_kb * 1024),
                     settings=settings)
                 settings = contextlib.nullcontext  # entered by the engine
             else:
                 engine = make_engine()
-            attempt_host = spark_session.callback_host(spark)
-            cancel = functools.partial(
-                spark.interruptTag, 'beam-pipeline-' + job_id[:8])
+            tag = 'beam-pipeline-' + job_id[:8]
+
+            def cancel():
+                if lazy is None or lazy.created:
+                    get_spark().interruptTag(tag)
         if streaming:
             return self._run_stream(plan, engine, job_id, options, attempt_host,
                                     settings, parallelism, spark)
@@ -207,7 +246,7 @@ class InProcessSparkRunner(PipelineRunner):
                 error = e
                 if isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
-                    error = ((diagnose and diagnose(e, spark))
+                    error = ((diagnose and diagnose(e))
                              or translate_error(e, plan))
                 result.finished(state, error)
                 run_metrics.finish(state)

@@ -215,3 +215,78 @@ def callback_host(session) -> str:
     if master.startswith('local'):
         return '127.0.0.1'
     return conf.get('spark.driver.host', None) or _reaching('8.8.8.8', 53)
+
+
+def local_parallelism(master: Optional[str]) -> Optional[int]:
+    """The cores of a local master URL (``local``, ``local[N]``, ``local[*]``,
+    ``local[N,F]``), None for any other master."""
+    master = master or 'local[*]'
+    if master == 'local':
+        return 1
+    match = re.fullmatch(r'local\[(\d+|\*)(?:,\d+)?\]', master)
+    if not match:
+        return None
+    n = match.group(1)
+    return os.cpu_count() or 2 if n == '*' else int(n)
+
+
+def lazy_local_session(create, master: Optional[str],
+                       remote: Optional[str]) -> Optional['LazySession']:
+    """A ``LazySession`` of ``create`` where the session to be made is a local
+    one (no Connect URL, a local master) and none is active; else None."""
+    if remote or local_parallelism(master) is None:
+        return None
+    from pyspark.sql import SparkSession
+    if SparkSession.getActiveSession() is not None:
+        return None
+    return LazySession(create)
+
+
+class LazySession:
+    """The SparkSession a run creates when a stage first needs Spark.
+
+    A JVM takes seconds to start: a pipeline whose stages all run in the
+    driver (``spark.small``) never starts one, and one that surely needs Spark
+    (a read) starts it in the background (``start``) while it plans and runs
+    its first stages in the driver. ``get`` returns the session, waiting for
+    a creation under way or creating it in the calling thread; a creation that
+    failed raises its error there (and the next ``get`` tries again)."""
+
+    def __init__(self, create):
+        self._create = create
+        self._session = None
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    @property
+    def created(self) -> bool:
+        return self._session is not None
+
+    def start(self) -> None:
+        """Creates the session in a background thread (once)."""
+        with self._lock:
+            if self._session is not None or self._thread is not None:
+                return
+            self._thread = threading.Thread(
+                target=self._create_in_background, daemon=True,
+                name='beam-spark-session-start')
+            self._thread.start()
+
+    def _create_in_background(self) -> None:
+        try:
+            self._session = self._create()
+        except BaseException as error:  # raised by ``get`` in the run's thread
+            self._error = error
+
+    def get(self):
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            if self._error is not None:
+                error, self._error, self._thread = self._error, None, None
+                raise error
+            if self._session is None:
+                self._session = self._create()
+            return self._session

@@ -136,7 +136,7 @@ class _TooBig(BaseException):
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
-    def __init__(self, session, make_spark_engine, parallelism: int = 1,
+    def __init__(self, get_session, make_spark_engine, parallelism: int = 1,
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
                  settings=contextlib.nullcontext,
                  max_seconds: Optional[float] = None,
@@ -149,7 +149,9 @@ class SmallDataEngine:
         self._settings = settings
         self._exit = contextlib.ExitStack()
         self._jobs: list[tuple[str, str]] = []
-        self._session = session
+        # The SparkSession, asked for only when data goes to Spark
+        # (``session.LazySession.get``: a run that stays here starts no JVM).
+        self._get_session = get_session
         self._parallelism = parallelism
         self._schema = None
         self._local = LocalEngine(1)
@@ -190,7 +192,7 @@ class SmallDataEngine:
             return self._kept_to_spark(data)
         table = pa.Table.from_batches(batches, schema=SCHEMA)
         if data.shuffled not in (None, e.SPREAD):
-            frame = self._session.createDataFrame(
+            frame = self._get_session().createDataFrame(
                 table, self._spark_schema()).coalesce(1)
             return self._spark.shuffle(frame, data.shuffled)
         # Equal slices of rows, at most one per core: Spark cuts a DataFrame
@@ -202,7 +204,7 @@ class SmallDataEngine:
         table = pa.Table.from_batches(
             [batch for start in range(0, table.num_rows, step)
              for batch in table.slice(start, step).to_batches()], schema=SCHEMA)
-        return self._session.createDataFrame(
+        return self._get_session().createDataFrame(
             table, self._spark_schema()).coalesce(ways)
 
     def _kept_to_spark(self, data: Local):
@@ -221,7 +223,7 @@ class SmallDataEngine:
             batches.extend(b for b in part if b.num_rows)
             if count < max(counts):
                 batches.extend(rows_batch([(0, None, b'')] * (max(counts) - count)))
-        return self._session.createDataFrame(
+        return self._get_session().createDataFrame(
             pa.Table.from_batches(batches, schema=SCHEMA),
             self._spark_schema()).coalesce(len(parts))
 
@@ -415,9 +417,15 @@ def _may_run_here(task) -> bool:
     """Not a splittable DoFn's stage (a read: little input, much work), nor a
     task carrying a side input shipped as a file."""
     stage = getattr(task, 'stage', None)
-    if stage is not None and (stage.input_mode == p.SPLITTABLE
-                              or stage.split_input):
+    if stage is not None and always_on_spark(stage):
         return False
     return not any(isinstance(part, ShippedFile)
                    for part in getattr(task, 'side_input_state', ()))
+
+
+def always_on_spark(stage: p.StagePlan) -> bool:
+    """A stage this engine never runs in the driver: a splittable DoFn's (a
+    read: little input, much work; its one element could not be stopped
+    between inputs)."""
+    return stage.input_mode == p.SPLITTABLE or bool(stage.split_input)
 
