@@ -160,7 +160,7 @@ class InProcessSparkRunner(PipelineRunner):
             # session too (its values come back afterwards).
             settings = functools.partial(
                 spark_session.runtime_settings, spark,
-                keep=parse_conf(opts.spark_conf))
+                keep=parse_conf(opts.spark_conf), shuffle_partitions=parallelism)
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
             if (opts.spark_small_data_kb > 0 and not streaming

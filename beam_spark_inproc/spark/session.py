@@ -59,14 +59,41 @@ _settings_lock = threading.Lock()
 _settings_held: dict[int, list] = {}
 
 
+SHUFFLE_PARTITIONS = 'spark.sql.shuffle.partitions'
+ADAPTIVE = 'spark.sql.adaptive.enabled'
+
+
+def wanted_settings(session, keep: Iterable[str] = (),
+                    shuffle_partitions: Optional[int] = None) -> dict[str, str]:
+    """The runtime settings a run sets on ``session``: ``RUNTIME_SETTINGS``
+    except the keys in ``keep``, and, when adaptive execution is off for the
+    run and the session leaves ``spark.sql.shuffle.partitions`` unset, the
+    run's parallelism as that count. The runner's own shuffles name their
+    partition count; native stages (SparkSql's joins and aggregations,
+    WriteToSpark, reads) use the session's, and without adaptive execution to
+    coalesce them Spark's default of 200 partitions made a small SparkSql join
+    and group-by about three times slower. A count the user set is theirs."""
+    keep = set(keep)
+    wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in keep}
+    adaptive = (wanted.get(ADAPTIVE) or session.conf.get(ADAPTIVE, None)
+                or 'true')  # Spark's default
+    if (shuffle_partitions and adaptive.strip().lower() == 'false'
+            and SHUFFLE_PARTITIONS not in keep
+            and session.conf.get(SHUFFLE_PARTITIONS, None) is None):
+        wanted[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
+    return wanted
+
+
 @contextlib.contextmanager
-def runtime_settings(session, keep: Iterable[str] = ()):
-    """``RUNTIME_SETTINGS`` on ``session`` while inside, except the keys in
-    ``keep`` (set by the user with ``--spark_conf``); the session's previous
+def runtime_settings(session, keep: Iterable[str] = (),
+                     shuffle_partitions: Optional[int] = None):
+    """``wanted_settings`` on ``session`` while inside (``keep``: keys set by
+    the user with ``--spark_conf``; ``shuffle_partitions``: the run's
+    parallelism); the session's previous
     values (or their absence) come back when the last pipeline running on it
     ends. A runtime SQL setting is the session's: the user's own queries running
     meanwhile see these values too. Classic Spark and Connect alike."""
-    wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in set(keep)}
+    wanted = wanted_settings(session, keep, shuffle_partitions)
     with _settings_lock:
         held = _settings_held.get(id(session))
         if held is None:
