@@ -68,3 +68,8 @@ def remedy(worker_error: str) -> str:
                 '--inproc_debug (or InProcessSparkRunner(debug=True)) to stop '
                 'at it in this process.')
     return ''
+
+
+class SparkMasterError(ValueError):
+    """The Spark master for a session the runner creates is malformed or
+    cannot be reached; no JVM was started."""

@@ -122,6 +122,60 @@ def runtime_settings(session, keep: Iterable[str] = (),
                         _LOGGER.debug('Could not restore %s', key, exc_info=True)
 
 
+# The master URL forms spark-submit and SparkContext accept.
+_MASTER_FORMS = (
+    r'local', r'local\[(\d+|\*)\]', r'local\[(\d+|\*)\s*,\s*\d+\]',
+    r'local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]',
+    r'spark://[^/]+', r'yarn', r'k8s://.+')
+MASTER_FORMS_TEXT = ('local, local[N], local[*], local[N,retries], '
+                     'local-cluster[workers,cores,memoryMB], '
+                     'spark://host:port[,host:port...], yarn or k8s://https://host:port')
+# Seconds to wait for a standalone master's port before giving up.
+MASTER_CONNECT_SECONDS = 5.0
+
+
+def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
+    """Raises ``SparkMasterError`` unless ``master`` has a form Spark accepts
+    and, for ``spark://``, one of its masters accepts a TCP connection.
+
+    Spark finds out late and obscurely: spark-submit rejects a malformed URL
+    with the JVM's exit (pyspark's ``JAVA_GATEWAY_EXITED``, the reason only in
+    the JVM's output), and an unreachable standalone master costs about a
+    minute of registration retries before a stopped SparkContext."""
+    from beam_spark_inproc.errors import SparkMasterError
+    if not any(re.fullmatch(form, master) for form in _MASTER_FORMS):
+        raise SparkMasterError(
+            f'--spark_master={master!r} is not a Spark master URL (Spark: '
+            '"Master must either be yarn or start with spark, k8s, or local"). '
+            f'Give one of: {MASTER_FORMS_TEXT}.')
+    if master.startswith('spark://'):
+        _reach_standalone(master, timeout)
+
+
+def _reach_standalone(master: str, timeout: float) -> None:
+    """One of a ``spark://`` URL's masters accepts a connection, or an error."""
+    import socket
+    from beam_spark_inproc.errors import SparkMasterError
+    reasons = []
+    for address in master[len('spark://'):].split(','):
+        host, sep, port = address.strip().rpartition(':')
+        host = host.strip('[]')
+        if not sep or not host or not port.isdigit():
+            raise SparkMasterError(
+                f'--spark_master={master!r}: {address!r} is not host:port '
+                '(a standalone master is spark://host:port, 7077 by default).')
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except OSError as e:
+            reasons.append(f'{host}:{port}: {e.strerror or e}')
+    raise SparkMasterError(
+        f'Cannot reach the Spark master {master!r} ({"; ".join(reasons)}). '
+        'Check the host and port (a standalone master listens on 7077 by '
+        'default; its web UI shows its URL), that it is running, and that '
+        'this machine may connect to it.')
+
+
 class JavaNotFoundError(RuntimeError):
     """PySpark needs a Java runtime and none was found."""
 
@@ -165,9 +219,10 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         for key, value in conf.items():
             builder = builder.config(key, value)
         return builder.getOrCreate(), True
+    master = master or 'local[*]'
+    check_master(master)
     ensure_java()
-    builder = SparkSession.builder.master(master or 'local[*]').appName(
-        'beam-spark-inproc')
+    builder = SparkSession.builder.master(master).appName('beam-spark-inproc')
     settings = dict(LOCAL_DEFAULTS)
     # Python workers must run this interpreter, not whatever python3 is on PATH.
     settings['spark.pyspark.python'] = sys.executable
@@ -176,11 +231,26 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     for key, value in settings.items():
         builder = builder.config(key, value)
     os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
-    if (master or 'local').startswith('local'):
+    if master.startswith('local'):
         # A local session talks to itself: bind to loopback rather than have
         # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
         os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
-    return builder.getOrCreate(), True
+    return _start(builder, master), True
+
+
+def _start(builder, master: str):
+    """``builder.getOrCreate()``; a JVM that exits at start names the master."""
+    try:
+        return builder.getOrCreate()
+    except Exception as e:
+        if getattr(e, 'getCondition', lambda: None)() != 'JAVA_GATEWAY_EXITED':
+            raise
+        from beam_spark_inproc.errors import SparkMasterError
+        raise SparkMasterError(
+            f'Spark\'s JVM exited before the session started (master '
+            f'{master!r}; pyspark: {e}); the JVM printed its reason above '
+            'this error. Check --spark_master and --spark_conf (spark-submit '
+            'reads both), and that a Java 17+ runtime works.') from None
 
 
 def parallelism(session, requested: Optional[int]) -> int:
