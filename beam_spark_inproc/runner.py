@@ -11,6 +11,7 @@ import uuid
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PortableOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.options.value_provider import ValueProvider
@@ -38,6 +39,8 @@ _LOGGER = logging.getLogger(__name__)
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
 # Beam's Reshuffle carries pane info from this update_compatibility_version on.
 RESHUFFLE_PANES_VERSION = '2.65.0'
+# Environments that run DoFns in the runner's own Python process (URN prefix).
+EMBEDDED_PYTHON_PREFIX = 'beam:env:embedded_python'
 # TestStream elements set aside by this thread's ``run_pipeline`` (values).
 _ASIDE = threading.local()
 
@@ -73,6 +76,7 @@ class InProcessSparkRunner(PipelineRunner):
         self._debug = debug
 
     def default_environment(self, options: PipelineOptions):
+        warn_unused_environment(options)
         return environments.EmbeddedPythonEnvironment.default()
 
     def session(self, options: Optional[PipelineOptions] = None):
@@ -264,6 +268,19 @@ class InProcessSparkRunner(PipelineRunner):
                           prefetch=spark is not None,
                           test_stream_values=getattr(
                               _ASIDE, 'values', None))
+
+
+def warn_unused_environment(options: PipelineOptions) -> None:
+    """One warning line when ``--environment_type`` asks for an environment
+    (DOCKER, PROCESS, EXTERNAL, LOOPBACK) that this runner does not use."""
+    kind = options.view_as(PortableOptions).environment_type
+    if kind and not kind.startswith(EMBEDDED_PYTHON_PREFIX):
+        _LOGGER.warning(
+            '--environment_type=%s is not used: InProcessSparkRunner runs '
+            "DoFns in Spark's Python workers (the driver's interpreter on a "
+            "local master, the executors' Python on a cluster); drop the flag, "
+            'and install dependencies there or ship them with --spark_py_files.',
+            kind)
 
 
 def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
