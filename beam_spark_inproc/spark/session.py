@@ -122,7 +122,7 @@ def runtime_settings(session, keep: Iterable[str] = (),
                         _LOGGER.debug('Could not restore %s', key, exc_info=True)
 
 
-# The master URL forms spark-submit and SparkContext accept.
+# The master URL forms spark-submit and Spark's scheduler accept.
 _MASTER_FORMS = (
     r'local', r'local\[(\d+|\*)\]', r'local\[(\d+|\*)\s*,\s*\d+\]',
     r'local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]',
@@ -141,7 +141,7 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
     Spark finds out late and obscurely: spark-submit rejects a malformed URL
     with the JVM's exit (pyspark's ``JAVA_GATEWAY_EXITED``, the reason only in
     the JVM's output), and an unreachable standalone master costs about a
-    minute of registration retries before a stopped SparkContext."""
+    minute of registration retries before a stopped Spark context."""
     from beam_spark_inproc.errors import SparkMasterError
     if not any(re.fullmatch(form, master) for form in _MASTER_FORMS):
         raise SparkMasterError(
