@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from beam_spark_inproc.errors import PipelineExecutionError
+    from beam_spark_inproc.errors import SparkMasterError
     from beam_spark_inproc.errors import UnsupportedPipelineError
     from beam_spark_inproc.options import SparkRunnerOptions
     from beam_spark_inproc.runner import InProcessSparkRunner
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _EXPORTS = {
     'InProcessSparkRunner': 'beam_spark_inproc.runner',
     'PipelineExecutionError': 'beam_spark_inproc.errors',
+    'SparkMasterError': 'beam_spark_inproc.errors',
     'SparkRunnerOptions': 'beam_spark_inproc.options',
     'UnsupportedPipelineError': 'beam_spark_inproc.errors',
 }

@@ -4,6 +4,10 @@
   plan (fused stages, shuffles, side inputs, the Beam transforms each Spark step
   runs) instead of executing it.
 * ``run``: runs SCRIPT on InProcessSparkRunner (adds ``--runner`` unless given).
+
+``--help`` after SCRIPT lists the runner's pipeline options with their help
+(``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
+answers ``--help`` with an empty usage line, so a script never shows them.
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ RUNNER_FLAG = '--runner=beam_spark_inproc.InProcessSparkRunner'
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='python -m beam_spark_inproc',
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog='python -m beam_spark_inproc', description=__doc__.splitlines()[0],
+        epilog=options_help('python -m beam_spark_inproc explain|run SCRIPT'),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('command', choices=['explain', 'run'])
     parser.add_argument('script', help='a Python file that builds and runs a pipeline')
     parser.add_argument('args', nargs=argparse.REMAINDER,
@@ -25,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from beam_spark_inproc.runner import EXPLAIN_ENV, Explained
     script_args = list(args.args)
+    if any(a in ('-h', '--help') for a in script_args):
+        print(options_help(f'python -m beam_spark_inproc {args.command} '
+                           f'{args.script}'))
+        print("Beam's own pipeline options (--streaming, ...) apply too; "
+              f"{args.script}'s own flags: python {args.script} --help")
+        return 0
     if not any(a == '--runner' or a.startswith('--runner=') for a in script_args):
         script_args.append(RUNNER_FLAG)
     sys.argv = [args.script] + script_args
@@ -40,6 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{args.script} ran no pipeline on InProcessSparkRunner.', file=sys.stderr)
         return 1
     return 0
+
+
+def options_help(prog: str) -> str:
+    """The runner's pipeline options (``SparkRunnerOptions``) with their help."""
+    from beam_spark_inproc.options import SparkRunnerOptions
+    parser = argparse.ArgumentParser(
+        prog=prog, add_help=False,
+        usage=f'{prog} [InProcessSparkRunner options]',
+        description="InProcessSparkRunner's pipeline options:")
+    SparkRunnerOptions._add_argparse_args(parser)
+    return parser.format_help()
 
 
 if __name__ == '__main__':

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+
+# pdb raises this when it has no terminal to read commands from.
+_BDB_QUIT = re.compile(r'\bbdb\.BdbQuit\b|\bBdbQuit\b')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,3 +57,19 @@ class PipelineExecutionError(RuntimeError):
         self.transform = failure.transform if failure is not None else ''
         self.exception_type = (failure.exception_type if failure is not None
                                else '')
+
+
+def remedy(worker_error: str) -> str:
+    """A line telling the user what to do about a worker's failure (its
+    summary and traceback), when the failure says; '' otherwise."""
+    if _BDB_QUIT.search(worker_error):
+        return ('breakpoint() or pdb in a DoFn has no terminal in Spark\'s '
+                'Python workers, so the debugger quit at once: run with '
+                '--inproc_debug (or InProcessSparkRunner(debug=True)) to stop '
+                'at it in this process.')
+    return ''
+
+
+class SparkMasterError(ValueError):
+    """The Spark master for a session the runner creates is malformed or
+    cannot be reached; no JVM was started."""

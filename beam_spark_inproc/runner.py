@@ -11,6 +11,7 @@ import uuid
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PortableOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.options.value_provider import ValueProvider
@@ -23,6 +24,7 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import environments
 
 from beam_spark_inproc import capabilities
+from beam_spark_inproc import errors
 from beam_spark_inproc import metrics
 from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
@@ -37,6 +39,8 @@ _LOGGER = logging.getLogger(__name__)
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
 # Beam's Reshuffle carries pane info from this update_compatibility_version on.
 RESHUFFLE_PANES_VERSION = '2.65.0'
+# Environments that run DoFns in the runner's own Python process (URN prefix).
+EMBEDDED_PYTHON_PREFIX = 'beam:env:embedded_python'
 # TestStream elements set aside by this thread's ``run_pipeline`` (values).
 _ASIDE = threading.local()
 
@@ -72,6 +76,7 @@ class InProcessSparkRunner(PipelineRunner):
         self._debug = debug
 
     def default_environment(self, options: PipelineOptions):
+        warn_unused_environment(options)
         return environments.EmbeddedPythonEnvironment.default()
 
     def _lazy_session(self, options: PipelineOptions):
@@ -200,7 +205,8 @@ class InProcessSparkRunner(PipelineRunner):
             # session too (its values come back afterwards).
             def settings():
                 return spark_session.runtime_settings(
-                    get_spark(), keep=parse_conf(opts.spark_conf))
+                    get_spark(), keep=parse_conf(opts.spark_conf),
+                    shuffle_partitions=parallelism)
             if small:
                 from beam_spark_inproc.spark.small import SmallDataEngine
                 engine = SmallDataEngine(
@@ -241,10 +247,16 @@ class InProcessSparkRunner(PipelineRunner):
                         attempt_channel=run_metrics.channel,
                         runtime_options=runtime_options(options))
             except BaseException as e:
+                interrupt = interruption(e)
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
-                         or isinstance(e, KeyboardInterrupt) else PipelineState.FAILED)
+                         or interrupt is not None else PipelineState.FAILED)
                 error = e
-                if isinstance(e, Exception) and state == PipelineState.FAILED:
+                if interrupt is not None:
+                    # Ctrl-C: the run's Spark jobs stop, and the user sees
+                    # the interrupt, not the job failures it caused.
+                    cancel_quietly(cancel)
+                    error = interrupt
+                elif isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
                     error = ((diagnose and diagnose(e))
                              or translate_error(e, plan))
@@ -298,6 +310,43 @@ class InProcessSparkRunner(PipelineRunner):
                               _ASIDE, 'values', None))
 
 
+def warn_unused_environment(options: PipelineOptions) -> None:
+    """One warning line when ``--environment_type`` asks for an environment
+    (DOCKER, PROCESS, EXTERNAL, LOOPBACK) that this runner does not use."""
+    kind = options.view_as(PortableOptions).environment_type
+    if kind and not kind.startswith(EMBEDDED_PYTHON_PREFIX):
+        _LOGGER.warning(
+            '--environment_type=%s is not used: InProcessSparkRunner runs '
+            "DoFns in Spark's Python workers (the driver's interpreter on a "
+            "local master, the executors' Python on a cluster); drop the flag, "
+            'and install dependencies there or ship them with --spark_py_files.',
+            kind)
+
+
+def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
+    """The KeyboardInterrupt behind ``error``, if any: Ctrl-C during a Spark
+    action raises it in pyspark's signal handler, and the action then fails
+    with a Py4J error (the cancelled job) chained to it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def cancel_quietly(cancel) -> None:
+    """Cancels the run's Spark jobs (by their tag) if it can; an interrupt
+    must not turn into a failure to cancel."""
+    if cancel is None:
+        return
+    try:
+        cancel()
+    except Exception:
+        _LOGGER.debug('Could not cancel the Spark jobs', exc_info=True)
+
+
 def runtime_options(options: PipelineOptions) -> tuple:
     """The options a RuntimeValueProvider reads in workers: those set, by
     name, with a value provider's value where it has one (as Beam's SDK
@@ -310,6 +359,12 @@ def runtime_options(options: PipelineOptions) -> tuple:
             continue  # not given: the provider's default applies
         pairs.append((name, value))
     return tuple(pairs)
+
+
+def _remedy(worker_error: str) -> str:
+    """``errors.remedy``'s line followed by a newline, or ''."""
+    line = errors.remedy(worker_error)
+    return line + '\n' if line else ''
 
 
 def translate_error(error: Exception, plan) -> Exception:
@@ -343,7 +398,8 @@ def translate_error(error: Exception, plan) -> Exception:
         lines = traceback_text.strip().splitlines()
         return PipelineExecutionError(
             f'A Beam transform failed (an unknown stage): '
-            f'{lines[-1].strip() if lines else "unknown error"}\n\n'
+            f'{lines[-1].strip() if lines else "unknown error"}\n'
+            f'{_remedy(traceback_text)}\n'
             f'Worker traceback:\n{traceback_text}',
             worker_traceback=traceback_text)
     names = [s.name for s in plan.stages]
@@ -353,7 +409,8 @@ def translate_error(error: Exception, plan) -> Exception:
     subject = f'Beam transform {failing!r}' if failing else 'A Beam transform'
     traceback_text = failure.traceback.rstrip()
     return PipelineExecutionError(
-        f'{subject} failed ({where}): {failure.summary()}\n\n'
+        f'{subject} failed ({where}): {failure.summary()}\n'
+        f'{_remedy(failure.summary() + traceback_text)}\n'
         f'Worker traceback:\n{traceback_text}',
         stage=failure.stage, labels=failure.labels,
         worker_traceback=traceback_text, failure=failure)

@@ -59,14 +59,41 @@ _settings_lock = threading.Lock()
 _settings_held: dict[int, list] = {}
 
 
+SHUFFLE_PARTITIONS = 'spark.sql.shuffle.partitions'
+ADAPTIVE = 'spark.sql.adaptive.enabled'
+
+
+def wanted_settings(session, keep: Iterable[str] = (),
+                    shuffle_partitions: Optional[int] = None) -> dict[str, str]:
+    """The runtime settings a run sets on ``session``: ``RUNTIME_SETTINGS``
+    except the keys in ``keep``, and, when adaptive execution is off for the
+    run and the session leaves ``spark.sql.shuffle.partitions`` unset, the
+    run's parallelism as that count. The runner's own shuffles name their
+    partition count; native stages (SparkSql's joins and aggregations,
+    WriteToSpark, reads) use the session's, and without adaptive execution to
+    coalesce them Spark's default of 200 partitions made a small SparkSql join
+    and group-by about three times slower. A count the user set is theirs."""
+    keep = set(keep)
+    wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in keep}
+    adaptive = (wanted.get(ADAPTIVE) or session.conf.get(ADAPTIVE, None)
+                or 'true')  # Spark's default
+    if (shuffle_partitions and adaptive.strip().lower() == 'false'
+            and SHUFFLE_PARTITIONS not in keep
+            and session.conf.get(SHUFFLE_PARTITIONS, None) is None):
+        wanted[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
+    return wanted
+
+
 @contextlib.contextmanager
-def runtime_settings(session, keep: Iterable[str] = ()):
-    """``RUNTIME_SETTINGS`` on ``session`` while inside, except the keys in
-    ``keep`` (set by the user with ``--spark_conf``); the session's previous
+def runtime_settings(session, keep: Iterable[str] = (),
+                     shuffle_partitions: Optional[int] = None):
+    """``wanted_settings`` on ``session`` while inside (``keep``: keys set by
+    the user with ``--spark_conf``; ``shuffle_partitions``: the run's
+    parallelism); the session's previous
     values (or their absence) come back when the last pipeline running on it
     ends. A runtime SQL setting is the session's: the user's own queries running
     meanwhile see these values too. Classic Spark and Connect alike."""
-    wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in set(keep)}
+    wanted = wanted_settings(session, keep, shuffle_partitions)
     with _settings_lock:
         held = _settings_held.get(id(session))
         if held is None:
@@ -93,6 +120,60 @@ def runtime_settings(session, keep: Iterable[str] = ()):
                             session.conf.set(key, value)
                     except Exception:  # a stopped session has nothing to restore
                         _LOGGER.debug('Could not restore %s', key, exc_info=True)
+
+
+# The master URL forms spark-submit and Spark's scheduler accept.
+_MASTER_FORMS = (
+    r'local', r'local\[(\d+|\*)\]', r'local\[(\d+|\*)\s*,\s*\d+\]',
+    r'local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]',
+    r'spark://[^/]+', r'yarn', r'k8s://.+')
+MASTER_FORMS_TEXT = ('local, local[N], local[*], local[N,retries], '
+                     'local-cluster[workers,cores,memoryMB], '
+                     'spark://host:port[,host:port...], yarn or k8s://https://host:port')
+# Seconds to wait for a standalone master's port before giving up.
+MASTER_CONNECT_SECONDS = 5.0
+
+
+def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
+    """Raises ``SparkMasterError`` unless ``master`` has a form Spark accepts
+    and, for ``spark://``, one of its masters accepts a TCP connection.
+
+    Spark finds out late and obscurely: spark-submit rejects a malformed URL
+    with the JVM's exit (pyspark's ``JAVA_GATEWAY_EXITED``, the reason only in
+    the JVM's output), and an unreachable standalone master costs about a
+    minute of registration retries before a stopped Spark context."""
+    from beam_spark_inproc.errors import SparkMasterError
+    if not any(re.fullmatch(form, master) for form in _MASTER_FORMS):
+        raise SparkMasterError(
+            f'--spark_master={master!r} is not a Spark master URL (Spark: '
+            '"Master must either be yarn or start with spark, k8s, or local"). '
+            f'Give one of: {MASTER_FORMS_TEXT}.')
+    if master.startswith('spark://'):
+        _reach_standalone(master, timeout)
+
+
+def _reach_standalone(master: str, timeout: float) -> None:
+    """One of a ``spark://`` URL's masters accepts a connection, or an error."""
+    import socket
+    from beam_spark_inproc.errors import SparkMasterError
+    reasons = []
+    for address in master[len('spark://'):].split(','):
+        host, sep, port = address.strip().rpartition(':')
+        host = host.strip('[]')
+        if not sep or not host or not port.isdigit():
+            raise SparkMasterError(
+                f'--spark_master={master!r}: {address!r} is not host:port '
+                '(a standalone master is spark://host:port, 7077 by default).')
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except OSError as e:
+            reasons.append(f'{host}:{port}: {e.strerror or e}')
+    raise SparkMasterError(
+        f'Cannot reach the Spark master {master!r} ({"; ".join(reasons)}). '
+        'Check the host and port (a standalone master listens on 7077 by '
+        'default; its web UI shows its URL), that it is running, and that '
+        'this machine may connect to it.')
 
 
 class JavaNotFoundError(RuntimeError):
@@ -138,9 +219,10 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         for key, value in conf.items():
             builder = builder.config(key, value)
         return builder.getOrCreate(), True
+    master = master or 'local[*]'
+    check_master(master)
     ensure_java()
-    builder = SparkSession.builder.master(master or 'local[*]').appName(
-        'beam-spark-inproc')
+    builder = SparkSession.builder.master(master).appName('beam-spark-inproc')
     settings = dict(LOCAL_DEFAULTS)
     # Python workers must run this interpreter, not whatever python3 is on PATH.
     settings['spark.pyspark.python'] = sys.executable
@@ -149,11 +231,26 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     for key, value in settings.items():
         builder = builder.config(key, value)
     os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
-    if (master or 'local').startswith('local'):
+    if master.startswith('local'):
         # A local session talks to itself: bind to loopback rather than have
         # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
         os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
-    return builder.getOrCreate(), True
+    return _start(builder, master), True
+
+
+def _start(builder, master: str):
+    """``builder.getOrCreate()``; a JVM that exits at start names the master."""
+    try:
+        return builder.getOrCreate()
+    except Exception as e:
+        if getattr(e, 'getCondition', lambda: None)() != 'JAVA_GATEWAY_EXITED':
+            raise
+        from beam_spark_inproc.errors import SparkMasterError
+        raise SparkMasterError(
+            f'Spark\'s JVM exited before the session started (master '
+            f'{master!r}; pyspark: {e}); the JVM printed its reason above '
+            'this error. Check --spark_master and --spark_conf (spark-submit '
+            'reads both), and that a Java 17+ runtime works.') from None
 
 
 def parallelism(session, requested: Optional[int]) -> int:
