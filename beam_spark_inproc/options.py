@@ -96,10 +96,19 @@ class SparkRunnerOptions(PipelineOptions):
             'TestStream\'s events, main-input rows released by a side-input '
             'wait) holding at least this many KB of Beam-encoded elements are '
             'cut into consecutive parts, one Spark partition (task) per core '
-            'of the run\'s parallelism, instead of one task (not in a '
-            'pipeline with a stateful DoFn); splittable DoFn '
+            'of the run\'s parallelism, instead of one task (in a pipeline '
+            'with a stateful DoFn too, each key\'s elements still in order, '
+            'unless --spark_stream_stateful_whole); splittable DoFn '
             'residuals due together are always spread. 0: one partition. '
             f'Default {STREAM_SPREAD_KB}. See docs/performance.md.')
+        parser.add_argument(
+            '--spark_stream_stateful_whole', action='store_true',
+            default=False,
+            help='Streaming, in a pipeline with a stateful DoFn: keep a '
+            'micro-batch\'s rows from the driver in one partition (one task) '
+            'whatever --spark_stream_spread_kb says. Spreading them gained '
+            'on an idle machine; on a busy cluster the extra tasks may cost '
+            'more than they gain.')
         parser.add_argument(
             '--spark_split_after_seconds', type=float, default=5.0,
             help='Runner-initiated splitting of splittable DoFns (e.g. file '

@@ -307,7 +307,8 @@ class InProcessSparkRunner(PipelineRunner):
                                   int(opts.spark_stream_spread_kb * 1024)),
                           prefetch=spark is not None,
                           test_stream_values=getattr(
-                              _ASIDE, 'values', None))
+                              _ASIDE, 'values', None),
+                          stateful_whole=opts.spark_stream_stateful_whole)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

@@ -24,22 +24,6 @@ from beam_spark_inproc.planning.ports import input_transform
 from beam_spark_inproc.worker import text_lines
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
-# False: every GroupByKey input is written PACKED (windowed elements), as before
-# PACKED_VALUES existed (for A/B measurements: tests/benchmarks/run.py's
-# ``inproc_packed`` engine).
-VALUES_ONLY = True
-# False: every WindowInto runs as Beam's DoFn (for A/B measurements); True:
-# one with Beam's FixedWindows or SlidingWindows assigns its windows in integer
-# microseconds (``worker.assign_windows``).
-INTEGER_WINDOWS = True
-# False: every streaming GroupByKey's panes come from Beam's trigger driver
-# (for A/B measurements); True: those with the default trigger do without it
-# (``plan.Grouping.default_trigger``).
-DEFAULT_TRIGGER_PANES = True
-# False: ReadFromText reads with Beam's own record loop (for A/B measurements);
-# True: a plain text file of Beam's default ReadFromText is read by Python's
-# line iteration (``worker.text_lines``).
-FAST_TEXT = True
 # A descriptor's ports need a non-empty URL; the worker's data channel factory
 # answers every URL with the in-process channel of the running bundle.
 INPROC_URL = 'beam-spark-inproc'
@@ -145,8 +129,7 @@ def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str
                     keyed.add(t.spec.payload)
                 elif _buffer_kind(t.spec.payload) == 'group':
                     layouts.setdefault(t.spec.payload, p.PACKED_VALUES if (
-                        VALUES_ONLY and not streaming and
-                        _values_only(context, t.spec.payload))
+                        not streaming and _values_only(context, t.spec.payload))
                         else p.PACKED)
                 elif (_is_reshuffle(stage) or _is_splittable(stage)) and (
                         t.spec.urn == bundle_processor.DATA_INPUT_URN):
@@ -195,8 +178,7 @@ def _values_only(context, buffer_id: bytes) -> bool:
 def _integer_windows(t: beam_runner_api_pb2.PTransform) -> bool:
     """A WindowInto with FixedWindows or SlidingWindows (by URN: the worker
     checks the WindowFn it builds, ``worker.assign_windows``)."""
-    if not INTEGER_WINDOWS or (
-            t.spec.urn != common_urns.primitives.ASSIGN_WINDOWS.urn):
+    if t.spec.urn != common_urns.primitives.ASSIGN_WINDOWS.urn:
         return False
     strategy = beam_runner_api_pb2.WindowingStrategy.FromString(t.spec.payload)
     return strategy.window_fn.urn in (common_urns.fixed_windows.urn,
@@ -208,7 +190,7 @@ def _fast_text(t: beam_runner_api_pb2.PTransform) -> None:
     processes its restrictions, becomes ``text_lines.LinesReaderDoFn`` (which
     reads a plain text file of Beam's default ReadFromText with Python's line
     iteration and any other source with Beam's ``source.read``)."""
-    if not FAST_TEXT or t.spec.urn != _PROCESS_SIZED:
+    if t.spec.urn != _PROCESS_SIZED:
         return
     payload = proto_utils.parse_Bytes(t.spec.payload,
                                       beam_runner_api_pb2.ParDoPayload)
@@ -255,7 +237,7 @@ def _grouping(context, buffer_id: bytes) -> p.Grouping:
         post_coder_id=_safe_coder(context, output_pcoll),
         windowing_strategy_id=strategy_id,
         window_coder_id=_custom_window_coder(context, input_pcoll),
-        default_trigger=DEFAULT_TRIGGER_PANES and (
+        default_trigger=(
             strategy.trigger.WhichOneof('trigger') == 'default' and
             strategy.merge_status == api.MergeStatus.NON_MERGING and
             strategy.output_time in (api.OutputTime.END_OF_WINDOW,

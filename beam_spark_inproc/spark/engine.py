@@ -155,32 +155,7 @@ _DRIVER_ROWS_ONE_PARTITION = 100_000
 # stream maps its stateless stages' tasks every micro-batch).
 _MAX_CACHED_UDFS = 256
 _PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# ``SparkEngine._map_in_arrow`` (classic-only) uses PySpark's private API as
-# PySpark 4.3 has it; turned off for the process at its first failure.
-_FAST_MAP_IN_ARROW = [True]
-# ``_JvmUdfs`` (classic-only): a new task's UDF made with the JVM objects that
-# are the same for every UDF of the session made once (4 Py4J calls a UDF
-# instead of ~30: a stream's keyed stage has a new task every micro-batch);
-# False: PySpark's ``pandas_udf`` for each (the A/B switch).
-FEW_CALLS_UDF = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_UDF', '1') != '0']
-# ``BUCKETED`` shuffles put shard b in partition b % parallelism
-# (``_Parts.shard_target``); False: Spark's hash of the shard (the A/B switch).
-BALANCED_SHARDS = [True]
-# ``BUCKETED`` shuffles sort each key's rows by their input partition and
-# position (a stream's driver rows spread over partitions reach a stateful
-# DoFn in the event's order); False: by (shard, key, tag) only (A/B switch).
-ORDERED_BUCKETED = [True]
 _ORDER = '_beam_order'
-# ``SparkEngine.job`` inside an enclosing ``job`` of the same thread (a
-# stream's loop holds its tag for the whole stream) sets only the
-# description, the previous one known in Python; ``collect(elements=False)``
-# takes the control rows' columns without a ``select`` (2 Datasets fewer to
-# analyse); False: session 14's calls (the A/B switch).
-FEW_CALLS_JOB = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_JOB', '1') != '0']
-# ``SparkEngine._control_rows`` (classic-only) uses PySpark's private collect
-# API (reading both of its stream protocols: batches in order, or as they came
-# followed by their order); turned off for the process if it is not there.
-_FAST_COLLECT = [True]
 
 
 class _JvmUdfs:
@@ -318,17 +293,16 @@ class SparkEngine:
         return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
 
     def map_stage(self, data, task):
-        if (self._connect or not _FAST_MAP_IN_ARROW[0]
-                or self._arrow_sources.get(id(data)) is data):
+        if self._connect or self._arrow_sources.get(id(data)) is data:
             return data.mapInArrow(task, self._parts.schema)
         try:
             return self._map_in_arrow(data, task)
         except Exception:  # noqa: BLE001 - PySpark's internals may differ
-            # PySpark's own call raises what is not about its internals;
-            # if it works, the private API differs here: its call from now on.
-            result = data.mapInArrow(task, self._parts.schema)
-            _FAST_MAP_IN_ARROW[0] = False
-            return result
+            # ``_map_in_arrow`` uses PySpark's private API as PySpark 4.3 has
+            # it (setup.cfg allows 4.0-4.x): where another version differs,
+            # PySpark's own call, for this call only. It raises what is not
+            # about PySpark's internals (the task's own errors).
+            return data.mapInArrow(task, self._parts.schema)
 
     def _map_in_arrow(self, data, task):
         """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J
@@ -344,11 +318,9 @@ class SparkEngine:
         cached = self._udfs.get(id(task))
         if cached is None or cached[0] is not task:
             parts = self._parts
-            column = None
-            if FEW_CALLS_UDF[0]:
-                if self._jvm_udfs is None:
-                    self._jvm_udfs = _JvmUdfs(data.sparkSession, parts)
-                column = self._jvm_udfs.column(task)
+            if self._jvm_udfs is None:
+                self._jvm_udfs = _JvmUdfs(data.sparkSession, parts)
+            column = self._jvm_udfs.column(task)
             if column is None:
                 udf = pandas_udf(task, returnType=parts.schema,
                                  functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
@@ -380,12 +352,8 @@ class SparkEngine:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
         if how == e.BUCKETED:
-            target = (parts.shard_target(self._parallelism)
-                      if BALANCED_SHARDS[0] else parts.bucket)
-            if not ORDERED_BUCKETED[0]:
-                return data.repartition(self._parallelism, target
-                                        ).sortWithinPartitions(
-                    parts.bucket, parts.key, parts.tag)
+            # Shard b goes to partition b % parallelism (``shard_target``).
+            target = parts.shard_target(self._parallelism)
             # A key's rows from several input partitions in the partitions'
             # order, each partition's in its own order: the ordinal is the
             # input partition's index, then the row's (taken before the
@@ -419,15 +387,20 @@ class SparkEngine:
         there: its Python work no longer slows this job's building)."""
         parts = self._parts
         if not elements:
+            # The control rows' columns as they are, without a ``select``
+            # (two Datasets fewer to analyse).
             control = data.filter(parts.is_control)
-            if not FEW_CALLS_JOB[0]:
-                control = control.select(parts.data)
-            elif started is not None and not self._connect and _FAST_COLLECT[0]:
+            if started is not None and not self._connect:
+                # ``_control_rows`` uses PySpark's private collect API
+                # (reading both of its stream protocols: batches in order,
+                # or as they came followed by their order); ``toArrow``
+                # where this PySpark lacks it (an import fails fast: the
+                # modules are loaded).
                 try:
                     from pyspark.sql.pandas.serializers import ArrowCollectSerializer
                     from pyspark.util import _load_from_socket
-                except ImportError:  # PySpark's internals differ: toArrow
-                    _FAST_COLLECT[0] = False
+                except ImportError:
+                    pass
                 else:
                     return [], self._control_rows(
                         control, started, _load_from_socket,
@@ -500,9 +473,9 @@ class SparkEngine:
         # last: the one to put back is known without asking the JVM.
         descriptions = local.setdefault('descriptions', [])
         described = pushed = False
-        if not self._connect and (description or FEW_CALLS_JOB[0]):
+        if not self._connect:
             context = self._session.sparkContext  # classic-only: job descriptions
-            if descriptions and FEW_CALLS_JOB[0]:
+            if descriptions:
                 previous = descriptions[-1]
             else:
                 previous = context.getLocalProperty('spark.job.description')

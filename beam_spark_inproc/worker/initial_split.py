@@ -63,9 +63,6 @@ from beam_spark_inproc.worker.rows import CONTROL_TAG
 
 _LOGGER = logging.getLogger(__name__)
 
-# Turns initial splitting on or off (an A/B switch for benchmarks: off, a
-# splittable stage starts with the restrictions Beam's split gave).
-ENABLED = True
 _TRUNCATE = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
 # Restriction size per core (bytes of a file, positions of an offset range)
 # below which the input is left as it is (see the module's docstring).
@@ -81,7 +78,7 @@ def spread(stage, rows: list[tuple], ways: int
     ``planning.plan.StagePlan`` with ``split_input``) cut into ``ways`` parts of
     equal restriction size: (parts, balanced), control rows in the first part;
     None when there is nothing to do or the input is not as expected."""
-    if not ENABLED or ways < 2 or not stage.split_input:
+    if ways < 2 or not stage.split_input:
         return None
     try:
         return _spread(stage, rows, ways)

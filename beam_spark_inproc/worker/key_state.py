@@ -13,18 +13,12 @@ micro-batch in the stateful benchmark, about half of it these layers.
 streaming, per bundle in batch), in the servicer's own layout (the serialized
 ``StateKey`` -> a list of encoded chunks), so what is restored and written
 back, and checkpoints, are unchanged. Every other key (ordered list and map
-state, side inputs, grouped values) goes down the same layers as before.
-
-Switch: ``BEAM_SPARK_INPROC_KEY_STATE=0`` in the driver (read when a
-``StageTask`` is made, ``StageTask.key_state``) keeps Beam's handler.
+state, side inputs, grouped values) goes down Beam's handler and those layers.
 """
 from __future__ import annotations
 
-import os
-
 from apache_beam.runners.worker import sdk_worker
 
-ENV = 'BEAM_SPARK_INPROC_KEY_STATE'
 # Values of a state up to this many encoded bytes are decoded at once into a
 # list; a larger state is decoded as it is iterated (as Beam's handler does).
 _LIST_BYTES = 64 << 10
@@ -42,11 +36,6 @@ class _Done:
 
 
 _DONE = _Done()
-
-
-def enabled() -> bool:
-    """The driver's switch, read when a ``StageTask`` is made."""
-    return os.environ.get(ENV, '1') != '0'
 
 
 class KeyStateHandler(sdk_worker.CachingStateHandler):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import pickle
 import threading
 from typing import Any, Iterator, Optional
@@ -47,24 +46,13 @@ _STATE_CACHE_BYTES = 0
 # a time, and the bundle's end joins it: a bundle of a second or more waited
 # ~130 ms for it, one of 0.1-0.3 s (a micro-batch's) 10-30 ms, on the
 # critical path of its task. A shorter period ends the wait sooner (and
-# samples finer); the thread sleeps without the GIL. The driver's setting
-# (``BEAM_SPARK_INPROC_SAMPLING_MS``) travels with the task
-# (``StageTask.sampling_ms``); 0 keeps Beam's default.
-SAMPLING_MS_ENV = 'BEAM_SPARK_INPROC_SAMPLING_MS'
+# samples finer); the thread sleeps without the GIL.
 SAMPLING_MS = 5
-
-
-def sampling_ms() -> int:
-    """The driver's sampling period for the workers' bundles (0: Beam's)."""
-    return int(os.environ.get(SAMPLING_MS_ENV, SAMPLING_MS))
 
 
 @contextlib.contextmanager
 def _sampling_period(ms: int) -> Iterator[None]:
     """BundleProcessors built inside the block sample every ``ms`` at most."""
-    if not ms:
-        yield
-        return
     original = statesampler.StateSampler
 
     class StateSampler(original):  # type: ignore[misc, valid-type]
@@ -122,12 +110,12 @@ def _build(task) -> Entry:
         descriptor, iterable_state_write=grouped_values.write)
     state_handler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), grouped_values)
-    if routing is not None and getattr(task, 'key_state', False):
+    if routing is not None:
         # Bag user state straight from the key's entries (``worker.key_state``).
         state_handler = KeyStateHandler(state_handler, routing)
     factory = ChannelFactory()
     with _build_lock, collect_contexts() as contexts, _sampling_period(
-            getattr(task, 'sampling_ms', 0)):
+            SAMPLING_MS):
         processor = bundle_processor.BundleProcessor(
             FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
     timer_queue = TimerQueue(stage, {

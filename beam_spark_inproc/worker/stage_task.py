@@ -44,7 +44,6 @@ from beam_spark_inproc.worker import profiling
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
-from beam_spark_inproc.worker.key_state import enabled as key_state_enabled
 from beam_spark_inproc.worker.keyed import keyed_input_elements
 from beam_spark_inproc.worker.rows import CONTROL_TAG
 from beam_spark_inproc.worker.rows import RESIDUAL_TAG
@@ -107,18 +106,6 @@ class StageTask:
     # collected to the driver whole (``execution.executor``); small data in
     # the driver (``spark.small``) then limits its run there by time only.
     collected: bool = False
-    # Freeze what a Spark Python worker keeps between tasks out of the garbage
-    # collector's way (``worker.gc_epochs``); the driver's switch when made.
-    gc_freeze: bool = dataclasses.field(default_factory=gc_epochs.enabled)
-    # Its epochs' lengths: 1, 2, 4, ... tasks (session 15) or 1 then 256.
-    gc_epoch_doubling: bool = dataclasses.field(
-        default_factory=gc_epochs.doubling)
-    # The longest sleep of Beam's state sampler thread, which a bundle's end
-    # waits for (``processors.SAMPLING_MS``); 0: Beam's default.
-    sampling_ms: int = dataclasses.field(default_factory=processors.sampling_ms)
-    # A stateful stage's bag user state served from the key's entries
-    # (``worker.key_state``); the driver's switch when made.
-    key_state: bool = dataclasses.field(default_factory=key_state_enabled)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -323,8 +310,7 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
-    gc_epochs.EPOCHS.task_started(task.gc_freeze,
-                                  getattr(task, 'gc_epoch_doubling', False))
+    gc_epochs.EPOCHS.task_started()
     try:
         yield from _run_task(task, batches)
     finally:

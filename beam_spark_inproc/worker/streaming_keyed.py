@@ -92,8 +92,8 @@ def streaming_keyed_input_elements(task, entry, batches,
         entry.state_expiry = StateExpiry(entry.processor.process_bundle_descriptor)
     expiry = entry.state_expiry
 
-    # ``worker.key_state``: one servicer for the task's keys, emptied per key.
-    light = getattr(task, 'key_state', False)
+    # One servicer for the task's keys, emptied per key (``worker.key_state``
+    # reads the current key's entries from it).
     servicer = StateServicer()
 
     def rows():
@@ -106,12 +106,9 @@ def streaming_keyed_input_elements(task, entry, batches,
                 if tag == CONTROL_TAG:
                     forward(CONTROL_TAG, None, data)
             continue
-        if light:
-            # What the last key kept was copied out (``state``, ``ordered``).
-            servicer._state.clear()
-            servicer._ordered_list_keys.clear()
-        else:
-            servicer = StateServicer()
+        # What the last key kept was copied out (``state``, ``ordered``).
+        servicer._state.clear()
+        servicer._ordered_list_keys.clear()
         routing._user = servicer
         if queue is not None:
             queue.clear()

@@ -37,8 +37,7 @@ What Beam's loop does and this one does too (``textio._TextSource.read_records``
 ``SDFBoundedSourceDoFn`` (by its class's name in ``apache_beam.io.iobase``)
 in the stage that processes the restrictions; its restriction provider is
 Beam's, so the restrictions, their sizes, the initial split and the runner's
-splitting are unchanged. ``planner.FAST_TEXT = False`` keeps Beam's DoFn (an
-A/B switch: ``tests/benchmarks/run.py``'s ``inproc_beamtext`` engine).
+splitting are unchanged.
 """
 from __future__ import annotations
 

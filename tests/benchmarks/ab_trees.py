@@ -8,8 +8,8 @@ process each (its own Spark session and warm-up run), and the wall seconds and
 the CPU seconds ``run.py`` reads from ``/proc`` are collected per timed run::
 
     python tests/benchmarks/ab_trees.py --rounds 3 \\
-        --variant s12=/tmp/perf-s12 --variant now=. \\
-        --variant udf0=.:BEAM_SPARK_INPROC_FEW_CALLS_UDF=0 \\
+        --variant before=/tmp/perf-before --variant now=. \\
+        --variant nosmall=.:BEAM_SPARK_INPROC_SMALL_DATA_KB=0 \\
         -- --pipelines P1 --sizes 4000000 --repeats 2 --engines inproc
 
 Prints every run's figures and, per variant, the medians and the load.

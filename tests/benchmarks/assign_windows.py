@@ -6,8 +6,7 @@
    timestamps of the streaming benchmark's windowed count (``--per-window``
    consecutive elements per window).
 2. The WindowInto in a bundle: a batch pipeline (Create, timestamps,
-   WindowInto, a count per window) on the debug engine, the operation
-   switched by ``planner.INTEGER_WINDOWS``, alternating; CPU seconds of the
+   WindowInto, a count per window) on the debug engine; CPU seconds of the
    process.
 
     python -m tests.benchmarks.assign_windows [--elements 400000]
@@ -26,7 +25,6 @@ from apache_beam.transforms.window import SlidingWindows
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.planning import planner
 from beam_spark_inproc.worker.assign_windows import assigner
 
 
@@ -62,23 +60,19 @@ def _windowed_count(n: int, windowfn):
 
 
 def in_bundle(args) -> None:
-    results: dict = {}
+    cpus = []
     for _ in range(args.rounds):
-        for integer in (False, True):
-            planner.INTEGER_WINDOWS = integer
-            p = beam.Pipeline(runner=InProcessSparkRunner(debug=True))
-            _windowed_count(args.elements, FixedWindows(1))(p)
-            start, cpu = time.time(), time.process_time()
-            p.run().wait_until_finish()
-            wall, cpu = time.time() - start, time.process_time() - cpu
-            results.setdefault(integer, []).append(cpu)
-            print(f'debug engine, {args.elements:,} elements, WindowInto '
-                  f'{"integer" if integer else "Beam DoFn"}: {wall:.2f} s wall, '
-                  f'{cpu:.2f} s CPU  [load {os.getloadavg()[0]:.1f}]', flush=True)
-    planner.INTEGER_WINDOWS = True
-    off, on = min(results[False]), min(results[True])
-    print(f'best CPU: Beam DoFn {off:.2f} s, integer {on:.2f} s: '
-          f'{(off - on) / args.elements * 1e6:.2f} us less per element')
+        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True))
+        _windowed_count(args.elements, FixedWindows(1))(p)
+        start, cpu = time.time(), time.process_time()
+        p.run().wait_until_finish()
+        wall, cpu = time.time() - start, time.process_time() - cpu
+        cpus.append(cpu)
+        print(f'debug engine, {args.elements:,} elements, WindowInto: '
+              f'{wall:.2f} s wall, {cpu:.2f} s CPU  '
+              f'[load {os.getloadavg()[0]:.1f}]', flush=True)
+    print(f'best CPU: {min(cpus):.2f} s, '
+          f'{min(cpus) / args.elements * 1e6:.2f} us per element')
 
 
 def main() -> None:

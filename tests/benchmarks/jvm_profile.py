@@ -194,18 +194,19 @@ def main() -> None:
     parser.add_argument('--jfr', type=int, default=0,
                         help='the run (1-based) to record with JFR, 0: none')
     parser.add_argument('--top', type=int, default=12)
-    parser.add_argument('--variants', default='on',
+    parser.add_argument('--variants', default='default',
                         help="streaming_ab's variants, alternating per round")
     parser.add_argument('--conf', default='',
                         help='"key=value;..." of runtime SQL settings set for '
-                        'the variants named with a "+conf" suffix ("on+conf")')
+                        'the variants named with a "+conf" suffix '
+                        '("default+conf")')
     args = parser.parse_args()
     confs = dict(kv.split('=', 1) for kv in args.conf.split(';') if kv)
     streaming._instrument()
     warm = argparse.Namespace(events=2, per_event=2_000, keys=2)
     variants = [v for v in args.variants.split(',') if v]
-    streaming_ab._switch(variants[0].split('+')[0])
-    streaming.run_one(args.pipeline, 'spark', warm)
+    streaming.run_one(args.pipeline, 'spark', warm, flags=streaming_ab.variant_flags(
+        variants[0].split('+')[0]))
     from pyspark.sql import SparkSession
     session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     pid = _jvm_pid()
@@ -215,7 +216,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for variant in variants:
             run += 1
-            streaming_ab._switch(variant.split('+')[0])
+            extra = streaming_ab.variant_flags(variant.split('+')[0])
             for key, value in confs.items():
                 if variant.endswith('+conf'):
                     session.conf.set(key, value)
@@ -229,7 +230,7 @@ def main() -> None:
                 subprocess.run(['jcmd', str(pid), 'JFR.start', 'name=mb',
                                 f'settings={_jfc()}'], capture_output=True)
             start = time.time()
-            f = streaming.run_one(args.pipeline, 'spark', args)
+            f = streaming.run_one(args.pipeline, 'spark', args, flags=extra)
             wall = time.time() - start
             if jfr:
                 subprocess.run(['jcmd', str(pid), 'JFR.stop', 'name=mb',

@@ -606,9 +606,8 @@ BENCHMARKS = {b.name: b for b in (
 )}
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
-           'inproc_packed', 'inproc_noinitsplit', 'inproc_handover1',
-           'inproc_split1', 'inproc_beamtext', 'inproc_sidespark',
-           'inproc_split5', 'inproc_s14end', 'direct',
+           'inproc_handover1', 'inproc_split1', 'inproc_sidespark',
+           'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -623,15 +622,10 @@ ENGINE_TITLES = {
     'inproc_small': 'this runner, small data on',
     'inproc_nosmall': 'this runner, small data off',
     'inproc_timeonly': 'this runner, small data handed over on time only',
-    'inproc_packed': 'this runner, GroupByKey input windowed (no values-only)',
-    'inproc_noinitsplit': 'this runner, no initial split of restrictions',
     'inproc_handover1': 'this runner, all Spark after the first hand-over',
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
-    'inproc_beamtext': "this runner, ReadFromText by Beam's record loop",
     'inproc_sidespark': 'this runner, side-input stages with the usual limits',
-    'inproc_s14end': "this runner, PySpark's full gc after every task, Beam's "
-                     "200 ms state sampler (session 14)",
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -798,10 +792,8 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if (engine in ('inproc', 'inproc_timeonly', 'inproc_packed',
-                       'inproc_noinitsplit', 'inproc_handover1',
-                       'inproc_beamtext', 'inproc_sidespark',
-                       'inproc_s14end') or
+        if (engine in ('inproc', 'inproc_timeonly', 'inproc_handover1',
+                       'inproc_sidespark') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -818,9 +810,7 @@ class Harness:
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
-        from beam_spark_inproc.planning import planner
         from beam_spark_inproc.spark import small
-        from beam_spark_inproc.worker import initial_split
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
         # A/B of the small-data watchdog's element limit: before it, a stage
@@ -828,49 +818,23 @@ class Harness:
         max_elements = small.MAX_ELEMENTS
         if engine == 'inproc_timeonly':
             small.MAX_ELEMENTS = 1 << 62
-        # A/B of values-only GroupByKey inputs (planning.planner.VALUES_ONLY).
-        if engine == 'inproc_packed':
-            planner.VALUES_ONLY = False
-        # A/B of initial splitting (worker.initial_split): off, a splittable
-        # stage starts with the restrictions Beam's split gave, in rounds.
-        if engine == 'inproc_noinitsplit':
-            initial_split.ENABLED = False
         # A/B of later driver stages after a hand-over (spark.small.MAX_HANDOVERS).
         handovers = small.MAX_HANDOVERS
         if engine == 'inproc_handover1':
             small.MAX_HANDOVERS = 1
-        # A/B of ReadFromText's reader (worker.text_lines): Beam's record loop.
-        if engine == 'inproc_beamtext':
-            planner.FAST_TEXT = False
         # A/B of side-input stages in the driver by time only
         # (spark.small.COLLECTED_SECONDS): the limits of any other stage.
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0
-        # A/B of session 15's Python-worker changes: PySpark's full garbage
-        # collection after every task (``worker.gc_epochs`` off) and Beam's
-        # 200 ms state sampler period (``worker.processors.SAMPLING_MS``).
-        switches = {'BEAM_SPARK_INPROC_GC_FREEZE': '0',
-                    'BEAM_SPARK_INPROC_SAMPLING_MS': '0'}
-        saved = {k: os.environ.get(k) for k in switches}
-        if engine == 'inproc_s14end':
-            os.environ.update(switches)
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
                      | 'WriteResult' >> beam.ParDo(make_write_result(path)))
         finally:
             small.MAX_ELEMENTS = max_elements
-            planner.VALUES_ONLY = True
-            initial_split.ENABLED = True
             small.MAX_HANDOVERS = handovers
-            planner.FAST_TEXT = True
             small.COLLECTED_SECONDS = collected_seconds
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())

@@ -1,63 +1,11 @@
-"""A/B of the streaming worker's per-element paths, in one process, alternating.
+"""A/B of the streaming runner's remaining tunables, in one process, alternating.
 
-Variants (planner switches, read when a pipeline is planned, so they reach
-Spark's workers with the stage):
+Variants (extra pipeline options, ``VARIANTS``):
 
-* ``off``: WindowInto as Beam's DoFn, every GroupByKey's panes from Beam's
-  trigger driver (``planner.INTEGER_WINDOWS = planner.DEFAULT_TRIGGER_PANES =
-  False``);
-* ``windows``: integer window assignment only (``worker.assign_windows``);
-* ``on``: both, the default (``worker.default_trigger`` too), and the
-  driver's changes of session 13 (below);
-* ``session12``: the planner's ``on`` with the driver of session 12:
-  TestStream elements in the pipeline proto
-  (``BEAM_SPARK_INPROC_TEST_STREAM_ASIDE=0``), the next micro-batch encoded
-  from the start of this one and its DataFrame made by the loop
-  (``loop.PREFETCH_AT_JOB = False``);
-* ``aside``: ``session12`` with the TestStream's elements beside the proto;
-* ``session13``: ``on`` with PySpark's ``pandas_udf`` for every new task's
-  UDF (``spark.engine.FEW_CALLS_UDF = False``: ~30 Py4J calls a UDF; a
-  stream's keyed stage makes one every micro-batch), and without session
-  14's two changes below;
-* ``s13end``: the end of session 13: ``on`` with a ``BUCKETED`` shuffle by
-  Spark's hash of the shard (``spark.engine.BALANCED_SHARDS = False``),
-  sorted without the rows' input position
-  (``spark.engine.ORDERED_BUCKETED = False``);
-* ``balanced``: ``s13end`` with the shards shared out evenly (session 14);
-* ``spread``: ``on`` with a stateful pipeline's driver rows spread over the
-  cores (``loop.STATEFUL_SPREAD``; on by default since session 15,
-  so ``on`` turns it off and ``spread`` is the default);
-* ``s14end``: the end of session 14: ``on`` without session 15's frozen
-  objects in the Python workers (``BEAM_SPARK_INPROC_GC_FREEZE=0``,
-  ``worker.gc_epochs``: PySpark's full garbage collection after every task)
-  and with Beam's 200 ms state sampler period (``BEAM_SPARK_INPROC_SAMPLING_MS=0``,
-  ``worker.processors.SAMPLING_MS``: a bundle's end waits for the sampler);
-* ``freeze``: ``s14end`` with the frozen objects (``on`` but the sampler);
-* ``driver14``: ``on`` with the driver's calls around a micro-batch's last
-  job as at the end of session 14: the next micro-batch's prefetch started
-  before the job's tags and query are made, the job tag added and removed
-  per job (``loop.QUIET_JOB_START = False``), the job description read from
-  the JVM per job and a ``select`` in the leaves' collect
-  (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too;
-* ``doubling``: ``spread`` (the defaults) with session 15's epochs of frozen
-  objects in the workers, 1, 2, 4, ... tasks long
-  (``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``, ``worker.gc_epochs``; the
-  default since session 16 is 1 task, then 256): it differs only in a
-  worker's first ~255 tasks, so compare fresh sessions' first rounds
-  (``worker_rounds --variants``), not rounds after the warm-up;
-* ``s15end``: ``spread`` without session 16's next micro-batch's stateless
-  steps built in the prefetch thread (``loop.PREBUILD = False``) and
-  without its whole inputs (a select keeping every row skipped,
-  ``loop.WHOLE_INPUTS = False``); every variant above but ``on``,
-  ``spread``, ``windows``, ``off`` and ``doubling`` has both off;
-* ``prebuild``: ``s15end`` with ``loop.PREBUILD``; ``whole``: with
-  ``loop.WHOLE_INPUTS``;
-* ``beamstate``: ``spread`` (the defaults) with a stateful stage's user state
-  through Beam's ``GlobalCachingStateHandler`` and the runner's layers down
-  to a ``StateServicer`` per key, as before session 16
-  (``BEAM_SPARK_INPROC_KEY_STATE=0``, ``worker.key_state``); the variants
-  standing for the end of an earlier session (and ``prebuild``, ``whole``)
-  have it too.
+* ``default``: the runner's defaults;
+* ``stateful_whole``: ``--spark_stream_stateful_whole`` (a stateful
+  pipeline's driver rows in one partition rather than spread over the cores;
+  only the stateful pipeline differs).
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``); and the loop thread's
@@ -74,7 +22,8 @@ pipeline has neither a WindowInto nor a GroupByKey: its A/B shows the noise.
 
     PYSPARK_PYTHON=$(which python) python -m tests.benchmarks.streaming_ab \\
         [--events 20] [--per-event 20000] [--keys 1000] [--rounds 3] \\
-        [--engines spark,debug] [--variants off,on] [--pipelines ...]
+        [--engines spark,debug] [--variants default,stateful_whole]
+        [--pipelines ...]
         [--py4j] [--event-log DIR]
 """
 from __future__ import annotations
@@ -86,81 +35,22 @@ import threading
 import time
 
 from beam_spark_inproc.execution.streaming import loop
-from beam_spark_inproc.execution.streaming import test_stream
-from beam_spark_inproc.planning import planner
 from beam_spark_inproc.spark import engine as spark_engine
-from beam_spark_inproc.worker import gc_epochs
-from beam_spark_inproc.worker import key_state
-from beam_spark_inproc.worker import processors
 from tests.benchmarks import streaming
 from tests.benchmarks.run import Sampler
 
-# (integer windows, default-trigger panes, TestStream elements aside,
-# prefetch at the job, a UDF in few Py4J calls, shards shared out evenly,
-# the BUCKETED shuffle ordered by input position, a stateful pipeline's
-# driver rows spread, the workers' objects frozen between tasks, the
-# longest sleep of Beam's state sampler in ms, 0 for Beam's 200; the
-# driver's quiet job start and few calls a job, session 15; the frozen
-# objects' epochs growing 1, 2, 4, ... tasks, session 15's, not 1 then 256)
-VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
-                    True, True, False),
-            'windows': (True, False, True, True, True, True, True, False, True, 5,
-                        True, True, False),
-            'on': (True, True, True, True, True, True, True, False, True, 5,
-                   True, True, False),
-            'session12': (True, True, False, False, False, False, False, False,
-                          False, 0, False, False, False),
-            'aside': (True, True, True, False, False, False, False, False, False,
-                      0, False, False, False),
-            'session13': (True, True, True, True, False, False, False, False,
-                          False, 0, False, False, False),
-            's13end': (True, True, True, True, True, False, False, False, False,
-                       0, False, False, False),
-            'balanced': (True, True, True, True, True, True, False, False, False,
-                         0, False, False, False),
-            'spread': (True, True, True, True, True, True, True, True, True, 5,
-                       True, True, False),
-            's14end': (True, True, True, True, True, True, True, False, False, 0,
-                       False, False, False),
-            'freeze': (True, True, True, True, True, True, True, False, True, 0,
-                       True, True, False),
-            'driver14': (True, True, True, True, True, True, True, False, True, 5,
-                         False, False, False),
-            'doubling': (True, True, True, True, True, True, True, True, True, 5,
-                         True, True, True)}
-VARIANTS['beamstate'] = VARIANTS['spread']
-# Variants with a stateful stage's user state through Beam's handler and the
-# runner's layers (``BEAM_SPARK_INPROC_KEY_STATE=0``): ``beamstate`` and
-# those that stand for the end of a session before 16.
-BEAM_STATE = frozenset(['beamstate', 'session12', 'aside', 'session13',
-                        's13end', 'balanced', 's14end', 'freeze', 's15end',
-                        'prebuild', 'whole'])
+# Variant -> its extra pipeline options.
+VARIANTS = {'default': [],
+            'stateful_whole': ['--spark_stream_stateful_whole']}
 
 
-# Session 16's (variant -> (``loop.PREBUILD``, ``loop.WHOLE_INPUTS``));
-# any other variant has them off.
-SESSION16 = {'on': (True, True), 'spread': (True, True),
-             'windows': (True, True), 'off': (True, True),
-             'doubling': (True, True), 's15end': (False, False),
-             'prebuild': (True, False), 'whole': (False, True),
-             'beamstate': (True, True)}
-
-
-def _switch(variant: str) -> None:
-    if variant in ('s15end', 'prebuild', 'whole'):
-        _switch('spread')
-    else:
-        (planner.INTEGER_WINDOWS, planner.DEFAULT_TRIGGER_PANES, aside,
-         loop.PREFETCH_AT_JOB, spark_engine.FEW_CALLS_UDF[0],
-         spark_engine.BALANCED_SHARDS[0], spark_engine.ORDERED_BUCKETED[0],
-         loop.STATEFUL_SPREAD, freeze, sampling, loop.QUIET_JOB_START,
-         spark_engine.FEW_CALLS_JOB[0], doubling) = VARIANTS[variant]
-        os.environ[test_stream.ASIDE_ENV] = '1' if aside else '0'
-        os.environ[gc_epochs.ENV] = '1' if freeze else '0'
-        os.environ[processors.SAMPLING_MS_ENV] = str(sampling)
-        os.environ[gc_epochs.DOUBLING_ENV] = '1' if doubling else '0'
-    loop.PREBUILD, loop.WHOLE_INPUTS = SESSION16.get(variant, (False, False))
-    os.environ[key_state.ENV] = '0' if variant in BEAM_STATE else '1'
+def variant_flags(variant: str) -> list[str]:
+    """The pipeline options of ``variant`` (one of ``VARIANTS``)."""
+    try:
+        return list(VARIANTS[variant])
+    except KeyError:
+        raise SystemExit(f'unknown variant {variant!r}; one of '
+                         f'{", ".join(VARIANTS)}') from None
 
 
 class _Py4jCalls:
@@ -279,7 +169,7 @@ def main() -> None:
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--engines', default='spark,debug')
-    parser.add_argument('--variants', default='off,on')
+    parser.add_argument('--variants', default='default')
     parser.add_argument('--pipelines', default=','.join(streaming.PIPELINES))
     parser.add_argument('--py4j', action='store_true',
                         help='count Py4J calls per micro-batch')
@@ -308,20 +198,20 @@ def main() -> None:
     for name in [n for n in args.pipelines.split(',') if n]:
         for engine in engines:
             for variant in variants:
-                _switch(variant)
-                streaming.run_one(name, engine, warm, flags=flags)
+                streaming.run_one(name, engine, warm,
+                                  flags=flags + variant_flags(variant))
             for _ in range(args.rounds):
                 for variant in variants:
-                    _switch(variant)
+                    extra = flags + variant_flags(variant)
                     if engine == 'spark':  # Python workers idle for a minute end
-                        streaming.run_one(name, engine, warm, flags=flags)
+                        streaming.run_one(name, engine, warm, flags=extra)
                     if calls is not None:
                         calls.reset()
                     if timeline is not None:
                         timeline.marks.clear()
                     since = int(time.time() * 1000)
                     with Sampler(interval=0.5) as sampler:
-                        f = streaming.run_one(name, engine, args, flags=flags)
+                        f = streaming.run_one(name, engine, args, flags=extra)
                     cpu = sampler.cpu_seconds()
                     batches = f.get('micro-batches') or 1
                     py4j = ('' if calls is None or engine != 'spark' else
@@ -342,7 +232,6 @@ def main() -> None:
                           f'{cpu.get("driver", 0):.2f}, JVM {cpu.get("jvm", 0):.2f}, '
                           f'Python workers {cpu.get("python", 0):.2f}){py4j}  '
                           f'[load {os.getloadavg()[0]:.1f}]', flush=True)
-    _switch('on')
     print('medians: wall s, elements/s, CPU s')
     for (name, engine, variant), rows in results.items():
         print(f'{name:15s} {engine:5s} {variant:7s}: ' + ', '.join(

@@ -16,7 +16,7 @@ inherit it), and prints per round:
 
     PYSPARK_PYTHON=$(which python) python -m tests.benchmarks.worker_rounds \\
         [--pipeline stateful] [--rounds 6] [--events 20] [--per-event 20000] \\
-        [--keys 1000] [--variant spread]
+        [--keys 1000] [--variants default]
 """
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument('--events', type=int, default=20)
     parser.add_argument('--per-event', type=int, default=20_000)
     parser.add_argument('--keys', type=int, default=1000)
-    parser.add_argument('--variants', default='spread',
+    parser.add_argument('--variants', default='default',
                         help="streaming_ab's variants, alternating")
     parser.add_argument('--no-warm', action='store_true',
                         help='no warm-up run before each measured run')
@@ -162,19 +162,19 @@ def main() -> None:
           f'{args.per_event}, {args.keys} keys; task marks in {folder}',
           flush=True)
     for v in variants:
-        streaming_ab._switch(v)
-        streaming.run_one(args.pipeline, 'spark', warm)
+        streaming.run_one(args.pipeline, 'spark', warm,
+                          flags=streaming_ab.variant_flags(v))
     summary: dict = {}
     for n in range(args.rounds):
         for variant in variants:
-            streaming_ab._switch(variant)
+            extra = streaming_ab.variant_flags(variant)
             if not args.no_warm:
-                streaming.run_one(args.pipeline, 'spark', warm)
+                streaming.run_one(args.pipeline, 'spark', warm, flags=extra)
             calibrated = statistics.median(calibration() for _ in range(3))
             steal = _steal()
             since = time.time()
             with Sampler(interval=0.5) as sampler, Canary() as canary:
-                f = streaming.run_one(args.pipeline, 'spark', args)
+                f = streaming.run_one(args.pipeline, 'spark', args, flags=extra)
             until = time.time()
             steal = _steal() - steal
             cpu = sampler.cpu_seconds()

@@ -2,7 +2,7 @@
 partitions and positions on separate executors (``local-cluster``), where a
 reduce task reads its own executor's map output before the other's: a
 stream's driver rows spread over partitions reach a stateful DoFn in their
-event's order (``spark.engine.ORDERED_BUCKETED``; on ``local[N]`` every block
+event's order (``SparkEngine.shuffle``; on ``local[N]`` every block
 is local and read in map order, so only this tier can tell)."""
 from __future__ import annotations
 

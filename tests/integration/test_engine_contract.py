@@ -265,7 +265,6 @@ def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
     import pyspark.util
     from beam_spark_inproc.spark import engine as spark_engine
     monkeypatch.delattr(pyspark.util, '_load_from_socket')
-    monkeypatch.setattr(spark_engine, '_FAST_COLLECT', [True])
     engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     calls = []
     try:
@@ -274,7 +273,6 @@ def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
     finally:
         engine.release()
     assert calls == [1]
-    assert spark_engine._FAST_COLLECT == [False]
 
 
 def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
@@ -388,20 +386,30 @@ def test_to_dataframe_is_the_functions_batches_of_each_partition(engine):
 def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
     """SparkEngine maps a task through PySpark's private API (fewer Py4J
     calls, as PySpark 4.3 has it); where that fails, PySpark's own
-    ``mapInArrow`` gives the same rows and is used from then on."""
+    ``mapInArrow`` gives the same rows, for that call only: the next call
+    tries the private API again."""
     from beam_spark_inproc.spark import engine as spark_engine
     made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
-    expected = sorted(made.collect(source(made))[0])
-    assert spark_engine._FAST_MAP_IN_ARROW == [True]  # works on this PySpark
+    private = spark_engine.SparkEngine._map_in_arrow
+    calls = []
+
+    def counted(self, data, task):
+        calls.append(1)
+        return private(self, data, task)
 
     def broken(self, data, task):
+        calls.append(0)
         raise AttributeError('no such private API here')
 
-    monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', broken)
-    monkeypatch.setattr(spark_engine, '_FAST_MAP_IN_ARROW', [True])
     try:
+        monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', counted)
+        expected = sorted(made.collect(source(made))[0])
+        assert calls == [1]  # by the private API
+        monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', broken)
         assert sorted(made.collect(source(made))[0]) == expected
-        assert spark_engine._FAST_MAP_IN_ARROW == [False]
+        monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', counted)
+        assert sorted(made.collect(source(made))[0]) == expected
+        assert calls == [1, 0, 1]
     finally:
         made.release()
 
@@ -418,12 +426,18 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
     calls = []
     send = clientserver.JavaClient.send_command
 
-    def counted(client, *args, **kwargs):
-        calls.append(1)
-        return send(client, *args, **kwargs)
+    def counted(client, command, *args, **kwargs):
+        if not command.startswith('m\nd\n'):  # not Py4J's garbage collection
+            calls.append(command)
+        return send(client, command, *args, **kwargs)
+
+    column = spark_engine._JvmUdfs.column
 
     def run(few: bool):
-        monkeypatch.setattr(spark_engine, 'FEW_CALLS_UDF', [few])
+        # Not few: every command as one over the broadcast threshold, for
+        # which ``_JvmUdfs`` gives None and PySpark's ``pandas_udf`` is used.
+        monkeypatch.setattr(spark_engine._JvmUdfs, 'column', column if few
+                            else lambda self, task: None)
         made.map_stage(made.impulse(), Emit(ROWS))  # session's objects made
         data = made.impulse()
         monkeypatch.setattr(clientserver.JavaClient, 'send_command', counted)

@@ -132,14 +132,6 @@ def test_tiny_input_is_not_cut(runner, spreads, tmp_path):
     assert spreads == [None]
 
 
-def test_switched_off(files, spreads, tmp_path, monkeypatch):
-    monkeypatch.setattr(initial_split, 'ENABLED', False)
-    got = run_on(InProcessSparkRunner(debug=True), _read(files / 'a.txt'),
-                 tmp_path / 'runner')
-    assert sorted(got) == _expected(files / 'a.txt', tmp_path)
-    assert spreads == [None]
-
-
 class _Ranges(RestrictionProvider):
     def initial_restriction(self, n):
         return OffsetRange(0, n)

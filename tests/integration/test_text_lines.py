@@ -3,7 +3,7 @@ debug engine and on Spark gives FnApiRunner's lines: ``\\r\\n``, lone ``\\r``,
 empty lines, no final newline, multi-byte UTF-8, several files, cut by the
 initial split (small data on) or read whole from Spark's rows (small data
 off, as in the test run); sources other than Beam's default text source keep
-Beam's reader; ``planner.FAST_TEXT`` turns it off."""
+Beam's reader."""
 from __future__ import annotations
 
 import random
@@ -13,7 +13,6 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.planning import planner
 from beam_spark_inproc.worker import text_lines
 from tests.integration.test_semantics import run_on
 
@@ -79,14 +78,6 @@ def test_fnapi_runners_lines(backend, small, files, reads, tmp_path, request):
 
 def test_other_sources_keep_beams_reader(files, reads, tmp_path):
     build = _count(files / 'a.txt', skip_header_lines=2)
-    got = run_on(InProcessSparkRunner(debug=True), build, tmp_path / 'runner')
-    assert sorted(got) == _expected(build, tmp_path)
-    assert reads == []
-
-
-def test_switched_off(files, reads, tmp_path, monkeypatch):
-    monkeypatch.setattr(planner, 'FAST_TEXT', False)
-    build = _count(files / 'a.txt')
     got = run_on(InProcessSparkRunner(debug=True), build, tmp_path / 'runner')
     assert sorted(got) == _expected(build, tmp_path)
     assert reads == []

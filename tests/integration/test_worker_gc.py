@@ -1,7 +1,7 @@
 """Inside Spark's Python workers: the objects kept between tasks are frozen out
 of PySpark's garbage collection after every task (``worker.gc_epochs``), and
 bundles sample at the runner's state-sampler period
-(``worker.processors.SAMPLING_MS``); both off with their switches.
+(``worker.processors.SAMPLING_MS``).
 
 The unit tests (``tests/unit/test_gc_epochs.py``) check the policy; this checks
 that a real worker is recognized as one forked by PySpark's daemon.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 
 import apache_beam as beam
-import pytest
 from apache_beam.runners.worker import statesampler
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -27,16 +26,11 @@ class _Probe(beam.DoFn):
                statesampler.get_current_tracker().sampling_period_ms)
 
 
-@pytest.mark.parametrize('on', [True, False])
-def test_workers_freeze_and_sample_as_the_task_says(spark, tmp_path,
-                                                    monkeypatch, on):
-    if not on:
-        monkeypatch.setenv(gc_epochs.ENV, '0')
-        monkeypatch.setenv(processors.SAMPLING_MS_ENV, '0')
+def test_workers_freeze_and_sample_at_the_runners_period(spark, tmp_path):
     lines = run_to_lines(
         InProcessSparkRunner(spark=spark),
         lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
                    | beam.ParDo(_Probe())),
         str(tmp_path / 'out'))
-    period = processors.SAMPLING_MS if on else 200
-    assert lines == [repr((i, True, on, period)) for i in range(4)]
+    assert lines == [repr((i, True, True, processors.SAMPLING_MS))
+                     for i in range(4)]

@@ -18,7 +18,6 @@ from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampCombiner
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.planning import planner
 from beam_spark_inproc.worker import default_trigger
 from tests.streaming import oracle
 
@@ -192,10 +191,16 @@ def test_same_panes_as_direct_runner(build, fast_panes):
     assert fast_panes, 'the default-trigger path was not taken'
 
 
+def _trigger_driver_only(monkeypatch) -> None:
+    """Every GroupByKey's panes from Beam's trigger driver, the path of the
+    triggers ``default_trigger`` does not apply to."""
+    monkeypatch.setattr(default_trigger, 'applies', lambda windowing: False)
+
+
 def test_the_trigger_driver_gives_the_same_panes(monkeypatch, fast_panes):
     """The general path (Beam's driver) on the richest pipelines: the cases
     above are Beam's semantics on this runner, not just the fast path's."""
-    monkeypatch.setattr(planner, 'DEFAULT_TRIGGER_PANES', False)
+    _trigger_driver_only(monkeypatch)
     for build in (lateness_accumulating, sliding_late, early_then_late):
         expected = _as_read(oracle.direct(build))
         assert oracle.run(build, InProcessSparkRunner(debug=True)) == expected
@@ -217,7 +222,7 @@ def test_held_output_watermark_as_beams_trigger_driver(monkeypatch, fast_panes):
     on_time = {(r[0][0][0], r[1]) for r in fast if r[3] == ON_TIME}
     assert any(r[3] == EARLY and r[4] >= 1 and (r[0][0][0], r[1]) in on_time
                for r in fast), fast
-    monkeypatch.setattr(planner, 'DEFAULT_TRIGGER_PANES', False)
+    _trigger_driver_only(monkeypatch)
     calls = len(fast_panes)
     assert oracle.run(held_output_watermark,
                       InProcessSparkRunner(debug=True)) == fast

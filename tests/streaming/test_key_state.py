@@ -2,8 +2,8 @@
 engine: every kind built on a bag (bag, combining, set, read-modify-write),
 read after writes and clears in the same element, a state large enough to be
 decoded as it is iterated, kept across micro-batches and windows; the outputs
-compared with BundleBasedDirectRunner, with the switch on and off, and what
-each key writes back holding that key's state only."""
+compared with BundleBasedDirectRunner, and what each key writes back holding
+that key's state only."""
 from __future__ import annotations
 
 import collections
@@ -75,12 +75,10 @@ def _count_calls(monkeypatch, owner, name: str, calls: collections.Counter):
     monkeypatch.setattr(owner, name, counted)
 
 
-@pytest.mark.parametrize('on', ['1', '0'])
-def test_bag_state_kinds_match_the_direct_runner(on, monkeypatch):
-    monkeypatch.setenv(key_state.ENV, on)
+def test_bag_state_kinds_match_the_direct_runner(monkeypatch):
     expected = oracle.direct(_pipeline)
     assert len(expected) == 24
-    # Some element reads over _LIST_BYTES of state (the lazy path, when on).
+    # Some element reads over _LIST_BYTES of state (the lazy path).
     assert max(eval(r[0][1])[5] for r in expected) > key_state._LIST_BYTES
     calls = collections.Counter()
     for name in ('blocking_get', 'extend', 'clear'):
@@ -98,11 +96,8 @@ def test_bag_state_kinds_match_the_direct_runner(on, monkeypatch):
 
     assert oracle.run(_pipeline, InProcessSparkRunner(debug=True)) == expected
 
-    if on == '1':
-        assert calls['blocking_get'] and calls['extend'] and calls['clear']
-        assert calls['__iter__'], 'the large state was not read lazily'
-    else:  # Beam's handler throughout
-        assert not calls, calls
+    assert calls['blocking_get'] and calls['extend'] and calls['clear']
+    assert calls['__iter__'], 'the large state was not read lazily'
     # Both keys write state back after each of the first micro-batches, each
     # row with its own key's entries only (a servicer reused across keys and
     # not emptied would carry the last key's entries into the next one's).

@@ -173,10 +173,8 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     the panes are the DirectRunner's. The steps from the source's rows to
     the keyed stage's shuffle are built there too (``prebuild``): each
     micro-batch after the first takes every one of them built."""
-    from beam_spark_inproc.execution.streaming import loop
     from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
     from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
-    monkeypatch.setattr(loop, 'PREBUILD', True)
     counts = []
     finish = Prebuilder.finish
 
@@ -210,8 +208,7 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     assert taken[1:] == [True] * 3, taken
     # (hits, misses) per micro-batch: the element events' four, then the
     # final watermark's (no rows: nothing to build); the steps: at least
-    # the stateless stage's and the shuffle (selects too, without
-    # ``loop.WHOLE_INPUTS``)
+    # the stateless stage's and the shuffle
     steps = counts[0][1]
     assert steps >= 2 and counts[:4] == [(0, steps)] + [(steps, 0)] * 3, counts
 

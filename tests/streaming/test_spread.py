@@ -2,8 +2,8 @@
 (``--spark_stream_spread_kb``, ``StreamingExecutor._driver_rows``): the same
 panes and state as Beam's BundleBasedDirectRunner, and the stage after the
 source ran as that many bundles (one with the option at 0, or with a stateful
-DoFn in the pipeline unless ``loop.STATEFUL_SPREAD``); a stateful DoFn gets
-each key's elements in the event's order either way; TestStream events
+DoFn in the pipeline and ``--spark_stream_stateful_whole``); a stateful DoFn
+gets each key's elements in the event's order either way; TestStream events
 encoded ahead (``prefetch``) are the same rows."""
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.execution.streaming import loop
 from tests.streaming import oracle
 
 # 6,000 elements (~25 bytes each encoded, ~150 KB) in one element event.
@@ -93,21 +92,23 @@ def bundles(result) -> int:
     return counter.committed
 
 
-@pytest.mark.parametrize('build, stateful_spread, parts',
-                         [(windowed_sum, False, 2), (stateful, False, 1),
-                          (stateful, True, 2)],
-                         ids=['windowed_sum', 'stateful', 'stateful_spread'])
-def test_a_large_event_spreads_over_the_cores(build, stateful_spread, parts,
-                                              monkeypatch):
-    """Spread unless a stateful DoFn reads the stream (``STATEFUL_SPREAD``
-    off by default); spread or not, it gets each key's elements in the
-    event's order, as on the DirectRunner."""
-    monkeypatch.setattr(loop, 'STATEFUL_SPREAD', stateful_spread)
+@pytest.mark.parametrize('build, whole, parts',
+                         [(windowed_sum, (), 2),
+                          (windowed_sum, ('--spark_stream_stateful_whole',), 2),
+                          (stateful, ('--spark_stream_stateful_whole',), 1),
+                          (stateful, (), 2)],
+                         ids=['windowed_sum', 'windowed_sum_whole_flag',
+                              'stateful_whole', 'stateful_spread'])
+def test_a_large_event_spreads_over_the_cores(build, whole, parts):
+    """Spread, also when a stateful DoFn reads the stream, unless
+    ``--spark_stream_stateful_whole`` (which leaves a pipeline without a
+    stateful DoFn spread); spread or not, a stateful DoFn gets each key's
+    elements in the event's order, as on the DirectRunner."""
     expected = oracle.direct(build)
     assert len(expected) >= 3
     results = []
     flags = ('--spark_parallelism', '2', '--spark_stream_spread_kb', '16')
-    assert oracle.run(build, InProcessSparkRunner(debug=True), *flags,
+    assert oracle.run(build, InProcessSparkRunner(debug=True), *flags, *whole,
                       results=results) == expected
     # The big event as one bundle per part, then the three small ones.
     assert bundles(results[0]) == parts + 3
@@ -118,9 +119,7 @@ def test_a_large_event_spreads_over_the_cores(build, stateful_spread, parts,
 
 @pytest.mark.parametrize('build', [windowed_sum, stateful],
                          ids=['windowed_sum', 'stateful_spread'])
-def test_a_large_event_spreads_over_the_cores_on_spark(spark, build,
-                                                       monkeypatch):
-    monkeypatch.setattr(loop, 'STATEFUL_SPREAD', True)
+def test_a_large_event_spreads_over_the_cores_on_spark(spark, build):
     results = []
     expected = oracle.direct(build)
     assert oracle.run(build, InProcessSparkRunner(spark=spark),

@@ -4,6 +4,7 @@ the Python events' values. The rows must be those the payload gives
 (``TestStreamSource`` over Beam's own ``to_runner_api``), event for event."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import apache_beam as beam
@@ -178,11 +179,16 @@ def _two_tags(pipeline):
 
 
 def test_same_records_as_in_the_proto_and_direct(monkeypatch):
-    """End to end on the debug engine: aside (the default), in the proto,
-    and BundleBasedDirectRunner (whose timestamps keep their microseconds:
-    the records compare them at the payload's milliseconds)."""
+    """End to end on the debug engine: aside (the default), in the proto
+    (as a pipeline given as a proto runs), and BundleBasedDirectRunner (whose
+    timestamps keep their microseconds: the records compare them at the
+    payload's milliseconds)."""
     aside = oracle.run(_two_tags, InProcessSparkRunner(debug=True))
-    monkeypatch.setenv(ts.ASIDE_ENV, '0')
+
+    @contextlib.contextmanager
+    def in_the_proto(pipeline):
+        yield None
+    monkeypatch.setattr(ts, 'elements_aside', in_the_proto)
     in_proto = oracle.run(_two_tags, InProcessSparkRunner(debug=True))
     assert aside == in_proto
     direct = oracle.direct(_two_tags)

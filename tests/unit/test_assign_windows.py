@@ -142,15 +142,11 @@ def _windowed(p):
             | 'Sessions' >> beam.WindowInto(window.Sessions(10)))
 
 
-def test_the_planner_names_only_fixed_and_sliding_windows(monkeypatch):
+def test_the_planner_names_only_fixed_and_sliding_windows():
     urns = _urns(_windowed)
     beams = common_urns.primitives.ASSIGN_WINDOWS.urn
     assert urns.count(plan_module.ASSIGN_WINDOWS_URN) == 1
     assert urns.count(beams) == 1  # Sessions
-    monkeypatch.setattr(planner, 'INTEGER_WINDOWS', False)
-    urns = _urns(_windowed)
-    assert plan_module.ASSIGN_WINDOWS_URN not in urns
-    assert urns.count(beams) == 2
 
 
 class _Show(beam.DoFn):

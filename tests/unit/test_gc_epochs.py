@@ -15,7 +15,6 @@ from apache_beam.runners.worker import statesampler
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import processors
-from beam_spark_inproc.worker import stage_task
 from tests.integration.outputs import run_to_lines
 
 
@@ -32,23 +31,19 @@ class _Cycle:
 
 
 def test_a_task_freezes_what_is_alive_and_the_epochs_end_unfrozen(unfrozen):
-    """Session 15's schedule (``gc_epoch_doubling``): 1, 2, 4, ... tasks."""
+    """An epoch of one task, then one of ``MAX_EPOCH_TASKS``: frozen at an
+    epoch's start only, unfrozen when its last task has finished."""
     epochs = gc_epochs.Epochs(active=True)
-    for length in (1, 2, 4, 8):
+    for length in (1, gc_epochs.MAX_EPOCH_TASKS, gc_epochs.MAX_EPOCH_TASKS):
+        assert epochs.length == length
         for i in range(length):
             before = gc.get_freeze_count()
-            epochs.task_started(True, doubling=True)
+            epochs.task_started()
             assert gc.get_freeze_count() > 0
             assert (before == 0) == (i == 0)  # frozen at an epoch's start only
             epochs.task_finished()
             # Frozen until the epoch's last task has finished.
             assert (gc.get_freeze_count() == 0) == (i == length - 1)
-    assert epochs.length == 16
-    epochs.length = gc_epochs.MAX_EPOCH_TASKS
-    epochs.task_started(True, doubling=True)
-    for _ in range(gc_epochs.MAX_EPOCH_TASKS):
-        epochs.task_finished()
-    assert epochs.length == gc_epochs.MAX_EPOCH_TASKS
 
 
 def test_by_default_the_first_epoch_is_one_task_then_the_longest(unfrozen):
@@ -58,7 +53,7 @@ def test_by_default_the_first_epoch_is_one_task_then_the_longest(unfrozen):
     epochs = gc_epochs.Epochs(active=True)
     ends = []
     for task in range(2 * gc_epochs.MAX_EPOCH_TASKS + 1):
-        epochs.task_started(True)
+        epochs.task_started()
         assert gc.get_freeze_count() > 0
         epochs.task_finished()
         if gc.get_freeze_count() == 0:
@@ -71,54 +66,32 @@ def test_garbage_frozen_in_an_epoch_is_collected_after_it(unfrozen):
     epochs = gc_epochs.Epochs(active=True)
     epochs.task_finished()  # nothing frozen: nothing counted
     assert epochs.length == 1
-    epochs.task_started(True, doubling=True)
+    epochs.task_started()
     epochs.task_finished()  # epoch of 1 ends
     garbage = _Cycle()
     dead = weakref.ref(garbage)
-    epochs.task_started(True, doubling=True)  # epoch of 2: the cycle is frozen
+    epochs.task_started()  # the next epoch: the cycle is frozen
     del garbage
     gc.collect()  # PySpark's collection after the task
     assert dead() is not None
     epochs.task_finished()
+    for _ in range(gc_epochs.MAX_EPOCH_TASKS - 2):
+        epochs.task_started()
+        epochs.task_finished()
     gc.collect()
-    assert dead() is not None  # the epoch's second task is still to come
-    epochs.task_started(True, doubling=True)
+    assert dead() is not None  # the epoch's last task is still to come
+    epochs.task_started()
     epochs.task_finished()
     gc.collect()  # after the epoch's last task: a full collection
     assert dead() is None
 
 
-def test_a_task_with_the_switch_off_unfreezes(unfrozen):
-    epochs = gc_epochs.Epochs(active=True)
-    epochs.task_started(True)
-    epochs.task_finished()
-    epochs.task_started(True)
-    assert gc.get_freeze_count() > 0
-    epochs.task_started(False)
-    assert gc.get_freeze_count() == 0
-    assert (epochs.frozen, epochs.tasks, epochs.length) == (False, 0, 1)
-    epochs.task_finished()
-    assert gc.get_freeze_count() == 0
-
-
 def test_only_a_worker_forked_by_pysparks_daemon_freezes(unfrozen):
     assert not gc_epochs.forked_by_pyspark_daemon()  # pytest's process
     epochs = gc_epochs.Epochs()
-    epochs.task_started(True)
+    epochs.task_started()
     assert epochs.active is False
     assert gc.get_freeze_count() == 0
-
-
-def test_the_switches_travel_with_the_task(monkeypatch):
-    task = stage_task.StageTask('job', None)
-    assert (task.gc_freeze, task.sampling_ms, task.gc_epoch_doubling) == (
-        True, processors.SAMPLING_MS, False)
-    monkeypatch.setenv(gc_epochs.ENV, '0')
-    monkeypatch.setenv(processors.SAMPLING_MS_ENV, '0')
-    monkeypatch.setenv(gc_epochs.DOUBLING_ENV, '1')
-    task = stage_task.StageTask('job', None)
-    assert (task.gc_freeze, task.sampling_ms, task.gc_epoch_doubling) == (
-        False, 0, True)
 
 
 class _SamplerPeriod(beam.DoFn):
@@ -128,12 +101,10 @@ class _SamplerPeriod(beam.DoFn):
         yield statesampler.get_current_tracker().sampling_period_ms
 
 
-@pytest.mark.parametrize('setting, period', [('', processors.SAMPLING_MS),
-                                             ('0', 200), ('20', 20)])
-def test_bundles_sample_at_the_tasks_period(monkeypatch, tmp_path, setting,
-                                            period):
-    if setting:
-        monkeypatch.setenv(processors.SAMPLING_MS_ENV, setting)
+def test_bundles_sample_at_the_runners_period(tmp_path):
+    """``SAMPLING_MS``, not Beam's 200 ms."""
+    period = processors.SAMPLING_MS
+    assert period != 200
     original = statesampler.StateSampler
     seen = run_to_lines(
         InProcessSparkRunner(debug=True),

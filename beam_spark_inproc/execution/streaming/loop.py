@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -79,39 +78,23 @@ from beam_spark_inproc.worker.streaming_state import decode_report
 from beam_spark_inproc.worker.streaming_state import marker_rows
 
 _LOGGER = logging.getLogger(__name__)
-# Sources encode the next micro-batch, and make its engine data, when this
-# one's last job starts (``StreamingExecutor.prefetch``); False: encoded only,
-# from the start of this micro-batch (session 10; for A/B).
-PREFETCH_AT_JOB = True
-# With ``PREFETCH_AT_JOB``: the prefetch starts once the last job's
-# DataFrames are built and its action is about to run (``engine.collect``'s
-# ``started``), not before the job's tags and query are made: the prefetch
-# thread's Python work had made each of those Py4J replies wait for the GIL
-# (~30 ms a micro-batch). And the stream's job tag is set on the loop's
-# thread once for the whole stream (``run``), not per job. False: session
-# 14's (for A/B).
-QUIET_JOB_START = os.environ.get('BEAM_SPARK_INPROC_QUIET_JOB_START', '1') != '0'
-# A pipeline with a stateful DoFn spreads its driver rows as any other
-# (``StreamingExecutor.__init__``; each key's elements still in order, the
-# ``BUCKETED`` shuffle sorting them by input partition and position). On
-# since session 15: with the workers' fixed cost per task gone, the source
-# stage's one core was on the critical path (stateful benchmark +8% on the
-# quiet machine, CPU +3%; under load it cost more than it gained, session
-# 14; docs/performance.md). ``BEAM_SPARK_INPROC_STATEFUL_SPREAD=0``: whole.
-STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '1') != '0'
-# With the prefetch: the next micro-batch's steps from its source data
-# that do not depend on its watermarks (selects, stateless stages'
-# ``map_stage``, the shuffle before a keyed stage) built in the prefetch
-# thread while this one's job runs (``prebuild``), not on the loop's path.
-# ``BEAM_SPARK_INPROC_PREBUILD=0``: built by the loop (the A/B switch).
-PREBUILD = os.environ.get('BEAM_SPARK_INPROC_PREBUILD', '1') != '0'
+# The prefetch of the next micro-batch (``StreamingExecutor.prefetch``)
+# starts once this one's last job's DataFrames are built and its action is
+# about to run (``engine.collect``'s ``started``), not before the job's tags
+# and query are made: the prefetch thread's Python work would make each of
+# those Py4J replies wait for the GIL (~30 ms a micro-batch). For the same
+# reason the stream's job tag is set on the loop's thread once for the whole
+# stream (``run``), not per job. With the prefetch, the next micro-batch's
+# steps from its source data that do not depend on its watermarks (selects,
+# stateless stages' ``map_stage``, the shuffle before a keyed stage) are
+# built in the prefetch thread while this one's job runs
+# (``execution.streaming.prebuild``), not on the loop's path.
+#
 # A stage's input from a writer whose rows are all of the one output it
 # reads (a single-output TestStream; a single-output stateless stage whose
 # control rows the reader carries on) is the writer's data itself, not a
 # ``select`` that keeps every row (``_whole``): on Spark a ``filter`` fewer
 # to analyse, plan and run per such input and micro-batch.
-# ``BEAM_SPARK_INPROC_WHOLE_INPUTS=0``: a select each (the A/B switch).
-WHOLE_INPUTS = os.environ.get('BEAM_SPARK_INPROC_WHOLE_INPUTS', '1') != '0'
 
 
 class StreamingExecutor:
@@ -122,7 +105,8 @@ class StreamingExecutor:
                  attempt_channel: tuple = (), runtime_options: tuple = (),
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
                  prefetch: bool = False,
-                 test_stream_values: dict | None = None):
+                 test_stream_values: dict | None = None,
+                 stateful_whole: bool = False):
         self.plan = plan
         # Sources encode the next micro-batch's rows, and make its engine
         # data, in a thread while this one's last job runs
@@ -133,9 +117,8 @@ class StreamingExecutor:
         # engine, which runs them here.
         self.prefetch = prefetch
         self._prebuilder = None
-        # Replayed by the prefetch at the last job (``_prebuild``);
-        # session 10's prefetch (``PREFETCH_AT_JOB`` off) would record only.
-        if prefetch and PREBUILD and PREFETCH_AT_JOB:
+        # Replayed by the prefetch at the last job (``_prebuild``).
+        if prefetch:
             engine = self._prebuilder = Prebuilder(
                 engine, lambda task: any(
                     task is t for t in self._stateless.values()))
@@ -160,13 +143,16 @@ class StreamingExecutor:
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
                       for i, stage in enumerate(plan.stages) if stage.side_inputs}
-        # With a stateful DoFn the driver's rows stay whole unless
-        # ``STATEFUL_SPREAD``: then each part holds consecutive rows, and a
-        # ``BUCKETED`` shuffle keeps a key's rows in the order of their input
-        # partitions and positions, so each key's elements still reach the
-        # DoFn in its TestStream event's order (as on Beam's
-        # BundleBasedDirectRunner).
-        self._rows_spread = (1, 0) if not STATEFUL_SPREAD and any(
+        # With a stateful DoFn the driver's rows are spread as any other:
+        # each part holds consecutive rows, and a ``BUCKETED`` shuffle keeps
+        # a key's rows in the order of their input partitions and positions,
+        # so each key's elements still reach the DoFn in its TestStream
+        # event's order (as on Beam's BundleBasedDirectRunner). The source
+        # stage's one core had been on the critical path (docs/performance.md).
+        # ``stateful_whole`` (``--spark_stream_stateful_whole``) keeps them
+        # in one partition in such a pipeline, for a busy cluster where the
+        # spread costs more than it gains.
+        self._rows_spread = (1, 0) if stateful_whole and any(
             s.stateful for s in plan.stages) else spread
         # A TestStream's Python events when its element events are beside
         # the plan (``test_stream.elements_aside``; None: in the plan).
@@ -239,11 +225,9 @@ class StreamingExecutor:
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
         try:
-            if QUIET_JOB_START:  # each micro-batch's ``_job`` then only
-                # describes its jobs; the tag stays on this thread
-                with self.engine.job(self._tag, ''):
-                    self._loop()
-            else:
+            # Each micro-batch's ``_job`` then only describes its jobs; the
+            # tag stays on this thread.
+            with self.engine.job(self._tag, ''):
                 self._loop()
         finally:
             for source in self.sources.values():
@@ -253,9 +237,6 @@ class StreamingExecutor:
         while not self.cancelled.is_set():
             source_rows = {i: s.step_micro_batch(self._coalesce)
                            for i, s in self.sources.items() if not s.exhausted}
-            if self.prefetch and not PREFETCH_AT_JOB:  # session 10's, for A/B
-                for source in self.sources.values():
-                    source.prefetch(self._coalesce)
             moved = self._run_micro_batch(source_rows)
             exhausted = all(s.exhausted for s in self.sources.values())
             if exhausted and not moved and self.residuals.pending:
@@ -354,7 +335,7 @@ class StreamingExecutor:
             self._produced[index] = self._maybe_cache(index, result)
             ran = True
         prefetch = None
-        if self.prefetch and PREFETCH_AT_JOB:  # the next micro-batch's
+        if self.prefetch:  # the next micro-batch's
             def prefetch():
                 make = self._driver_rows
                 if self._prebuilder is not None:
@@ -364,9 +345,6 @@ class StreamingExecutor:
                         make = functools.partial(
                             self._prebuild, index, self.micro_batch + 1)
                     source.prefetch(self._coalesce, make)
-            if not QUIET_JOB_START:
-                prefetch()
-                prefetch = None
         self._harvest(final=True, started=prefetch)
         for index in range(len(self.plan.stages)):
             self._settle(index)
@@ -596,7 +574,7 @@ class StreamingExecutor:
         keyed or splittable stage's data holds rows of other tags too:
         state, summaries, residuals)."""
         w = self.plan.stages[writer]
-        if not WHOLE_INPUTS or tag != new_tag or len(w.outputs) != 1:
+        if tag != new_tag or len(w.outputs) != 1:
             return False
         if w.kind == p.TEST_STREAM_STAGE:
             return True

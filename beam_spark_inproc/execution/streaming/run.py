@@ -25,7 +25,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                profile_dir: str = '',
                spread: tuple[int, int] = (1, 0),
                prefetch: bool = False,
-               test_stream_values: dict | None = None) -> StreamingPipelineResult:
+               test_stream_values: dict | None = None,
+               stateful_whole: bool = False) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -34,7 +35,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     ``runtime_options``: the pipeline's options for RuntimeValueProvider in
     workers (``StageTask.runtime_options``). ``profile_dir``: workers profile
     each bundle into it (``worker.profiling``). ``spread``: (partitions,
-    bytes) for the driver's rows; ``prefetch``: sources encode the next
+    bytes) for the driver's rows (``stateful_whole``: one partition in a
+    pipeline with a stateful DoFn); ``prefetch``: sources encode the next
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``test_stream.elements_aside``)."""
@@ -48,7 +50,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     executor = StreamingExecutor(
         plan, engine, job_id, store, result.cancelled,
         result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options, profile_dir, spread, prefetch, test_stream_values)
+        runtime_options, profile_dir, spread, prefetch, test_stream_values,
+        stateful_whole)
     result.executor = executor
 
     def body() -> None:

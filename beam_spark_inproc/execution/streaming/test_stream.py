@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import os
 from typing import Any
 from typing import Callable
 from typing import Iterable
@@ -58,20 +57,14 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker.channel import key_extractor
 
 _GLOBAL = (GlobalWindow(),)
-# Set to 0 to keep TestStream elements in the pipeline proto (A/B).
-ASIDE_ENV = 'BEAM_SPARK_INPROC_TEST_STREAM_ASIDE'
 
 
 @contextlib.contextmanager
 def elements_aside(pipeline) -> Iterator[dict[str, list] | None]:
     """While in the block, the pipeline's TestStreams have empty element
     events (their tags kept) for ``to_runner_api``; yields {TestStream's full
-    label: its events}, the values the source replays (module doc); None
-    when switched off (``ASIDE_ENV``)."""
+    label: its events}, the values the source replays (module doc)."""
     found: dict[str, list] = {}
-    if os.environ.get(ASIDE_ENV, '1') == '0':
-        yield None
-        return
     originals = []
 
     class _Visitor:  # Beam's PipelineVisitor protocol
@@ -281,7 +274,7 @@ class TestStreamSource:
     # generation, ~20,000 objects a micro-batch, enough to set off a full
     # collection of the driver (all of the program's objects, the TestStream's
     # own elements among them, ~0.3 s holding the GIL) once or twice in a
-    # stream of 20 such micro-batches (docs/performance.md, session 18).
+    # stream of 20 such micro-batches (docs/performance.md).
 
     def _proto_values(self, element_event) -> Iterator:
         """An element event's windowed values from the payload."""
