@@ -175,7 +175,7 @@ _ORDER = '_beam_order'
 # stream's loop holds its tag for the whole stream) sets only the
 # description, the previous one known in Python; ``collect(elements=False)``
 # takes the control rows' columns without a ``select`` (2 Datasets fewer to
-# analyse); False: session 14's calls (the A/B switch).
+# analyse); False: the description asked from the JVM and a ``select`` (A/B).
 FEW_CALLS_JOB = [os.environ.get('BEAM_SPARK_INPROC_FEW_CALLS_JOB', '1') != '0']
 # ``SparkEngine._control_rows`` (classic-only) uses PySpark's private collect
 # API (reading both of its stream protocols: batches in order, or as they came

@@ -5,9 +5,8 @@ PySpark's daemon-forked worker runs ``gc.collect()`` after every task when
 workers are reused (``pyspark/daemon.py``). A full collection walks every
 object the collector tracks: with Beam, PyArrow and PySpark loaded about
 146,000 of them, 65-75 ms of CPU after every task whatever the task did.
-Measured on a stateful stream of 100 elements a micro-batch (docs/performance.md,
-session 15): ~75 of the ~85 ms of Python-worker CPU a task spent outside the
-bundle.
+On a stateful stream of 100 elements a micro-batch that was ~75 of the ~85 ms
+of Python-worker CPU a task spent outside the bundle (docs/performance.md).
 
 Frozen objects are left out of every collection (they are still freed by
 reference counting; only garbage cycles among them wait). In a worker forked by
@@ -23,15 +22,14 @@ PySpark's daemon, and only there (the debug engine and small data run the same
   the cache), and the next task freezes anew, with the processors built since.
   The first epoch lasts one task (what importing Beam left behind is freed
   after it, and the first task's processors are frozen from the second on),
-  then every epoch ``MAX_EPOCH_TASKS``. Session 15 let epochs grow 1, 2, 4,
-  ... tasks up to that, so that processors built in a worker's first tasks
-  were soon frozen too; but a stage's processors are ~600 tracked objects
-  (a collection walks them in ~0.3 ms), while each epoch's end costs a full
-  collection (~70 ms): eight of them in a worker's first 255 tasks, ~0.2-0.4
-  CPU-s a round of the stateful benchmark in a fresh session's first rounds
-  (docs/performance.md, session 16). ``StageTask.gc_epoch_doubling``
+  then every epoch ``MAX_EPOCH_TASKS``. Epochs growing 1, 2, 4, ... tasks up
+  to that would freeze processors built in a worker's first tasks sooner; but a
+  stage's processors are ~600 tracked objects (a collection walks them in
+  ~0.3 ms), while each epoch's end costs a full collection (~70 ms): eight of
+  them in a worker's first 255 tasks, ~0.2-0.4 CPU-s a run of the stateful
+  benchmark in a fresh Spark session's first runs. ``StageTask.gc_epoch_doubling``
   (``doubling()`` in the driver, ``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``)
-  keeps session 15's schedule.
+  gives the growing epochs.
 
 What is held frozen beyond its life is bounded by what was alive at an epoch's
 start, never by the number of tasks.
@@ -59,7 +57,7 @@ def enabled() -> bool:
 
 def doubling() -> bool:
     """The driver's choice of epoch lengths, read when a ``StageTask`` is
-    made: True, 1, 2, 4, ... tasks (session 15); False, 1 then
+    made: True, 1, 2, 4, ... tasks; False, 1 then
     ``MAX_EPOCH_TASKS``."""
     return os.environ.get(DOUBLING_ENV, '0') == '1'
 

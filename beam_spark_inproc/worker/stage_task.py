@@ -111,7 +111,7 @@ class StageTask:
     # Freeze what a Spark Python worker keeps between tasks out of the garbage
     # collector's way (``worker.gc_epochs``); the driver's switch when made.
     gc_freeze: bool = dataclasses.field(default_factory=gc_epochs.enabled)
-    # Its epochs' lengths: 1, 2, 4, ... tasks (session 15) or 1 then 256.
+    # Its epochs' lengths: 1, 2, 4, ... tasks, or 1 then 256 (the default).
     gc_epoch_doubling: bool = dataclasses.field(
         default_factory=gc_epochs.doubling)
     # The longest sleep of Beam's state sampler thread, which a bundle's end

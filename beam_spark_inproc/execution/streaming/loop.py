@@ -81,23 +81,23 @@ from beam_spark_inproc.worker.streaming_state import marker_rows
 _LOGGER = logging.getLogger(__name__)
 # Sources encode the next micro-batch, and make its engine data, when this
 # one's last job starts (``StreamingExecutor.prefetch``); False: encoded only,
-# from the start of this micro-batch (session 10; for A/B).
+# from the start of this micro-batch (for A/B).
 PREFETCH_AT_JOB = True
 # With ``PREFETCH_AT_JOB``: the prefetch starts once the last job's
 # DataFrames are built and its action is about to run (``engine.collect``'s
 # ``started``), not before the job's tags and query are made: the prefetch
 # thread's Python work had made each of those Py4J replies wait for the GIL
 # (~30 ms a micro-batch). And the stream's job tag is set on the loop's
-# thread once for the whole stream (``run``), not per job. False: session
-# 14's (for A/B).
+# thread once for the whole stream (``run``), not per job. False: the
+# prefetch started with the job's building, a tag per job (for A/B).
 QUIET_JOB_START = os.environ.get('BEAM_SPARK_INPROC_QUIET_JOB_START', '1') != '0'
 # A pipeline with a stateful DoFn spreads its driver rows as any other
 # (``StreamingExecutor.__init__``; each key's elements still in order, the
-# ``BUCKETED`` shuffle sorting them by input partition and position). On
-# since session 15: with the workers' fixed cost per task gone, the source
-# stage's one core was on the critical path (stateful benchmark +8% on the
-# quiet machine, CPU +3%; under load it cost more than it gained, session
-# 14; docs/performance.md). ``BEAM_SPARK_INPROC_STATEFUL_SPREAD=0``: whole.
+# ``BUCKETED`` shuffle sorting them by input partition and position). The
+# source stage's one core is otherwise on the micro-batch's critical path
+# (stateful benchmark +8% on a quiet machine, CPU +3%; on a loaded machine the
+# second task costs more than it gains). ``BEAM_SPARK_INPROC_STATEFUL_SPREAD=0``:
+# whole.
 STATEFUL_SPREAD = os.environ.get('BEAM_SPARK_INPROC_STATEFUL_SPREAD', '1') != '0'
 # With the prefetch: the next micro-batch's steps from its source data
 # that do not depend on its watermarks (selects, stateless stages'
@@ -134,7 +134,8 @@ class StreamingExecutor:
         self.prefetch = prefetch
         self._prebuilder = None
         # Replayed by the prefetch at the last job (``_prebuild``);
-        # session 10's prefetch (``PREFETCH_AT_JOB`` off) would record only.
+        # a prefetch at the micro-batch's start (``PREFETCH_AT_JOB`` off)
+        # would record only.
         if prefetch and PREBUILD and PREFETCH_AT_JOB:
             engine = self._prebuilder = Prebuilder(
                 engine, lambda task: any(
@@ -253,7 +254,7 @@ class StreamingExecutor:
         while not self.cancelled.is_set():
             source_rows = {i: s.step_micro_batch(self._coalesce)
                            for i, s in self.sources.items() if not s.exhausted}
-            if self.prefetch and not PREFETCH_AT_JOB:  # session 10's, for A/B
+            if self.prefetch and not PREFETCH_AT_JOB:  # for A/B
                 for source in self.sources.values():
                     source.prefetch(self._coalesce)
             moved = self._run_micro_batch(source_rows)

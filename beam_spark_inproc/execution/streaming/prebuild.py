@@ -4,7 +4,7 @@ On Spark every DataFrame step (``filter``, ``mapInArrow``, the ``BUCKETED``
 shuffle's ``withColumn``/``repartition``/``sortWithinPartitions``/``drop``)
 is a new Dataset the JVM analyses while the driver waits for its Py4J reply:
 ~20-40 ms a micro-batch on the loop's path before each job
-(docs/performance.md, session 15). Most of these steps do not depend on the
+(docs/performance.md). Most of these steps do not depend on the
 micro-batch's watermarks: a source's rows, their select, a stateless
 stage's ``map_stage`` (the same task object every micro-batch,
 ``StreamingExecutor._stateless_task``) and the shuffle in front of a keyed

@@ -281,7 +281,7 @@ class TestStreamSource:
     # generation, ~20,000 objects a micro-batch, enough to set off a full
     # collection of the driver (all of the program's objects, the TestStream's
     # own elements among them, ~0.3 s holding the GIL) once or twice in a
-    # stream of 20 such micro-batches (docs/performance.md, session 18).
+    # stream of 20 such micro-batches (docs/performance.md).
 
     def _proto_values(self, element_event) -> Iterator:
         """An element event's windowed values from the payload."""
