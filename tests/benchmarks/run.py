@@ -631,7 +631,7 @@ ENGINE_TITLES = {
     'inproc_beamtext': "this runner, ReadFromText by Beam's record loop",
     'inproc_sidespark': 'this runner, side-input stages with the usual limits',
     'inproc_s14end': "this runner, PySpark's full gc after every task, Beam's "
-                     "200 ms state sampler (session 14)",
+                     "200 ms state sampler",
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
@@ -847,7 +847,7 @@ class Harness:
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0
-        # A/B of session 15's Python-worker changes: PySpark's full garbage
+        # A/B of the Python-worker design: PySpark's full garbage
         # collection after every task (``worker.gc_epochs`` off) and Beam's
         # 200 ms state sampler period (``worker.processors.SAMPLING_MS``).
         switches = {'BEAM_SPARK_INPROC_GC_FREEZE': '0',

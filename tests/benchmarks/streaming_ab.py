@@ -7,45 +7,45 @@ Spark's workers with the stage):
   trigger driver (``planner.INTEGER_WINDOWS = planner.DEFAULT_TRIGGER_PANES =
   False``);
 * ``windows``: integer window assignment only (``worker.assign_windows``);
-* ``on``: both, the default (``worker.default_trigger`` too), and the
-  driver's changes of session 13 (below);
-* ``session12``: the planner's ``on`` with the driver of session 12:
-  TestStream elements in the pipeline proto
+* ``on``: both, the default (``worker.default_trigger`` too), with the
+  driver's TestStream elements aside and prefetch at the job (below);
+* ``session12``: the planner's ``on`` with TestStream elements in the
+  pipeline proto
   (``BEAM_SPARK_INPROC_TEST_STREAM_ASIDE=0``), the next micro-batch encoded
   from the start of this one and its DataFrame made by the loop
   (``loop.PREFETCH_AT_JOB = False``);
 * ``aside``: ``session12`` with the TestStream's elements beside the proto;
 * ``session13``: ``on`` with PySpark's ``pandas_udf`` for every new task's
   UDF (``spark.engine.FEW_CALLS_UDF = False``: ~30 Py4J calls a UDF; a
-  stream's keyed stage makes one every micro-batch), and without session
-  14's two changes below;
-* ``s13end``: the end of session 13: ``on`` with a ``BUCKETED`` shuffle by
+  stream's keyed stage makes one every micro-batch), and without the two
+  shuffle changes below;
+* ``s13end``: ``on`` with a ``BUCKETED`` shuffle by
   Spark's hash of the shard (``spark.engine.BALANCED_SHARDS = False``),
   sorted without the rows' input position
   (``spark.engine.ORDERED_BUCKETED = False``);
-* ``balanced``: ``s13end`` with the shards shared out evenly (session 14);
+* ``balanced``: ``s13end`` with the shards shared out evenly;
 * ``spread``: ``on`` with a stateful pipeline's driver rows spread over the
-  cores (``loop.STATEFUL_SPREAD``; on by default since session 15,
-  so ``on`` turns it off and ``spread`` is the default);
-* ``s14end``: the end of session 14: ``on`` without session 15's frozen
+  cores (``loop.STATEFUL_SPREAD``; on by default, so ``on`` turns it off
+  and ``spread`` is the default);
+* ``s14end``: ``on`` without the frozen
   objects in the Python workers (``BEAM_SPARK_INPROC_GC_FREEZE=0``,
   ``worker.gc_epochs``: PySpark's full garbage collection after every task)
   and with Beam's 200 ms state sampler period (``BEAM_SPARK_INPROC_SAMPLING_MS=0``,
   ``worker.processors.SAMPLING_MS``: a bundle's end waits for the sampler);
 * ``freeze``: ``s14end`` with the frozen objects (``on`` but the sampler);
-* ``driver14``: ``on`` with the driver's calls around a micro-batch's last
-  job as at the end of session 14: the next micro-batch's prefetch started
+* ``driver14``: ``on`` with more of the driver's calls around a micro-batch's
+  last job: the next micro-batch's prefetch started
   before the job's tags and query are made, the job tag added and removed
   per job (``loop.QUIET_JOB_START = False``), the job description read from
   the JVM per job and a ``select`` in the leaves' collect
   (``spark.engine.FEW_CALLS_JOB = False``); ``s14end`` has these off too;
-* ``doubling``: ``spread`` (the defaults) with session 15's epochs of frozen
-  objects in the workers, 1, 2, 4, ... tasks long
+* ``doubling``: ``spread`` (the defaults) with epochs of frozen
+  objects in the workers 1, 2, 4, ... tasks long
   (``BEAM_SPARK_INPROC_GC_EPOCH_DOUBLING=1``, ``worker.gc_epochs``; the
-  default since session 16 is 1 task, then 256): it differs only in a
-  worker's first ~255 tasks, so compare fresh sessions' first rounds
+  default is 1 task, then 256): it differs only in a
+  worker's first ~255 tasks, so compare fresh Spark sessions' first rounds
   (``worker_rounds --variants``), not rounds after the warm-up;
-* ``s15end``: ``spread`` without session 16's next micro-batch's stateless
+* ``s15end``: ``spread`` without the next micro-batch's stateless
   steps built in the prefetch thread (``loop.PREBUILD = False``) and
   without its whole inputs (a select keeping every row skipped,
   ``loop.WHOLE_INPUTS = False``); every variant above but ``on``,
@@ -54,10 +54,9 @@ Spark's workers with the stage):
   ``loop.WHOLE_INPUTS``;
 * ``beamstate``: ``spread`` (the defaults) with a stateful stage's user state
   through Beam's ``GlobalCachingStateHandler`` and the runner's layers down
-  to a ``StateServicer`` per key, as before session 16
+  to a ``StateServicer`` per key
   (``BEAM_SPARK_INPROC_KEY_STATE=0``, ``worker.key_state``); the variants
-  standing for the end of an earlier session (and ``prebuild``, ``whole``)
-  have it too.
+  with older paths (and ``prebuild``, ``whole``) have it too.
 
 Per run also the Py4J calls per micro-batch: all of the process's, and those
 of the thread running the micro-batches (``--py4j``); and the loop thread's
@@ -100,8 +99,8 @@ from tests.benchmarks.run import Sampler
 # the BUCKETED shuffle ordered by input position, a stateful pipeline's
 # driver rows spread, the workers' objects frozen between tasks, the
 # longest sleep of Beam's state sampler in ms, 0 for Beam's 200; the
-# driver's quiet job start and few calls a job, session 15; the frozen
-# objects' epochs growing 1, 2, 4, ... tasks, session 15's, not 1 then 256)
+# driver's quiet job start and few calls a job; the frozen objects' epochs
+# growing 1, 2, 4, ... tasks rather than 1 then 256)
 VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
                     True, True, False),
             'windows': (True, False, True, True, True, True, True, False, True, 5,
@@ -131,13 +130,13 @@ VARIANTS = {'off': (False, False, True, True, True, True, True, False, True, 5,
 VARIANTS['beamstate'] = VARIANTS['spread']
 # Variants with a stateful stage's user state through Beam's handler and the
 # runner's layers (``BEAM_SPARK_INPROC_KEY_STATE=0``): ``beamstate`` and
-# those that stand for the end of a session before 16.
+# those with older paths.
 BEAM_STATE = frozenset(['beamstate', 'session12', 'aside', 'session13',
                         's13end', 'balanced', 's14end', 'freeze', 's15end',
                         'prebuild', 'whole'])
 
 
-# Session 16's (variant -> (``loop.PREBUILD``, ``loop.WHOLE_INPUTS``));
+# Variant -> (``loop.PREBUILD``, ``loop.WHOLE_INPUTS``);
 # any other variant has them off.
 SESSION16 = {'on': (True, True), 'spread': (True, True),
              'windows': (True, True), 'off': (True, True),

@@ -32,7 +32,7 @@ class _Cycle:
 
 
 def test_a_task_freezes_what_is_alive_and_the_epochs_end_unfrozen(unfrozen):
-    """Session 15's schedule (``gc_epoch_doubling``): 1, 2, 4, ... tasks."""
+    """The growing schedule (``gc_epoch_doubling``): 1, 2, 4, ... tasks."""
     epochs = gc_epochs.Epochs(active=True)
     for length in (1, 2, 4, 8):
         for i in range(length):
