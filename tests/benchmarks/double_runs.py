@@ -2,9 +2,9 @@
 
     python tests/benchmarks/double_runs.py --orders 5 [--batch] [PIPELINE ...]
 
-Run by hand, never by pytest (session 14's sweep for the class of the bug
-fixed in 0de02a9: a leaf keyed stage run by a micro-batch's earlier job and
-again by its last one). Each pipeline's counting steps (``_count``) add one to
+Run by hand, never by pytest: a sweep for the class of bug where a stage runs
+twice (fixed in 0de02a9: a leaf keyed stage run by a micro-batch's earlier job
+and again by its last one). Each pipeline's counting steps (``_count``) add one to
 a Beam counter and write one file per element, so a DoFn run twice shows in
 the files even when its bundles' reports are taken once, and reports taken
 twice show in the counters. The reference is the files of Beam's own runner

@@ -31,7 +31,7 @@ quarters of a stateful micro-batch on Spark is its fixed cost (~0.19 s a
 micro-batch with 20 elements: Spark's job and query, the overhead part below);
 under load a micro-batch holds what arrived since the last one (an unbounded
 source that reads what is there), so the throughput of a stream under load is
-the figure at ``--per-event 100000`` (docs/performance.md, session 18), where
+the figure at ``--per-event 100000`` (docs/performance.md), where
 the work per element outweighs that fixed cost.
 
 Before the timed runs, this runner runs each pipeline on a tiny stream (2 x 10)
@@ -39,7 +39,7 @@ to start Spark's session and Python workers. ``--warm-runs N`` adds N untimed
 runs of the full-size stream on Spark first: the driver JVM's JIT compiler
 (C1) is still compiling Spark's hot paths through the first few full-size runs
 (the JVM's CPU a run falls from ~4.4 to ~2.4 s over 4 runs of 20 x 20,000,
-docs/performance.md, session 16), which a stream that runs for hours has long
+docs/performance.md), which a stream that runs for hours has long
 paid. The BundleBasedDirectRunner, pure Python, has nothing to warm.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ The source (``--source sdf``, the default) is an endless splittable DoFn
 (``KeyedElements``): ``--rate`` elements per call, one call per micro-batch,
 nothing generated ahead. ``--source test_stream`` generates ``--steps`` such
 micro-batches up front in a TestStream (bounded by memory and by the pipeline
-proto that carries them; the 5-minute run of the last session).
+proto that carries them: a 5-minute run's driver held 1.33 GB of them).
 
     python tests/benchmarks/streaming_scale.py --minutes 3 --keys 1000000
 """

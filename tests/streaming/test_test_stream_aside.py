@@ -124,8 +124,7 @@ def test_values_reach_the_encoder_one_at_a_time(same_coder):
     at a time on both paths (payload and aside), and holds none it has
     encoded. A list of a whole event's values outlived the driver's young
     collections and, promoted ~20,000 a micro-batch, set off full collections
-    of every object of the program inside a stream (docs/performance.md,
-    session 18)."""
+    of every object of the program inside a stream (docs/performance.md)."""
     for source in _sources(_many, same_coder):
         given, kept = [], []
 

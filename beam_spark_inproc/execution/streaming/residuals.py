@@ -11,7 +11,7 @@ watermark its estimator reported. ``ResidualSchedule`` keeps them per stage:
   TestStream's clock) reached the time it was scheduled plus its delay; due
   residuals re-enter the **same stage** in the next micro-batch as
   ``RESIDUAL_TAG`` rows (key: the input transform), as Beam's "feed residuals
-  back to the stage" approach (seed 004);
+  back to the stage" approach;
 * until then, each pending residual's watermark **holds** the stage's output
   watermark (none reported: the watermark the stage had when it was
   scheduled, so it does not advance past unfinished work);
