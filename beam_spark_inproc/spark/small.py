@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from typing import Iterator
 from typing import Optional
@@ -329,6 +330,7 @@ class SmallDataEngine:
         else:
             limits = _Limits(self._max_seconds, self._max_elements)
         stage_task.started.callback = limits.started
+        _BEAM_LOGGER.addFilter(_not_a_bundle_failure)
         rows = nbytes = 0
         partitions = []
         try:
@@ -353,6 +355,7 @@ class SmallDataEngine:
             raise _TooBig() from None
         finally:
             stage_task.started.callback = None
+            _BEAM_LOGGER.removeFilter(_not_a_bundle_failure)
         return Local(partitions)
 
 
@@ -364,7 +367,11 @@ class _Limits:
     limits), and an element already started ends first, in the driver."""
 
     def __init__(self, seconds: float, max_elements: int):
-        self._deadline = time.monotonic() + seconds
+        self._seconds = seconds
+        # Set when the first bundle starts: building its BundleProcessor
+        # (in a new process: importing Beam's worker modules, unpickling the
+        # DoFns and their setup) is no measure of the data's size.
+        self._deadline: Optional[float] = None
         self._max_elements = max_elements
         self._processor = None
         self._before = 0
@@ -374,9 +381,11 @@ class _Limits:
         (``stage_task.started``): its elements are counted from here."""
         self._processor = processor
         self._before = _elements(processor)
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._seconds
 
     def late(self) -> bool:
-        return time.monotonic() > self._deadline
+        return self._deadline is not None and time.monotonic() > self._deadline
 
     def passed(self) -> bool:
         return self.late() or (
@@ -411,6 +420,17 @@ def _elements(processor) -> int:
         for receiver in getattr(op, 'receivers', ()):
             total += receiver.opcounter.element_counter.value()
     return total
+
+
+# Beam's DoFnRunner logs every exception leaving a DoFn, then raises it: the
+# bundle fails and the runner raises the user's error with its traceback once.
+# In a Spark worker that log stays in the failed attempt (its report is never
+# committed); a bundle run here must not print it either.
+_BEAM_LOGGER = logging.getLogger('apache_beam.runners.common')
+
+
+def _not_a_bundle_failure(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and record.threadName.startswith('beam-bundle-'))
 
 
 def _may_run_here(task) -> bool:
