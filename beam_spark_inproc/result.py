@@ -63,6 +63,10 @@ def consolidate(infos: list) -> list:
     return list(monitoring_infos.consolidate(rest)) + list(merged.values())
 
 
+# After a second Ctrl-C, how long the run's thread may still take to stop.
+STOP_GRACE_SECONDS = 10.0
+
+
 class SparkPipelineResult(PipelineResult):
     """Runs are synchronous (the result is final when ``run()`` returns) unless
     ``--no_wait_until_finish``: then the pipeline runs on a thread of its own
@@ -84,20 +88,48 @@ class SparkPipelineResult(PipelineResult):
         self._cancel = None
         # Set by cancel(); the run stops at the end of its current Spark job.
         self.cancel_requested = threading.Event()
+        # Set when the run has ended (``finished``; ``_wait``).
+        self.ended_event = threading.Event()
 
     def running(self, thread: threading.Thread, cancel) -> None:
-        """The run goes on in ``thread``; ``cancel()`` interrupts it."""
+        """The run goes on in ``thread``; ``cancel()`` interrupts it;
+        ``finished`` tells the run has ended (``ended_event``)."""
         self._thread, self._cancel = thread, cancel
 
     def finished(self, state: str, error: BaseException | None = None) -> None:
         self._state, self._error = state, error
+        self.ended_event.set()
+
+    @property
+    def ended(self) -> bool:
+        return self._thread is None or self.ended_event.is_set()
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Waits up to ``timeout`` seconds for the run's thread to end; True
+        once it has. It waits on an event, never in ``Thread.join`` while
+        the thread may be running: a KeyboardInterrupt raised inside
+        ``join`` (Ctrl-C) marks a live thread as stopped in CPython 3.11,
+        and the interpreter would then exit under it."""
+        if self._thread is None:
+            return True
+        if not self.ended_event.wait(timeout):
+            return False
+        self._thread.join(STOP_GRACE_SECONDS)  # its last steps (metrics)
+        return True
 
     def wait_until_finish(self, duration=None) -> str:
-        """``duration``: milliseconds to wait at most (Beam's unit)."""
-        if self._thread is not None:
-            self._thread.join(None if duration is None else duration / 1000)
-            if self._thread.is_alive():
-                return self._state
+        """``duration``: milliseconds to wait at most (Beam's unit).
+
+        Ctrl-C while waiting stops the run before the KeyboardInterrupt goes
+        on (``stop_on_interrupt``): the interpreter never exits under a run
+        thread still inside Spark."""
+        try:
+            ended = self._wait(None if duration is None else duration / 1000)
+        except KeyboardInterrupt:
+            self.stop_on_interrupt()
+            raise
+        if not ended:
+            return self._state
         if self._error is not None and self._state == PipelineState.FAILED:
             raise self._error
         return self._state
@@ -108,11 +140,25 @@ class SparkPipelineResult(PipelineResult):
         classic PySpark keeps operation tags per thread, so there the job runs
         to its end); waits for the run to stop and returns its final state."""
         self.cancel_requested.set()
-        while self._thread is not None and self._thread.is_alive():
+        while not self._wait(0.5):
             if self._cancel is not None:
                 self._cancel()
-            self._thread.join(0.5)
         return self._state
+
+    def stop_on_interrupt(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stops the run after an interrupt of the waiting thread: it ends at
+        the end of its current step (a stream: its micro-batch, whose commit
+        record is then whole). A second Ctrl-C meanwhile cancels the running
+        Spark jobs and waits at most ``grace`` seconds more (a stream's
+        abandoned micro-batch is replayed by a restart)."""
+        self.cancel_requested.set()
+        try:
+            while not self._wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            if self._cancel is not None:
+                self._cancel()
+            self._wait(grace)
 
     def metrics(self) -> MetricResults:
         """User metrics (counters, distributions, gauges, string sets, bounded tries)."""

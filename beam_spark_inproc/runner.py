@@ -223,7 +223,7 @@ class InProcessSparkRunner(PipelineRunner):
                     get_spark().interruptTag(tag)
         if streaming:
             return self._run_stream(plan, engine, job_id, options, attempt_host,
-                                    settings, parallelism, spark)
+                                    settings, parallelism, spark, cancel)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
                                      live=run_metrics.live)
@@ -289,7 +289,7 @@ class InProcessSparkRunner(PipelineRunner):
 
     def _run_stream(self, plan, engine, job_id: str, options,
                     attempt_host: str | None, settings, parallelism: int,
-                    spark=None):
+                    spark=None, cancel=None):
         """A stream: the micro-batch loop on a driver thread (returns at once),
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
@@ -308,7 +308,8 @@ class InProcessSparkRunner(PipelineRunner):
                           prefetch=spark is not None,
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
-                          stateful_whole=opts.spark_stream_stateful_whole)
+                          stateful_whole=opts.spark_stream_stateful_whole,
+                          cancel=cancel)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

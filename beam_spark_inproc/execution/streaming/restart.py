@@ -39,6 +39,8 @@ import pickle
 from typing import Any, Protocol
 
 from apache_beam.portability.api import metrics_pb2
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming.store import stage_key
@@ -120,6 +122,26 @@ def _restore_driver_state(executor: Any, index_of: dict, path: str) -> None:
             executor.gates[i].restore(kept['gate'])
         if 'residuals' in kept:
             executor.residuals.restore(i, kept['residuals'])
+
+
+def describe(record: dict, root: str) -> str:
+    """One line: where a restart resumes (the commit record's micro-batch,
+    the stages' output watermarks, the sources' positions)."""
+    watermarks = ', '.join(
+        f"{stage['name'][-40:]}={_instant(stage['output_watermark'])}"
+        for stage in record['stages'])
+    return (f"resuming after committed micro-batch {record['micro_batch']} "
+            f"in {root}: output watermarks {watermarks}; sources "
+            f"{record['sources']}")
+
+
+def _instant(micros: int) -> str:
+    ts = Timestamp(micros=micros)
+    if ts >= MAX_TIMESTAMP:
+        return '+inf'
+    if ts <= MIN_TIMESTAMP:
+        return '-inf'
+    return ts.to_rfc3339()
 
 
 def restore(executor: Any, record: dict) -> None:

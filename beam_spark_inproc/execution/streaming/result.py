@@ -3,13 +3,21 @@
 ``run()`` returns at once; ``wait_until_finish(duration)`` waits up to
 ``duration`` milliseconds (Beam's unit) and returns the state (RUNNING when the
 time is up); ``cancel()`` stops the loop after the current micro-batch
-(CANCELLED); a failure ends the run FAILED and ``wait_until_finish`` raises it.
+(CANCELLED), interrupting its running Spark jobs; a failure ends the run
+FAILED and ``wait_until_finish`` raises it. Ctrl-C in ``wait_until_finish``
+and SIGTERM stop the stream the same way before the process goes on to exit
+(``SparkPipelineResult.stop_on_interrupt``): the interpreter never finalizes
+under a loop thread still inside a Py4J call, and the last commit record is
+whole, so a rerun on the same checkpoint resumes after it.
 Metrics are the run's ``metrics.RunMetrics``: each micro-batch's reports go to
 its pusher (``after_job``), so ``metrics()`` answers while the pipeline runs and
 ``--metrics_sink`` gets them; the final push carries the final state.
 """
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 from typing import Callable
 
@@ -17,6 +25,8 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.worker import report
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class StreamingPipelineResult(SparkPipelineResult):
@@ -27,20 +37,46 @@ class StreamingPipelineResult(SparkPipelineResult):
         self.reports: list[dict] = []
 
     def start(self, body: Callable[[], None],
-              translate: Callable[[BaseException], BaseException]) -> None:
+              translate: Callable[[BaseException], BaseException],
+              cancel: Callable[[], None] | None = None) -> None:
+        """Runs ``body`` (the loop) in a driver thread; ``cancel`` interrupts
+        the stream's running Spark jobs (by the run's tag)."""
         def main():
             try:
                 body()
             except BaseException as e:  # reaches the caller via wait_until_finish
-                self.finished(PipelineState.FAILED, translate(e))
+                if self.cancelled.is_set():  # a job cancelled by a stop
+                    self.finished(PipelineState.CANCELLED)
+                else:
+                    self.finished(PipelineState.FAILED, translate(e))
             else:
                 self.finished(PipelineState.CANCELLED if self.cancelled.is_set()
                               else PipelineState.DONE)
             finally:
                 self._run_metrics.finish(self._state)
         thread = threading.Thread(target=main, name='beam-stream', daemon=True)
-        self.running(thread, None)
+        self.running(thread, cancel)
         thread.start()
+        self._stop_on_sigterm()
+
+    def _stop_on_sigterm(self) -> None:
+        """SIGTERM (a service manager's stop, ``kill``) stops the stream as
+        Ctrl-C does, then ends the process with SIGTERM's own status; a second
+        SIGTERM ends it at once (the checkpoint is as the last commit left
+        it). Only where the stream was started from the main thread and the
+        program has no SIGTERM handler of its own."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+            return
+
+        def on_sigterm(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if not self.ended:
+                _LOGGER.warning('SIGTERM: stopping the stream after its '
+                                'current micro-batch')
+                self.stop_on_interrupt()
+            os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     def add_reports(self, reports: list[dict]) -> None:
         """A committed micro-batch's reports (its workers' log records are

@@ -26,7 +26,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                spread: tuple[int, int] = (1, 0),
                prefetch: bool = False,
                test_stream_values: dict | None = None,
-               stateful_whole: bool = False) -> StreamingPipelineResult:
+               stateful_whole: bool = False,
+               cancel: Callable[[], None] | None = None) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -39,7 +40,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     pipeline with a stateful DoFn); ``prefetch``: sources encode the next
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
-    element events empty in the plan (``test_stream.elements_aside``)."""
+    element events empty in the plan (``test_stream.elements_aside``).
+    ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
@@ -60,9 +62,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                 restart.restore(executor, store.resume)
                 result.add_reports(executor.committed_metrics.restore(
                     store.resume.get('metrics', {})))
-                _LOGGER.info('Stream %s: resuming after committed micro-batch '
-                             '%d in %s', job_id[:8],
-                             store.resume['micro_batch'], store.root)
+                _LOGGER.info('Stream %s: %s', job_id[:8],
+                             restart.describe(store.resume, store.root))
             with settings():
                 executor.run()
         finally:
@@ -74,5 +75,5 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         _LOGGER.info('Stream %s: %d micro-batches', job_id[:8],
                      executor.micro_batch)
 
-    result.start(body, translate)
+    result.start(body, translate, cancel)
     return result
