@@ -10,17 +10,17 @@ INLINE_SIDE_INPUT_MB = 8.0
 INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # Stages whose input and output are at most this many KB run in the driver
 # (``spark.small``); the environment variable sets another default, 0 turns it
-# off. On since 2026-11-24 (session 8): the hand-over of a stage that grows past
-# the limits now keeps Spark's parallelism (before, P1 at 4M ran its whole
-# expanding stage as one task: 6.69 s on vs 4.29 s off); a large pipeline
-# starting from tiny data pays at most ``small.MAX_SECONDS`` of driver work.
+# off. On by default: the hand-over of a stage that grows past the limits keeps
+# Spark's parallelism (without that, P1 at 4M ran its whole expanding stage as
+# one task: 6.69 s on vs 4.29 s off); a large pipeline starting from tiny data
+# pays at most ``small.MAX_SECONDS`` of driver work.
 SMALL_DATA_KB = 64
 SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
 # Streaming: a micro-batch's driver-side source rows (TestStream events,
 # rows a side-input gate releases) of at least this many KB are cut into one
 # partition per core (``execution.streaming.loop``); 0: one partition. 256:
 # the windowed count's 20,000-element events (~480 KB) gained, its
-# 10,000-element ones (~240 KB) did not (docs/performance.md, session 10).
+# 10,000-element ones (~240 KB) did not (docs/performance.md).
 STREAM_SPREAD_KB = 256
 
 
