@@ -16,19 +16,28 @@ is tiny, running stages on it here; anything else is Spark's:
   stage's task here, after the same pickling round trip Spark gives it (a DoFn
   that does not pickle fails as on Spark), in the same worker code
   (``StageTask``, Beam's ``BundleProcessor``; unlike debug mode the functions
-  are not rebound to the driver's modules). When its output grows past the
-  limits, or it runs longer than ``max_seconds`` (0.3 s), or its bundle has
-  moved more than ``max_elements`` elements between its operations (100,000:
-  a few seeds a FlatMap expands into millions are handed over after some
-  milliseconds rather than after 0.3 s of work that is thrown away; a watchdog
-  polls the operations' element counters and raises in the bundle's thread),
-  the run is dropped (its bundles are retried on
-  Spark, as a failed task attempt's would be) and the stage runs on Spark, its
-  input spread over the run's parallelism (``to_spark``: input of a key
-  shuffle shuffled again by Spark); so do all later stages reading its output;
-  later stages whose input the driver holds still run here until
-  ``MAX_HANDOVERS`` stages were handed over, then the rest of the run is
-  Spark's;
+  are not rebound to the driver's modules). The limits are checked
+  cooperatively (``_Limits``): the driver feeds the bundle its input in pieces
+  of 1, 2, 4, ... rows and, before each piece, looks at the clock and at the
+  elements the bundle's operations have moved (Beam's element counters); the
+  consumer of its output checks its size at each output batch. When the output
+  grows past the limits, or the run took longer than ``max_seconds`` (0.3 s),
+  or its bundle has moved more than ``max_elements`` elements between its
+  operations (100,000: a few seeds a FlatMap expands into millions are handed
+  over after the first seed rather than after 0.3 s of work that is thrown
+  away), the bundle ends where it is, by an exception raised from its own
+  input or output call (never one injected into a running thread), the run is
+  dropped and the stage runs on Spark, its input spread over the run's
+  parallelism (``to_spark``: input of a key shuffle shuffled again by Spark);
+  so do all later stages reading its output; later stages whose input the
+  driver holds still run here until ``MAX_HANDOVERS`` stages were handed over,
+  then the rest of the run is Spark's. An element already being processed is
+  never interrupted: one element that works long without output (a single seed
+  expanded and combined inside its stage) runs to its end here first. A dropped
+  run is to the stage what a failed Spark task attempt is: its outputs, state
+  and committed metrics are discarded and the work is redone, so a DoFn's
+  external side effects (a call to a service, a file written by hand) may
+  happen once in the driver and again on Spark, as they may on a task retry;
 * a stage whose outputs are read only as side inputs (``StageTask.collected``),
   which come to the driver whole in any case, is limited by time only
   (``COLLECTED_SECONDS``, 0.6 s): whatever its output's size or element count,
@@ -38,20 +47,18 @@ is tiny, running stages on it here; anything else is Spark's:
   and gets the job's description, so a run that stays in the driver makes no
   call to Spark at all.
 
-What stays in the driver runs on one core, for at most ``max_seconds`` a
-stage: the price of a stage handed over late is that much driver time. Off with
+What stays in the driver runs on one core, for about ``max_seconds`` a stage
+(plus the element under way when they pass): the price of a stage handed over
+late is that much driver time. Off with
 ``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
 (``--spark_inline_side_input_mb``) always run on Spark.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import logging
-import queue
-import threading
 import time
+from typing import Iterator
 from typing import Optional
 
 import pyarrow as pa
@@ -97,10 +104,9 @@ MAX_HANDOVERS = 3
 # and the collect). 0: such a stage has the limits of any other (an A/B
 # switch: ``tests/benchmarks/run.py``'s ``inproc_sidespark`` engine).
 COLLECTED_SECONDS = 0.6
-# How often the watchdog looks at the clock and the counters.
-_POLL_SECONDS = 0.01
-# After stopping a bundle, how long to wait for its thread before unblocking.
-_UNBLOCK_SECONDS = 2.0
+# The largest piece of input rows fed to a bundle in the driver between two
+# checks of its limits.
+_PIECE_ROWS = 256
 
 
 @dataclasses.dataclass
@@ -310,29 +316,30 @@ class SmallDataEngine:
     def _run_here(self, data: Local, task) -> Local:
         """Each partition through the task Spark would run, unpickled from the
         bytes Spark would ship; ``_TooBig`` once the output passes the limits
-        or the run takes longer than ``max_seconds`` (a ``collected`` task's:
-        after ``COLLECTED_SECONDS``, whatever its output)."""
+        or the limits pass between two inputs (a ``collected`` task's: time
+        only, ``COLLECTED_SECONDS``, whatever its output)."""
         from pyspark.serializers import CloudPickleSerializer
         serializer = CloudPickleSerializer()
         shipped = serializer.dumps(task)
         collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
         if collected:
-            watchdog = _Watchdog(COLLECTED_SECONDS, 1 << 62)
+            limits = _Limits(COLLECTED_SECONDS, 1 << 62)
         else:
-            watchdog = _Watchdog(self._max_seconds, self._max_elements)
-        stage_task.watch.callback = watchdog.watch
-        _BEAM_LOGGER.addFilter(_not_too_big)
+            limits = _Limits(self._max_seconds, self._max_elements)
+        stage_task.started.callback = limits.started
         rows = nbytes = 0
         partitions = []
         try:
             for partition in data.partitions:
                 out = []
-                outputs = serializer.loads(shipped)(iter(partition))
+                outputs = serializer.loads(shipped)(limits.feed(partition))
                 try:
                     for batch in outputs:
                         rows += batch.num_rows
                         nbytes += batch.nbytes
                         if not collected and not self._fits(rows, nbytes):
+                            raise _TooBig()
+                        if limits.late():
                             raise _TooBig()
                         out.append(batch)
                 finally:
@@ -340,120 +347,56 @@ class SmallDataEngine:
                     if close is not None:
                         close()  # a dropped run: its bundle stops here
                 partitions.append(out)
-        except BaseException as error:
-            if watchdog.expired or isinstance(error, _TooBig):
-                raise _TooBig() from None
-            raise
+        except _TooBig:
+            raise _TooBig() from None
         finally:
-            stage_task.watch.callback = None
-            watchdog.stop()
-            _BEAM_LOGGER.removeFilter(_not_too_big)
+            stage_task.started.callback = None
         return Local(partitions)
 
 
-class _Watchdog:
-    """Stops a bundle running in the driver past its time or its elements:
-    raises ``_TooBig`` in its helper thread (at its next Python instruction);
-    should that thread end without a word, unblocks the consumer through the
-    output queue."""
+class _Limits:
+    """A run in the driver's limits, checked cooperatively: by the bundle's
+    own helper thread between its inputs (``feed``), and by the consumer at
+    each output batch (``_run_here``). Nothing interrupts a running element:
+    a stage is handed over between two inputs (or when its output passes the
+    limits), and an element already started ends first, in the driver."""
 
-    def __init__(self, seconds: float, max_elements: int = MAX_ELEMENTS):
-        self._lock = threading.Lock()
-        # (helper thread, output queue, BundleProcessor, its element count then)
-        self._running: list = []
-        self._done = False
-        self.expired = False
-        self.abandoned = False
+    def __init__(self, seconds: float, max_elements: int):
         self._deadline = time.monotonic() + seconds
         self._max_elements = max_elements
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._poll, name='beam-small-data-watchdog', daemon=True)
-        self._thread.start()
+        self._processor = None
+        self._before = 0
 
-    def watch(self, thread, out, processor=None) -> '_Watched':
-        """Watches ``thread`` (not started yet) until it calls ``leave`` on
-        what is returned."""
-        entry = (thread, out, processor, _elements(processor))
-        with self._lock:
-            self._running[:] = [entry]
-        return _Watched(self, entry)
+    def started(self, processor) -> None:
+        """A bundle's BundleProcessor, before its helper thread starts
+        (``stage_task.started``): its elements are counted from here."""
+        self._processor = processor
+        self._before = _elements(processor)
 
-    def _leave(self, entry) -> None:
-        with self._lock:
-            if self._running and self._running[0] is entry:
-                self._running.clear()
+    def late(self) -> bool:
+        return time.monotonic() > self._deadline
 
-    def _poll(self) -> None:
-        while not self._stopped.wait(_POLL_SECONDS):
-            with self._lock:
-                if not self._signallable():
-                    continue
-                _, _, processor, before = self._running[0]
-                if (time.monotonic() < self._deadline and
-                        _elements(processor) - before <= self._max_elements):
-                    continue
-            if self._expire():
-                return
+    def passed(self) -> bool:
+        return self.late() or (
+            self._processor is not None and
+            _elements(self._processor) - self._before > self._max_elements)
 
-    def _signallable(self) -> bool:
-        """Under the lock: a helper thread has started and not left, so its
-        ident is its own (an ended thread's ident goes to the next thread
-        started; but see below for a thread being started)."""
-        return (not self._done and bool(self._running) and
-                self._running[0][0].is_alive())
-
-    # CPython (3.11) gives a thread being started the ident of the thread
-    # starting it until the new thread runs, and ``PyThreadState_SetAsyncExc``
-    # signals the first thread state with that ident: a signal sent while the
-    # helper starts a thread (Beam's state sampler's, at each bundle's start)
-    # can end that new thread before it says it has started, and the helper
-    # then waits for it for ever. Such a helper is given up (``abandoned``)
-    # once it has not ended ``_UNBLOCK_SECONDS`` after the signal: its
-    # consumer stops waiting for it (``stage_task``), the stage goes to Spark.
-
-    def _expire(self) -> bool:
-        with self._lock:
-            if not self._signallable():
-                return False
-            self.expired = True
-            thread, out = self._running[0][:2]
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(thread.ident), ctypes.py_object(_TooBig))
-        thread.join(_UNBLOCK_SECONDS)
-        with self._lock:
-            self.abandoned = thread.is_alive()
-            if self.abandoned:
-                _LOGGER.info('A bundle in the driver did not stop when its '
-                             'stage went to Spark (thread %s): left behind.',
-                             thread.name)
-            if not self._done:
-                try:
-                    out.put_nowait(_TooBig())
-                except queue.Full:
-                    pass
-        return True
-
-    def stop(self) -> None:
-        with self._lock:
-            self._done = True
-        self._stopped.set()
-
-
-class _Watched:
-    """A helper thread under a ``_Watchdog``: ``leave`` is the thread's last
-    call; ``abandoned`` tells its consumer not to wait for it any more."""
-
-    def __init__(self, watchdog: _Watchdog, entry: tuple):
-        self._watchdog = watchdog
-        self._entry = entry
-
-    def leave(self) -> None:
-        self._watchdog._leave(self._entry)
-
-    @property
-    def abandoned(self) -> bool:
-        return self._watchdog.abandoned
+    def feed(self, partition: list) -> Iterator[pa.RecordBatch]:
+        """The partition's batches in pieces of 1, 1, 2, 4, ... rows (at most
+        ``_PIECE_ROWS``), the limits checked before each: a few seeds that
+        expand are caught after the first, and rows fed in bulk cost a check
+        per few hundred. Runs in the bundle's helper thread, where
+        ``_TooBig`` ends the bundle as any exception from its input would."""
+        size = 1
+        for batch in partition:
+            start = 0
+            while start < batch.num_rows:
+                if self.passed():
+                    raise _TooBig()
+                piece = batch.slice(start, size)
+                start += piece.num_rows
+                yield piece
+                size = min(size * 2, _PIECE_ROWS)
 
 
 def _elements(processor) -> int:
@@ -466,16 +409,6 @@ def _elements(processor) -> int:
         for receiver in getattr(op, 'receivers', ()):
             total += receiver.opcounter.element_counter.value()
     return total
-
-
-# Beam's DoFnRunner logs every exception leaving a DoFn, ``_TooBig`` too: a
-# run dropped for Spark is not an error to show.
-_LOGGER = logging.getLogger(__name__)
-_BEAM_LOGGER = logging.getLogger('apache_beam.runners.common')
-
-
-def _not_too_big(record: logging.LogRecord) -> bool:
-    return not (record.exc_info and isinstance(record.exc_info[1], _TooBig))
 
 
 def _may_run_here(task) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -63,13 +64,11 @@ from beam_spark_inproc.worker.streaming_state import with_state_io
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
-# A driver-side caller (``spark.small``) may set ``watch.callback`` on its own
-# thread: it is called with each bundle's helper thread (before it starts),
-# output queue and BundleProcessor, and returns an object whose ``leave`` the
-# helper thread calls last (so the caller never signals a thread that has
-# ended: a thread's ident is reused by the next thread started) and whose
-# ``abandoned`` says the helper is stuck and not to be waited for.
-watch = threading.local()
+# A driver-side caller (``spark.small``) may set ``started.callback`` on its
+# own thread: it is called with each bundle's BundleProcessor before the
+# bundle's helper thread starts (the caller counts the elements the bundle
+# moves, between the inputs it feeds it).
+started = threading.local()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +290,23 @@ _STREAMING_INPUTS = {
 
 
 class _Cancelled(Exception):
-    pass
+    """Raised in a bundle's helper thread where it hands over output that
+    nobody will read any more (Spark, or the driver, stopped reading)."""
+
+    def __init__(self, message: str = 'bundle cancelled: its output is no '
+                 'longer read'):
+        # A message: Beam's DoFnRunner re-raises an exception leaving a DoFn
+        # as ``type(exn)(exn.args[0] + annotation)``, keeping its type.
+        super().__init__(message)
+
+
+def _not_cancelled(record: logging.LogRecord) -> bool:
+    """Beam's DoFnRunner logs every exception leaving a DoFn; a cancelled
+    bundle's is no error of the user's."""
+    return not (record.exc_info and isinstance(record.exc_info[1], _Cancelled))
+
+
+logging.getLogger('apache_beam.runners.common').addFilter(_not_cancelled)
 
 
 def _recording(inputs: Iterator, transform_id: str, fed: list,
@@ -391,7 +406,6 @@ class _Bundles:
         # This attempt's metrics, for the attempt channel if it does not commit:
         # the finished bundles' infos, and whether one is under way.
         self.attempt: dict = {'infos': [], 'in_bundle': False}
-        self.watched = None  # what ``watch.callback`` returned
 
     def put(self, item) -> None:
         while True:
@@ -501,16 +515,14 @@ class _Bundles:
                 times.add('bundle_thread_cpu', time.thread_time() - thread_cpu)
             if profile:
                 profile.finish()
-            if self.watched is not None:
-                self.watched.leave()
 
     def outputs(self, batches) -> Iterator[pa.RecordBatch]:
         thread = threading.Thread(
             target=self.work, args=(batches,),
             name='beam-bundle-%s' % self.task.stage.name, daemon=True)
-        watcher = getattr(watch, 'callback', None)
-        if watcher is not None:
-            self.watched = watcher(thread, self.out, self.entry.processor)
+        callback = getattr(started, 'callback', None)
+        if callback is not None:
+            callback(self.entry.processor)
         thread.start()
         ok = False
         try:
@@ -536,11 +548,7 @@ class _Bundles:
             ok = True
         finally:
             self.cancelled.set()
-            if self.watched is None:
-                thread.join()
-            else:
-                while thread.is_alive() and not self.watched.abandoned:
-                    thread.join(0.05)
+            thread.join()
             if self.times is not None:
                 self.times.finish()
             self.entry.factory.current = None

@@ -170,7 +170,7 @@ def test_handed_over_stage_runs_on_every_core(spark):
 
 
 def test_hand_over_on_time_logs_no_error(spark, caplog):
-    """The watchdog stopping a driver run is no error of the user's: Beam's
+    """A driver run dropped for Spark is no error of the user's: Beam's
     DoFnRunner, which logs any exception leaving a DoFn, stays quiet."""
     with caplog.at_level(logging.ERROR, logger='apache_beam'):
         _, jobs = _jobs(spark, _heavy)
@@ -179,8 +179,8 @@ def test_hand_over_on_time_logs_no_error(spark, caplog):
 
 
 def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
-    """Four seeds a FlatMap turns into 1M elements: the watchdog hands the
-    stage over once its operations have moved ``MAX_ELEMENTS`` elements, not
+    """Four seeds a FlatMap turns into 1M elements: the stage is handed over
+    once its operations have moved ``MAX_ELEMENTS`` elements, not
     only when ``MAX_SECONDS`` have passed (here an hour: before, the whole
     stage ran in the driver, no Spark job); the result is FnApiRunner's."""
     from beam_spark_inproc.spark import small
@@ -321,12 +321,8 @@ class _Slow(beam.DoFn):
 
 
 def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
-    """Time still hands a side-input stage over (here after 0.3 s, well inside
-    its first bundle's 1 s: a signal sent just as a bundle starts Beam's state
-    sampler thread can land on that thread instead (CPython gives a thread
-    being started its starter's ident; ``small._Watchdog``), and the stage
-    then ends in the driver, with the right result: with 0.05 s that
-    happened once in CI)."""
+    """Time still hands a side-input stage over: here after its first element
+    (1 s, past the 0.3 s allowed), before its second."""
     from beam_spark_inproc.spark import small
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0.3)
 
@@ -339,16 +335,14 @@ def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
     assert jobs >= 1
 
 
-# Set at the end of the test below: what its stuck bundle waits for (a module
-# global, so the DoFn unpickled in the driver waits on this very event).
-_RELEASE_STUCK = threading.Event()
+# What ``_Recorded`` did in this process (the driver): the DoFn unpickled in
+# the driver finds this very list; in Spark's workers it records nothing.
+_DRIVER_ELEMENTS: list = []
 
 
-class _StuckInTheDriver(beam.DoFn):
-    """Waits, in the process that built it (the driver), on an event nothing
-    sets until the test ends: a wait the watchdog's signal cannot end (it is
-    raised only between Python instructions); in Spark's workers it does not
-    wait."""
+class _Recorded(beam.DoFn):
+    """Records each element's start and end when it runs in the process that
+    built it (the driver), taking 0.2 s an element there."""
 
     def __init__(self):
         import os
@@ -356,41 +350,42 @@ class _StuckInTheDriver(beam.DoFn):
 
     def process(self, x):
         import os
-        if os.getpid() == self._driver:
-            _RELEASE_STUCK.wait()
+        import time
+        here = os.getpid() == self._driver
+        if here:
+            _DRIVER_ELEMENTS.append(('start', x))
+            time.sleep(0.2)
         yield x * 10
+        if here:
+            _DRIVER_ELEMENTS.append(('end', x))
 
 
-def test_a_bundle_that_will_not_stop_is_left_behind(spark, monkeypatch):
-    """A bundle in the driver that the watchdog's signal cannot stop (as when
-    the signal lands on a thread the bundle is starting: CPython gives it the
-    starting thread's ident, and the bundle then waits for ever) is given up
-    after ``_UNBLOCK_SECONDS``: the stage goes to Spark and the pipeline ends
-    with FnApiRunner's result (before, the driver waited for the bundle for
-    ever). Released at the end, the bundle takes its signal and ends: a
-    signal pending for a thread that never runs again would keep every other
-    thread of the process on CPython's slow path (a profiled thread looped
-    at a function's start in CI)."""
+def test_a_driver_run_stops_between_elements_never_inside_one(spark, monkeypatch):
+    """A stage past its time in the driver is handed over between two of its
+    inputs: every element it started there ran to its end (nothing is raised
+    into a running element), it stopped before its last input, and the result
+    is FnApiRunner's."""
     from beam_spark_inproc.spark import small
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.2)
-    _RELEASE_STUCK.clear()
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.1)
+    _DRIVER_ELEMENTS.clear()
 
     def build(p):
-        got = p | beam.Create([1, 2, 3]) | beam.ParDo(_StuckInTheDriver())
-        assert_that(got, equal_to([10, 20, 30]))
-    outcome: list = []
-    runner = threading.Thread(
-        target=lambda: outcome.append(_jobs(spark, build)), daemon=True)
-    runner.start()
-    try:
-        runner.join(120)
-        assert not runner.is_alive(), 'the driver waited for the bundle'
-        assert outcome[0][1] >= 1  # the stage ran on Spark
-    finally:
-        _RELEASE_STUCK.set()
-        stuck = [t for t in threading.enumerate()
-                 if t.name.startswith('beam-bundle-') and
-                 '_StuckInTheDriver' in t.name]
-        for thread in stuck:
-            thread.join(30)
-        assert not any(t.is_alive() for t in stuck)
+        got = p | beam.Create(list(range(8))) | beam.ParDo(_Recorded())
+        assert_that(got, equal_to([x * 10 for x in range(8)]))
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        build(p)
+    _DRIVER_ELEMENTS.clear()  # FnApiRunner ran it in this process too
+    _, jobs = _jobs(spark, build)
+    assert jobs >= 1  # handed over to Spark
+    started = [x for event, x in _DRIVER_ELEMENTS if event == 'start']
+    ended = [x for event, x in _DRIVER_ELEMENTS if event == 'end']
+    assert started and started == ended, _DRIVER_ELEMENTS
+    assert len(started) < 8, _DRIVER_ELEMENTS
+
+
+def test_no_thread_is_left_running_after_a_hand_over(spark):
+    """A dropped driver run leaves no bundle thread behind."""
+    _, jobs = _jobs(spark, _heavy)
+    assert jobs >= 1
+    assert not [t for t in threading.enumerate()
+                if t.name.startswith('beam-bundle-') and t.is_alive()]
