@@ -12,6 +12,7 @@ import gc
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.worker import statesampler
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -37,6 +38,9 @@ def test_workers_freeze_and_sample_as_the_task_says(spark, tmp_path,
         InProcessSparkRunner(spark=spark),
         lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
                    | beam.ParDo(_Probe())),
-        str(tmp_path / 'out'))
+        str(tmp_path / 'out'),
+        # Spark's Python workers are under test: every stage on Spark, none
+        # of these small stages in the driver (``spark.small``).
+        PipelineOptions(['--spark_small_data_kb=0']))
     period = processors.SAMPLING_MS if on else 200
     assert lines == [repr((i, True, on, period)) for i in range(4)]
