@@ -19,8 +19,7 @@ SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
 # rows a side-input gate releases) of at least this many KB are cut into one
 # partition per core (``execution.streaming.loop``); 0: one partition. 256:
 # the windowed count's 20,000-element events (~480 KB) gained, its
-# 10,000-element ones (~240 KB) did not (2026-11-24, ``python -m
-# tests.benchmarks.streaming --spread-kb 256,0``).
+# 10,000-element ones (~240 KB) did not (docs/performance.md).
 STREAM_SPREAD_KB = 256
 
 

@@ -10,11 +10,9 @@ import pytest
 os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
 logging.getLogger('py4j').setLevel(logging.WARNING)
 
-# The project's tests check Spark's execution: tiny stages run on Spark here
-# and in the processes tests start, not in the driver (``spark.small``, on by
-# default for users; its own tests in tests/integration/test_small_data.py pass
-# the option).
-os.environ.setdefault('BEAM_SPARK_INPROC_SMALL_DATA_KB', '0')
+# The suite runs with the options users get: tiny stages run in the driver
+# (``spark.small``); a test that checks Spark's own execution (jobs, task
+# retries, shipping, workers) passes ``--spark_small_data_kb=0`` itself.
 
 SPARK_MASTER = os.environ.get('BEAM_SPARK_TEST_MASTER', 'local[2]')
 # Separate executor JVMs (``tests/cluster``): run by tests/test_cluster_tier.py in

@@ -5,7 +5,16 @@ reads and metrics: nothing may rely on driver memory or driver-process globals.
 """
 from __future__ import annotations
 
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_spark_inproc import InProcessSparkRunner
 from tests.conformance import test_fn_api_runner_suite as suite
+from tests.conftest import shared_session
+
+# Separate executors are the point here: every stage on Spark, none of these
+# small stages in the driver (``spark.small``).
+ON_SPARK = ['--spark_small_data_kb=0']
 
 SUBSET = {
     'test_group_by_key', 'test_windowing', 'test_sliding_windows',
@@ -30,11 +39,16 @@ def _only(cls, names):
 
 
 class ClusterConformanceTest(suite.InProcessSparkRunnerTest):
-    pass
+    def create_pipeline(self, is_drain=False):
+        return beam.Pipeline(runner=InProcessSparkRunner(
+            spark=shared_session(), is_drain=is_drain),
+            options=PipelineOptions(ON_SPARK))
 
 
 class ClusterMetricsTest(suite.InProcessSparkRunnerMetricsTest):
-    pass
+    def create_pipeline(self):
+        return beam.Pipeline(runner=InProcessSparkRunner(spark=shared_session()),
+                             options=PipelineOptions(ON_SPARK))
 
 
 _only(ClusterConformanceTest, SUBSET)

@@ -17,6 +17,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
@@ -25,6 +26,14 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc import PipelineExecutionError
 
 N, KEYS = 2000, 20
+# Faults in Spark's tasks and their retries: every stage on Spark, none of
+# these small stages in the driver (``spark.small``).
+ON_SPARK = ['--spark_small_data_kb=0']
+
+
+def _runner_pipeline(spark) -> beam.Pipeline:
+    return beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                         options=PipelineOptions(ON_SPARK))
 
 
 def _first_time(marker: str) -> bool:
@@ -114,7 +123,7 @@ def _counter(result, name):
 @pytest.mark.parametrize('fault', ['raise', 'exit', 'kill_executor'])
 def test_exact_output_and_metrics_after_fault(spark, tmp_path, expected, fault):
     marker = str(tmp_path / 'fault-injected')
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark))
+    p = _runner_pipeline(spark)
     assert_that(_pipeline(p, fault, marker), equal_to(expected))
     result = p.run()
     result.wait_until_finish()
@@ -128,9 +137,9 @@ def test_exact_output_and_metrics_after_fault(spark, tmp_path, expected, fault):
 def test_user_error_after_retries_then_session_usable(spark, tmp_path, expected):
     marker = str(tmp_path / 'always')
     with pytest.raises(PipelineExecutionError) as info:
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        with _runner_pipeline(spark) as p:
             _pipeline(p, 'always', marker)
     assert "'Faulty'" in str(info.value).splitlines()[0]
     assert 'injected: fails on every attempt' in str(info.value)
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+    with _runner_pipeline(spark) as p:
         assert_that(_pipeline(p, '', ''), equal_to(expected))

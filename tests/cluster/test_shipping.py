@@ -14,6 +14,11 @@ from apache_beam.testing.util import equal_to
 from beam_spark_inproc import InProcessSparkRunner
 
 
+# What executors import: every stage on Spark, none of these tiny stages in
+# the driver (``spark.small``), which has the driver's modules.
+ON_SPARK = ['--spark_small_data_kb=0']
+
+
 def _importable_on_executors(spark, name: str) -> bool:
     """Whether executors' Python workers can import ``name`` (plain Spark job)."""
     def probe(batches):
@@ -38,7 +43,8 @@ def test_module_next_to_the_script_is_shipped(spark, tmp_path):
     sys.path.insert(0, str(tmp_path))  # as for a helper next to a pipeline script
     try:
         helper = importlib.import_module(name)
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                           options=PipelineOptions(ON_SPARK)) as p:
             out = (p | beam.Create([1, 2, 3])
                    | beam.Map(helper.double)  # pickled by reference to the module
                    | beam.Map(lambda x, t: (t.label, x), t=helper.Tag('doubled')))
@@ -63,7 +69,7 @@ def test_spark_py_files_reach_the_executors(spark, tmp_path):
     path = tmp_path / f'{name}.py'
     path.write_text('def triple(x):\n    return 3 * x\n')
     assert not _importable_on_executors(spark, name)
-    options = PipelineOptions([f'--spark_py_files={path}'])
+    options = PipelineOptions([f'--spark_py_files={path}', *ON_SPARK])
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
                        options=options) as p:
         out = p | beam.Create([1, 2]) | beam.ParDo(_ImportsByName(name))

@@ -7,9 +7,10 @@ import glob
 import apache_beam as beam
 
 
-def run_to_lines(runner, build, prefix: str) -> list[str]:
-    """Runs ``build(p)`` on ``runner``; returns the repr of each output, sorted."""
-    with beam.Pipeline(runner=runner) as p:
+def run_to_lines(runner, build, prefix: str, options=None) -> list[str]:
+    """Runs ``build(p)`` on ``runner`` (with ``options``, a PipelineOptions);
+    returns the repr of each output, sorted."""
+    with beam.Pipeline(runner=runner, options=options) as p:
         build(p) | beam.Map(repr) | beam.io.WriteToText(prefix)
     lines = []
     for path in glob.glob(prefix + '*'):

@@ -41,7 +41,10 @@ def main() -> None:
     with HttpReceiver() as http, GraphiteReceiver() as graphite:
         options = PipelineOptions([
             f'--metrics_sink={http.url}/beam', f'--metrics_sink={graphite.url}',
-            '--job_name=retry'])
+            '--job_name=retry',
+            # Spark's task retry is under test: every stage on Spark, none of
+            # these small stages in the driver (``spark.small``).
+            '--spark_small_data_kb=0'])
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
                            options=options) as p:
             (p | beam.Create(range(N)) | beam.ParDo(FailFirstAttempt())

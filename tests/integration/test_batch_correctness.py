@@ -428,10 +428,15 @@ def test_workers_without_beam_get_a_clear_error(tmp_path):
         spark = (SparkSession.builder.master('local[1]')
                  .config('spark.ui.enabled', 'false').getOrCreate())
         import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
         from beam_spark_inproc import InProcessSparkRunner
+        # The workers are under test: this tiny stage on Spark, not in the
+        # driver (spark.small).
+        on_spark = PipelineOptions(['--spark_small_data_kb=0'])
         for attempt in range(2):
             try:
-                with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+                with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                                   options=on_spark) as p:
                     p | beam.Create([1, 2]) | beam.Map(print)
                 print('RAN')
             except Exception as e:

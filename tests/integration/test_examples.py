@@ -38,7 +38,8 @@ def run_example(name: str, *args: str, cwd: pathlib.Path) -> list[str]:
     In the cluster tier (``tests/cluster``) the example runs in this process on
     the shared local-cluster session instead, imported by name from its folder
     as a user's module next to their script would be: executors get it only
-    from what the runner ships.
+    from what the runner ships (every stage on Spark there: none in the
+    driver, which has the module).
     """
     from tests.conftest import CLUSTER
     if CLUSTER:
@@ -64,7 +65,7 @@ def _run_example_here(name: str, *args: str, cwd: pathlib.Path) -> list[str]:
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out):
-            module.run(list(args))
+            module.run([*args, '--spark_small_data_kb=0'])
     finally:
         os.chdir(previous)
     return out.getvalue().splitlines()

@@ -3,8 +3,7 @@ what is read is what Beam's FnApiRunner reads (every line once), on files whose
 cut points fall mid-line, an empty file, a compressed file that cannot split and
 several files; and the cut is made where it can be (a spy on ``spread``).
 On Spark the driver holds the stage's input only with small data in the
-driver on (the default for users; the test run turns it off, see
-tests/conftest.py), so these runs turn it on."""
+driver on (the default), so these runs say so themselves."""
 from __future__ import annotations
 
 import gzip
@@ -24,7 +23,7 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.worker import initial_split
 from tests.integration.test_semantics import run_on as _run_on
 
-# Small data in the driver on, as for a user (``spark.small``).
+# Small data in the driver on (``spark.small``), whatever the default.
 SMALL = {'spark_small_data_kb': 64}
 
 

@@ -5,6 +5,7 @@ import logging
 import re
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
@@ -40,7 +41,10 @@ def test_stage_ranges():
 
 def test_spark_jobs_carry_beam_stage_names(spark):
     before = set(_job_descriptions(spark))
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
+    # Spark's jobs are under test: every stage on Spark, none of these small
+    # stages in the driver (``spark.small``).
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                       options=PipelineOptions(['--spark_small_data_kb=0'])) as p:
         _side_input_pipeline(p)
     new = [d for d in _job_descriptions(spark) if d not in before]
     beam_jobs = [d for d in new if d.startswith('Beam pipeline ')]

@@ -192,8 +192,7 @@ def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
 
 
 def test_on_by_default(spark, monkeypatch, unhurried):
-    """Without the option or the variable (which the project's conftest sets
-    to 0 for its other tests) tiny stages run in the driver."""
+    """Without the option or the variable tiny stages run in the driver."""
     from beam_spark_inproc.options import SMALL_DATA_ENV
     monkeypatch.delenv(SMALL_DATA_ENV, raising=False)
     _, jobs = _jobs(spark, _small, [])

@@ -2,7 +2,7 @@
 debug engine and on Spark gives FnApiRunner's lines: ``\\r\\n``, lone ``\\r``,
 empty lines, no final newline, multi-byte UTF-8, several files, cut by the
 initial split (small data on) or read whole from Spark's rows (small data
-off, as in the test run); sources other than Beam's default text source keep
+off); sources other than Beam's default text source keep
 Beam's reader."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from beam_spark_inproc.worker import text_lines
 from tests.integration.test_semantics import run_on
 
 SMALL = {'spark_small_data_kb': 64}
+OFF = {'spark_small_data_kb': 0}
 
 
 @pytest.fixture(scope='module')
@@ -69,7 +70,7 @@ def test_fnapi_runners_lines(backend, small, files, reads, tmp_path, request):
     runner = (InProcessSparkRunner(debug=True) if backend == 'debug' else
               InProcessSparkRunner(spark=request.getfixturevalue('spark')))
     build = _count(files / '*.txt')
-    got = run_on(runner, build, tmp_path / 'runner', SMALL if small else None)
+    got = run_on(runner, build, tmp_path / 'runner', SMALL if small else OFF)
     assert sorted(got) == _expected(build, tmp_path)
     assert len(got) > 100
     if backend == 'debug':   # a.txt and b.txt, cut in two each (small) or not

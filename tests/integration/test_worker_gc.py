@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.worker import statesampler
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -31,6 +32,9 @@ def test_workers_freeze_and_sample_at_the_runners_period(spark, tmp_path):
         InProcessSparkRunner(spark=spark),
         lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
                    | beam.ParDo(_Probe())),
-        str(tmp_path / 'out'))
+        str(tmp_path / 'out'),
+        # Spark's Python workers are under test: every stage on Spark, none
+        # of these small stages in the driver (``spark.small``).
+        PipelineOptions(['--spark_small_data_kb=0']))
     assert lines == [repr((i, True, True, processors.SAMPLING_MS))
                      for i in range(4)]

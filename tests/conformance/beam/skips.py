@@ -31,16 +31,26 @@ INTEGRATION: dict[str, str] = {
         '"Bigquery dependencies are not installed")'),
 }
 
-# (b) Cannot hold on any multi-process runner. Measured: each fails the same
-# way on Beam's FnApiRunner with --direct_num_workers=2
-# --direct_running_mode=multi_processing (``BEAM_CONFORMANCE_REFERENCE=fnapi-multi``,
-# docs/conformance.md).
+# (b) Cannot hold on any multi-process runner, the only skips for assuming one
+# process. Proven, each of them: it fails the same way on Beam's FnApiRunner
+# with --direct_num_workers=2 --direct_running_mode=multi_processing
+# (``BEAM_CONFORMANCE_REFERENCE=fnapi-multi BEAM_CONFORMANCE_RUN_SKIPPED=1
+# BEAM_CONFORMANCE=full``, docs/conformance.md). A test that builds a
+# TestStream (FnApiRunner does not run one) cannot be proven there: it skips
+# as streaming instead.
+_PROVEN = ('; proven: fails the same way on Beam\'s FnApiRunner with '
+           '--direct_running_mode=multi_processing --direct_num_workers=2')
+
+
+def _proven(reasons: dict[str, str]) -> dict[str, str]:
+    return {test: reason + _PROVEN for test, reason in reasons.items()}
+
+
 _BATCH_PER_BUNDLE = (
     'asserts one bundle (Beam\'s own comment: "Assumes a single bundle"): '
     'BatchElements batches within a bundle, so the input split over bundles '
-    'gives other sizes ([10, 8, 10, 7] for [10, 10, 10, 5]; [2, 1] for [3]), '
-    'on FnApiRunner with two workers too')
-MULTI_PROCESS: dict[str, str] = {
+    'gives other sizes ([10, 8, 10, 7] for [10, 10, 10, 5]; [2, 1] for [3])')
+MULTI_PROCESS: dict[str, str] = _proven({
     **{f'util_test__BatchElementsTest::{name}': _BATCH_PER_BUNDLE for name in (
         'test_constant_batch', 'test_constant_batch_no_metrics',
         'test_length_fn_without_stateful_is_ignored')},
@@ -50,8 +60,6 @@ MULTI_PROCESS: dict[str, str] = {
         _PARTIAL_COMBINE,
     'ptransform_test__PTransformTest::test_combine_per_key_with_side_input_as_arg':
         _PARTIAL_COMBINE,
-    'combiners_test__CombineTest::test_combining_with_accumulation_mode_and_fanout':
-        _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
     'combiners_test__CombineTest::test_combining_with_session_windows_and_fanout':
         _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
     'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout':
@@ -64,7 +72,7 @@ MULTI_PROCESS: dict[str, str] = {
         'non-int"): holds only with one bundle'),
     'ptransform_test__PTransformTest::test_group_by_key_allow_unsafe_triggers':
         _ORDER.format(what='of the values GroupByKey outputs'),
-}
+})
 
 # Runner gaps (issue #18): error and reason.
 RUNNER_GAPS: dict[str, str] = {
@@ -94,14 +102,13 @@ STREAMING_TESTS: set[str] = {
 # Tests that cannot hold on a multi-process runner but pass on the debug
 # engine, which runs in the driver (and runner gaps seen on Spark only: none
 # left).
-SPARK_ONLY: dict[str, str] = {
+SPARK_ONLY: dict[str, str] = _proven({
     'snippets_test__TypeHintsTest::test_deterministic_key': (
         'cannot hold on any multi-process runner: the test defines class Player '
         'at run time into its module\'s globals (`global Player`); a worker '
         'process imports the module without it ("Can\'t get attribute '
-        '\'Player\'"), on FnApiRunner with two workers too: driver globals '
-        '(passes on the debug engine)'),
-}
+        '\'Player\'"): driver globals (passes on the debug engine)'),
+})
 
 
 def uses_test_stream(function) -> bool:
