@@ -30,6 +30,7 @@ from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.options import parse_conf
 from beam_spark_inproc.options import py_files
+from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.worker import report
@@ -68,6 +69,9 @@ class InProcessSparkRunner(PipelineRunner):
     ``debug`` (or ``--inproc_debug``): run the same plan and worker code in this
     process without Spark (see ``debug``).
     """
+    # The runner-native transforms' URNs this runner runs as stages of their
+    # own (``beam_spark_inproc.transforms`` asks a pipeline's runner this).
+    native_urns = NATIVE_URNS
 
     def __init__(self, spark=None, is_drain: bool = False, debug: bool = False):
         super().__init__()
@@ -121,7 +125,7 @@ class InProcessSparkRunner(PipelineRunner):
         from beam_spark_inproc.execution.streaming import support
         streaming = support.is_streaming(
             pipeline, options.view_as(StandardOptions).streaming)
-        capabilities.check(pipeline, streaming)
+        capabilities.check(pipeline)
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
         plan = plan_pipeline(
@@ -245,7 +249,8 @@ class InProcessSparkRunner(PipelineRunner):
                         if opts.spark_profile_dir else '',
                         after_job=after_job,
                         attempt_channel=run_metrics.channel,
-                        runtime_options=runtime_options(options))
+                        runtime_options=runtime_options(options),
+                        native=_native_stage)
             except BaseException as e:
                 interrupt = interruption(e)
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
@@ -309,6 +314,13 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole)
+
+
+def _native_stage(executor, index: int, stage):
+    """Runs a runner-native stage (ReadFromSpark, WriteToSpark, SparkSql): the
+    transforms' own handler for its URN, loaded when a plan has one."""
+    from beam_spark_inproc.transforms import runtime
+    return runtime.build(executor, index, stage)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

@@ -56,6 +56,7 @@ Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, ContextManager, Protocol
 
 GROUP = 'group'
@@ -63,6 +64,18 @@ KEYED = 'keyed'
 SPREAD = 'spread'
 BUCKETED = 'bucketed'
 SHUFFLES = (GROUP, KEYED, SPREAD, BUCKETED)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrowOutput:
+    """What a runner-native read or query with an ``ARROW_LAYOUT`` output
+    returns: its source as engine data of Arrow batches (``Engine.arrow_source``),
+    the converter its ``ARROW`` reader's task makes rows with
+    (``StageTask.arrow_input``) and the control rows of the native stage's own
+    inputs (a query's upstream bundles' reports) for the reader to pass on."""
+    data: Any
+    rows: Any
+    control: Any = None
 
 
 class Engine(Protocol):

@@ -121,7 +121,7 @@ def _build(task) -> Entry:
     timer_queue = TimerQueue(stage, {
         key: info.timer_coder_impl
         for key, info in processor.timers_info.items()}) if stage.timers else None
-    gabw = (GroupAlsoByWindow if getattr(task, 'streaming', None) is None
+    gabw = (GroupAlsoByWindow if task.streaming is None
             else StreamingGroupAlsoByWindow)
     groupings = {
         port.transform_id: gabw(port.grouping, context)
@@ -139,7 +139,7 @@ def _build(task) -> Entry:
 
 
 def _key(task) -> tuple:
-    version = getattr(task, 'side_input_version', 0)
+    version = task.side_input_version
     return (task.job_id, task.stage.name) + ((version,) if version else ())
 
 

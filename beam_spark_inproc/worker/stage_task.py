@@ -301,8 +301,8 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
     """Passes elements through, remembering those fed to ``transform_id`` and
     telling the splitter when each one starts."""
     for element in inputs:
-        if getattr(element, 'transform_id', None) == transform_id and isinstance(
-                element, beam_fn_api_pb2.Elements.Data):
+        if isinstance(element, beam_fn_api_pb2.Elements.Data) and (
+                element.transform_id == transform_id):
             fed.append(element.data)
             splitter.element_started()
         yield element

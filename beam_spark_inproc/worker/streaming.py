@@ -1,7 +1,7 @@
 """GroupAlsoByWindow across micro-batches (streaming), inside the consuming stage.
 
 A streaming stage that reads a GroupByKey gets, per key, its rows sorted by key
-(the engine's ``KEYED`` shuffle): first the key's state row (``STATE_TAG``: what the stage
+(the engine's ``BUCKETED`` shuffle): first the key's state row (``STATE_TAG``: what the stage
 kept for the key after the last micro-batch that touched it, if any), then its
 new elements. For each key, as Beam's BundleBasedDirectRunner does
 (``_StreamingGroupAlsoByWindowEvaluator``), with Beam's own ``TriggerDriver``

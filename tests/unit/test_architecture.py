@@ -29,6 +29,46 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
+def _module_name(path: pathlib.Path) -> str:
+    if TRANSFORMS in path.parents:
+        parts = ['beam_spark_inproc', 'transforms', *path.relative_to(TRANSFORMS).parts]
+    else:
+        parts = ['beam_spark_inproc', *path.relative_to(PACKAGE).parts]
+    parts[-1] = parts[-1][:-len('.py')]
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+MODULES = {_module_name(path): path for path in _sources()}
+
+
+def _module_imports(name: str) -> set[str]:
+    """The package's modules that module ``name`` imports, anywhere in it (at
+    the top or inside a function): ``from pkg import mod`` counts as ``mod``,
+    and a module's own enclosing packages do not count (importing it loads
+    them anyway)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = [f'{node.module}.{alias.name}'
+                       if f'{node.module}.{alias.name}' in MODULES else node.module
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition('.')[0]
+            if target and target != name and not name.startswith(target + '.'):
+                found.add(target)
+    return found
+
+
+def _in(name: str, *packages: str) -> bool:
+    return any(name == f'beam_spark_inproc.{p}' or
+               name.startswith(f'beam_spark_inproc.{p}.') for p in packages)
+
+
 def _classic_only(path: pathlib.Path, line: str) -> bool:
     """The allowed exceptions, in the Spark engine, each behind a Connect
     check: job descriptions on classic sessions (Connect has no API for
@@ -95,3 +135,57 @@ def test_execution_is_engine_agnostic():
     for path in paths:
         bad = [n for n in _imports(path) if n.startswith(backends)]
         assert not bad, f'{path}: {bad}'
+
+
+def test_no_import_cycles():
+    """No module of the package reaches itself through imports, counting the
+    imports inside functions: each cycle is listed."""
+    graph = {name: _module_imports(name) for name in MODULES}
+    cycles = []
+    for start in sorted(graph):
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            name, path = stack.pop()
+            for target in sorted(graph[name]):
+                if target == start:
+                    cycles.append(' -> '.join(path + (start,)))
+                elif target not in seen and target > start:
+                    seen.add(target)
+                    stack.append((target, path + (target,)))
+    assert not cycles, '\n'.join(cycles)
+
+
+def test_transforms_sit_on_top():
+    """The Spark PTransforms (``transforms/``) use the package; the package's
+    own modules never import them. The runner alone loads their runtime, to
+    hand the executor its handler for runner-native stages."""
+    for name in MODULES:
+        if _in(name, 'transforms'):
+            continue
+        bad = [n for n in _module_imports(name) if _in(n, 'transforms')]
+        if name == 'beam_spark_inproc.runner':
+            bad.remove('beam_spark_inproc.transforms.runtime')
+        assert not bad, f'{name}: {bad}'
+
+
+def test_transforms_import_no_backend():
+    """The transforms reach Spark through the engine contract and the session
+    they are given, never through the Spark engine, the debug engine or the
+    streaming loop."""
+    for name in MODULES:
+        if not _in(name, 'transforms'):
+            continue
+        bad = [n for n in _module_imports(name)
+               if _in(n, 'spark', 'debug', 'execution.streaming')]
+        assert not bad, f'{name}: {bad}'
+
+
+def test_planning_imports_no_execution_or_backend():
+    """Planning is pure: it imports no executor, engine or result."""
+    for name in MODULES:
+        if not _in(name, 'planning'):
+            continue
+        bad = [n for n in _module_imports(name)
+               if _in(n, 'execution', 'spark', 'debug', 'metrics', 'testing',
+                      'runner', 'result')]
+        assert not bad, f'{name}: {bad}'

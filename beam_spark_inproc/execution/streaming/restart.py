@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.worker.streaming import Summary
 
@@ -70,7 +71,6 @@ class CommittedMetrics:
         self._by_stage: dict[str, list] = {}
 
     def add(self, reports: list[dict]) -> None:
-        from beam_spark_inproc.result import consolidate
         for r in reports:
             infos = [metrics_pb2.MonitoringInfo.FromString(d)
                      for d in r.get('monitoring_infos', ())]
