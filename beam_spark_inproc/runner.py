@@ -33,8 +33,7 @@ from beam_spark_inproc.options import py_files
 from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
-from beam_spark_inproc.worker import report
-
+from beam_spark_inproc.protocol import report
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
@@ -383,7 +382,7 @@ def _remedy(worker_error: str) -> str:
 def translate_error(error: Exception, plan) -> Exception:
     """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform.
 
-    Rendered from the failure record the bundle sent (``worker.report.Failure``):
+    Rendered from the failure record the bundle sent (``protocol.report.Failure``):
     the message starts with the transform that failed (Beam's own
     ``[while running '...']`` annotation names it; without one, the stage's
     transforms) and the stage's position in the plan, and ends with the

@@ -2,7 +2,7 @@
 
 ``build(executor, index, stage)`` is the executor's only hook: it looks the
 stage's URN up in ``HANDLERS`` (an unknown URN raises) and returns the stage's
-result in the runner's row format (``worker.rows``), like any stage's.
+result in the runner's row format (``protocol.rows``), like any stage's.
 
 * read: the source DataFrame's Arrow batches (``Engine.arrow_source``), lazy,
   one task per partition of Spark's reader; a bare scan of local Parquet files

@@ -3,7 +3,7 @@
 dask's ``get_async(submit, ...)`` / ``get_sync`` pattern: one core walks the plan
 (``executor``), thin backends move rows. Data is whatever the engine likes (a
 Spark DataFrame, a list of partitions of Arrow batches) holding rows of
-``worker.rows.SCHEMA``; rows tagged ``CONTROL_TAG`` are reports and every
+``protocol.rows.SCHEMA``; rows tagged ``CONTROL_TAG`` are reports and every
 primitive passes them through (``select`` only when asked, see ``control``).
 
 Primitives:
@@ -21,7 +21,7 @@ Primitives:
   by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
   (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
-  (the key's shard, ``worker.streaming.bucket_of`` with the default
+  (the key's shard, ``protocol.buckets.bucket_of`` with the default
   ``STATE_BUCKETS``: shard b in partition b % parallelism; sorted by shard,
   key, tag, then the row's input partition and position in it; rows without a
   key first: a streaming keyed stage's input, each shard, so each of its

@@ -45,10 +45,10 @@ from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution.progress import Progress
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.worker import logs
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
 from beam_spark_inproc.worker.recode import Recode
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 
 
@@ -70,7 +70,7 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
             profile_dir: str = '', after_job=None,
             attempt_channel: tuple = (), runtime_options: tuple = (),
             native=None) -> list[dict]:
-    """Runs the plan; returns the reports of all bundles (see ``worker.report``).
+    """Runs the plan; returns the reports of all bundles (see ``protocol.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
     DoFn restrictions still running after that many seconds (0: off).

@@ -3,7 +3,7 @@
 Two streams feed it, from different threads:
 
 * ``add_committed(reports)``: the control rows of the Spark jobs that finished
-  (``worker.report``). Spark keeps the rows of successful task attempts only,
+  (``protocol.report``). Spark keeps the rows of successful task attempts only,
   so these are exactly the *committed* metrics.
 * ``add_attempt(stage, infos)``: the monitoring infos of a task attempt that
   did not commit (it failed, or its Python worker was stopped), sent by the

@@ -68,7 +68,7 @@ from beam_spark_inproc.debug.engine import rows_batch
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import stage_task
-from beam_spark_inproc.worker.rows import SCHEMA
+from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
 
 # Default limits: up to this many rows (an element each, except GroupByKey

@@ -1,6 +1,8 @@
 """Worker side: runs inside Spark's Python workers (or the driver, in debug mode).
 
-Never imports a driver module (``spark``, ``runner``...). A ``StageTask`` is the
+Never imports a driver module (``spark``, ``runner``...); what it shares with
+the driver (row layout, control rows, reports, state buckets) is in
+``protocol``. A ``StageTask`` is the
 function given to ``DataFrame.mapInArrow``: it feeds the Arrow rows of a partition
 to Beam's own ``BundleProcessor`` (cached per job and stage in each Python
 process), grouping sorted keyed rows on the way for a GroupByKey, and streams the

@@ -25,7 +25,6 @@ import functools
 from typing import Callable, Iterator, Optional
 
 from apache_beam.coders import coders
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.common import NameContext
@@ -33,8 +32,7 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import data_plane
 
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker.rows import CHUNK_BYTES
-
+from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 # A packed output holds at most this many keys' pending elements, and this
 # many bytes of them, before it writes them all out as rows; a key's row is
 # written as soon as it reaches PACKED_ROW_BYTES. A row of 64 KB already holds
@@ -348,14 +346,3 @@ class ChannelFactory(data_plane.DataChannelFactory):
 
     def close(self) -> None:
         pass
-
-
-def key_extractor(coder, key_coder) -> Callable[[bytes], bytes]:
-    """For KEYED outputs: the deterministic key bytes of one encoded element."""
-    decode = coder.get_impl().decode_from_stream
-    encode_key = key_coder.get_impl().encode
-
-    def key_of(data: bytes) -> bytes:
-        return encode_key(decode(create_InputStream(data), True).value[0])
-
-    return key_of

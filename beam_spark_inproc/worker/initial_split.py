@@ -59,8 +59,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.transforms import core
 from apache_beam.utils import proto_utils
 
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
 _LOGGER = logging.getLogger(__name__)
 
 _TRUNCATE = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn

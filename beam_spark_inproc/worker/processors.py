@@ -26,7 +26,7 @@ from apache_beam.runners.worker.statecache import StateCache
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import assign_windows  # noqa: F401  (registers its URN)
 from beam_spark_inproc.worker.channel import ChannelFactory
-from beam_spark_inproc.worker.channel import key_extractor
+from beam_spark_inproc.protocol.rows import key_extractor
 from beam_spark_inproc.worker.grouped_values import GroupedValuesStore
 from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.key_state import KeyStateHandler

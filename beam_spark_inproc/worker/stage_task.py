@@ -41,23 +41,24 @@ from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.worker import capture
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
 from beam_spark_inproc.worker.keyed import keyed_input_elements
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
-from beam_spark_inproc.worker.rows import SCHEDULED_TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
-from beam_spark_inproc.worker.rows import holding_elements
-from beam_spark_inproc.worker.streaming import StreamingStep
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.protocol.rows import holding_elements
+from beam_spark_inproc.protocol.state import StreamingStep
 from beam_spark_inproc.worker.streaming import streaming_grouped_input_elements
 from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_elements
-from beam_spark_inproc.worker.streaming_state import StateFiles
+from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.worker.streaming_state import with_state_io
 
 _QUEUE_BATCHES = 2
@@ -427,8 +428,8 @@ class _Bundles:
             entry.timer_queue.add if entry.timer_queue else None)
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         attempt['in_bundle'] = True
-        with report.capture_warnings() as caught, \
-                report.capture_logs(task.log_level) as logged:
+        with capture.capture_warnings() as caught, \
+                capture.capture_logs(task.log_level) as logged:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 if splitter:
                     splitter.start(instruction_id)

@@ -33,17 +33,17 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.worker.keyed import release_user_state
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import STATE_TAG
-from beam_spark_inproc.worker.rows import SUMMARY_TAG
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import STATE_TAG
+from beam_spark_inproc.protocol.rows import SUMMARY_TAG
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
 from beam_spark_inproc.worker.state_expiry import StateExpiry
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming import bucket_of
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.protocol.buckets import bucket_of
 from beam_spark_inproc.worker.streaming import dumps
 
 

@@ -16,9 +16,8 @@ import pytest
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.execution import engine as e
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import SCHEMA
-
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import SCHEMA
 PARALLELISM = 3
 # (tag, key, data): two ports' elements, keyed, and a report.
 ROWS = [(1, b'b', b'b1'), (0, b'a', b'a0'), (0, b'b', b'b0'), (1, b'a', b'a1'),
@@ -142,7 +141,7 @@ def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order
 
 
 def test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted(engine):
-    from beam_spark_inproc.worker.streaming import bucket_of
+    from beam_spark_inproc.protocol.buckets import bucket_of
     keys = [b'k%d' % i for i in range(40)]
     rows = [(i % 2, k, b'%d' % i) for i, k in enumerate(keys)] + [
         (CONTROL_TAG, None, b'report')]
@@ -162,8 +161,8 @@ def test_shuffle_bucketed_shares_the_shards_out_evenly(engine):
     """Shard b goes to partition b % parallelism (up to the partitions'
     order): every partition gets the same number of shards. Spark's hash of
     the shard number had put 27 of the 64 in one of two partitions."""
-    from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-    from beam_spark_inproc.worker.streaming import bucket_of
+    from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+    from beam_spark_inproc.protocol.buckets import bucket_of
     keys, shards = [], set()
     for i in itertools.count():
         key = b'k%d' % i

@@ -171,12 +171,12 @@ def test_transforms_sit_on_top():
 def test_transforms_import_no_backend():
     """The transforms reach Spark through the engine contract and the session
     they are given, never through the Spark engine, the debug engine or the
-    streaming loop."""
+    streaming loop; they write rows by the protocol, not through the worker."""
     for name in MODULES:
         if not _in(name, 'transforms'):
             continue
         bad = [n for n in _module_imports(name)
-               if _in(n, 'spark', 'debug', 'execution.streaming')]
+               if _in(n, 'spark', 'debug', 'execution.streaming', 'worker')]
         assert not bad, f'{name}: {bad}'
 
 
@@ -188,4 +188,59 @@ def test_planning_imports_no_execution_or_backend():
         bad = [n for n in _module_imports(name)
                if _in(n, 'execution', 'spark', 'debug', 'metrics', 'testing',
                       'runner', 'result')]
+        assert not bad, f'{name}: {bad}'
+
+
+# What driver code may take from ``worker/``: what builds a task (or, for the
+# planner, what goes into a stage), never the contract (``protocol/``).
+TASK_BUILDING = {
+    'beam_spark_inproc.worker.stage_task': {'StageTask', 'stage_task'},
+    'beam_spark_inproc.worker.recode': {'Recode'},  # a Reshuffle's task
+    'beam_spark_inproc.worker.shipped': {'ShippedFile'},  # a task's side input file
+    'beam_spark_inproc.worker.logs': {'logs'},  # the task's log level
+    # the DoFn the planner puts in a text read's stage
+    'beam_spark_inproc.worker.text_lines': {'text_lines'},
+    # cuts a splittable stage's input the driver holds (driver-side code)
+    'beam_spark_inproc.worker.initial_split': {'initial_split'},
+}
+
+
+def _worker_names(path: pathlib.Path) -> set[tuple[str, str]]:
+    """(worker module, name) for each name imported from ``worker/``; a
+    module imported whole counts as its own last name."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.startswith('beam_spark_inproc.worker')):
+            for alias in node.names:
+                full = f'{node.module}.{alias.name}'
+                if full in MODULES:
+                    found.add((full, alias.name))
+                else:
+                    found.add((node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith('beam_spark_inproc.worker'):
+                    found.add((alias.name, alias.name.rpartition('.')[2]))
+    return found
+
+
+def test_driver_imports_worker_only_to_build_a_task():
+    """Driver and worker share the contract through ``protocol/``; driver code
+    imports ``worker/`` only for what builds a task (``TASK_BUILDING``)."""
+    for name, path in MODULES.items():
+        if _in(name, 'worker', 'protocol', 'transforms'):
+            continue
+        bad = [f'{module}.{n}' for module, n in _worker_names(path)
+               if n not in TASK_BUILDING.get(module, ())]
+        assert not bad, f'{name}: {bad}'
+
+
+def test_protocol_imports_only_protocol():
+    """The contract is plain data and pure functions, loaded by workers and the
+    driver alike: it imports no other module of the package."""
+    names = [n for n in MODULES if _in(n, 'protocol')]
+    assert len(names) > 3
+    for name in names:
+        bad = [n for n in _module_imports(name) if not _in(n, 'protocol')]
         assert not bad, f'{name}: {bad}'

@@ -65,18 +65,17 @@ from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import logs
-from beam_spark_inproc.worker import report
-from beam_spark_inproc.worker.rows import SCHEDULED_TAG
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-from beam_spark_inproc.worker.streaming import StreamingStep
-from beam_spark_inproc.worker.streaming import bucket_count
-from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming_state import STATE_REPORT
-from beam_spark_inproc.worker.streaming_state import StateFiles
-from beam_spark_inproc.worker.streaming_state import decode_report
-from beam_spark_inproc.worker.streaming_state import marker_rows
-
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.protocol.buckets import bucket_count
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.protocol.state import STATE_REPORT
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import decode_report
+from beam_spark_inproc.protocol.buckets import marker_rows
 _LOGGER = logging.getLogger(__name__)
 # The prefetch of the next micro-batch (``StreamingExecutor.prefetch``)
 # starts once this one's last job's DataFrames are built and its action is

@@ -43,9 +43,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
-from beam_spark_inproc.worker.streaming import Summary
-
-
+from beam_spark_inproc.protocol.state import Summary
 class ReplayableSource(Protocol):
     """A source the micro-batch loop reads: one step per micro-batch."""
 
@@ -84,7 +82,7 @@ class CommittedMetrics:
                 for stage, infos in sorted(self._by_stage.items())}
 
     def restore(self, record: dict) -> list[dict]:
-        """Restores a ``record()``; returns it as reports (``worker.report``)."""
+        """Restores a ``record()``; returns it as reports (``protocol.report``)."""
         reports = [{'stage': stage,
                     'monitoring_infos': [base64.b64decode(d) for d in infos]}
                    for stage, infos in record.items()]

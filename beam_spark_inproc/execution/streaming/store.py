@@ -34,7 +34,7 @@ Paths in commit records (state files, the driver state) are relative to the
 checkpoint location, so a folder moved or copied elsewhere resumes; records
 written before held absolute paths and are read as they are (``absolute``).
 
-A bucket is ``crc32(key) % buckets`` (``worker.streaming.bucket_count``). A micro-batch
+A bucket is ``crc32(key) % buckets`` (``protocol.buckets.bucket_count``). A micro-batch
 reads the current versions of the buckets its input touches or whose timers are
 due, and writes new versions of those buckets only: state I/O grows with the
 keys touched, not the keys held. The commit record is written last (write to a

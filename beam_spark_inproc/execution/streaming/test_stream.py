@@ -54,8 +54,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker.channel import key_extractor
-
+from beam_spark_inproc.protocol.rows import key_extractor
 _GLOBAL = (GlobalWindow(),)
 
 
