@@ -34,6 +34,7 @@ from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.protocol import report
+
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'

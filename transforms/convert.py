@@ -40,6 +40,8 @@ from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
+
+
 def _prefix(windowed_coder, sample) -> bytes | None:
     """The encoded windowed-value bytes before the element, if constant."""
     impl = windowed_coder.get_impl()

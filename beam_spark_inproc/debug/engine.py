@@ -29,6 +29,7 @@ from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.buckets import bucket_of
+
 Partitions = list  # list[list[pa.RecordBatch]]
 
 

@@ -21,6 +21,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from beam_spark_inproc.metrics.live import LiveMetrics
 from beam_spark_inproc.protocol.attempts import ACK
 from beam_spark_inproc.protocol.attempts import MAGIC
+
 _LOGGER = logging.getLogger(__name__)
 _MAX_FRAME = 256 << 20
 _READ_TIMEOUT = 30.0

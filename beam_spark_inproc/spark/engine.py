@@ -28,6 +28,8 @@ from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.worker.shipped import ShippedFile
 from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+
+
 def functions_for(session):
     """``pyspark.sql.functions`` builds classic or Connect columns from a
     process-wide flag, not from the session: pick the module the session needs."""

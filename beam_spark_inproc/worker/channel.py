@@ -33,6 +33,7 @@ from apache_beam.runners.worker import data_plane
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol.rows import CHUNK_BYTES
+
 # A packed output holds at most this many keys' pending elements, and this
 # many bytes of them, before it writes them all out as rows; a key's row is
 # written as soon as it reaches PACKED_ROW_BYTES. A row of 64 KB already holds

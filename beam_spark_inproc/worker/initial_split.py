@@ -60,6 +60,7 @@ from apache_beam.transforms import core
 from apache_beam.utils import proto_utils
 
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
+
 _LOGGER = logging.getLogger(__name__)
 
 _TRUNCATE = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn

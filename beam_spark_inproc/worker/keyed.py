@@ -29,6 +29,7 @@ from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
+
 USER_STATE_TYPES = frozenset([
     'bag_user_state', 'multimap_user_state', 'multimap_keys_user_state',
     'ordered_list_user_state', 'runner'])

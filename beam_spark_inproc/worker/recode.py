@@ -30,6 +30,8 @@ from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
 from beam_spark_inproc.protocol.rows import column_slices
+
+
 @dataclasses.dataclass(frozen=True)
 class Recode:
     """A ``mapInArrow`` function: element rows re-encoded, control rows as

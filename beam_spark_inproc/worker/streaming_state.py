@@ -61,6 +61,7 @@ from beam_spark_inproc.protocol.state import STATE_REPORT
 from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.protocol.state import Summary
 from beam_spark_inproc.protocol.buckets import bucket_of
+
 STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
                           ('hash', pa.int64()), ('bucket', pa.int64())])
 # In a state file's schema metadata: the bucket count it was written with.

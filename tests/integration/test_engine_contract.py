@@ -18,6 +18,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import SCHEMA
+
 PARALLELISM = 3
 # (tag, key, data): two ports' elements, keyed, and a report.
 ROWS = [(1, b'b', b'b1'), (0, b'a', b'a0'), (0, b'b', b'b0'), (1, b'a', b'a1'),

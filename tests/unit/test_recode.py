@@ -15,6 +15,7 @@ from beam_spark_inproc.runner import RESHUFFLE_PANES_VERSION
 from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import SCHEMA
+
 PANE = windowed_value.PaneInfo(True, True, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
 
 

@@ -2,6 +2,8 @@
 import pyarrow as pa
 
 from beam_spark_inproc.protocol import rows
+
+
 def _batch(sizes):
     return pa.RecordBatch.from_arrays(
         [pa.array([0] * len(sizes), pa.int32()),

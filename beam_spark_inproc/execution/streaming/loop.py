@@ -76,6 +76,7 @@ from beam_spark_inproc.protocol.state import STATE_REPORT
 from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.protocol.state import decode_report
 from beam_spark_inproc.protocol.buckets import marker_rows
+
 _LOGGER = logging.getLogger(__name__)
 # The prefetch of the next micro-batch (``StreamingExecutor.prefetch``)
 # starts once this one's last job's DataFrames are built and its action is

@@ -32,6 +32,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
+
+
 @dataclasses.dataclass
 class Residual:
     due: float  # processing time, seconds

@@ -44,6 +44,8 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.protocol.state import Summary
+
+
 class ReplayableSource(Protocol):
     """A source the micro-batch loop reads: one step per micro-batch."""
 

@@ -17,6 +17,8 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.protocol import report
+
+
 class StreamingPipelineResult(SparkPipelineResult):
     def __init__(self, run_metrics):
         super().__init__(PipelineState.RUNNING, live=run_metrics.live)

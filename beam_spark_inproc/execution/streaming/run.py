@@ -11,6 +11,7 @@ from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol import report
+
 _LOGGER = logging.getLogger(__name__)
 
 

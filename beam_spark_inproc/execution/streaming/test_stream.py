@@ -55,6 +55,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol.rows import key_extractor
+
 _GLOBAL = (GlobalWindow(),)
 
 
