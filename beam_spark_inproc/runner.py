@@ -107,8 +107,8 @@ class InProcessSparkRunner(PipelineRunner):
     def run_pipeline(self, pipeline, options: PipelineOptions):
         """Beam's ``run_pipeline`` (the pipeline proto, then
         ``run_portable_pipeline``) with TestStreams' elements beside the proto
-        (``streaming.test_stream.elements_aside``)."""
-        from beam_spark_inproc.execution.streaming.test_stream import elements_aside
+        (``streaming.teststream_source.elements_aside``)."""
+        from beam_spark_inproc.execution.streaming.teststream_source import elements_aside
         with elements_aside(pipeline) as events:
             # For ``_run_stream`` below ``run_portable_pipeline``, which
             # Beam's ``run_pipeline`` calls with the proto alone.

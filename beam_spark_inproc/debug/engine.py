@@ -21,7 +21,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.debug.rebind import driver_globals
 from beam_spark_inproc.execution import engine as e
-from beam_spark_inproc.worker import initial_split
+from beam_spark_inproc.execution import initial_split
 from beam_spark_inproc.protocol import report
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
@@ -130,7 +130,7 @@ class LocalEngine:
 
     def spread_restrictions(self, data: Partitions, stage, ways: int):
         """A splittable stage's input cut into one part per core
-        (``worker.initial_split``): (data, balanced), or None."""
+        (``execution.initial_split``): (data, balanced), or None."""
         spread = initial_split.spread(
             stage, [row for partition in data for row in partition_rows(partition)],
             ways)

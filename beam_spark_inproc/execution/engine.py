@@ -18,7 +18,7 @@ Primitives:
 * ``select(data, tag, new_tag, control)``: rows of one tag, retagged, plus the
   control rows if ``control``;
 * ``shuffle(data, how)``: repartition by ``GROUP`` (hash of the key, sorted
-  by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
+  by tag then key within partitions: a GroupByKey's input), ``KEY_SORTED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
   (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
   (the key's shard, ``protocol.buckets.bucket_of`` with the default
@@ -38,7 +38,7 @@ Primitives:
   file its owner removes, instead of being added to the session);
 * ``spread_restrictions(data, stage, ways)``: a splittable stage's input the
   driver holds, its restrictions cut into ``ways`` parts of equal size, one
-  partition each (``worker.initial_split``): (data, balanced); None for rows
+  partition each (``execution.initial_split``): (data, balanced); None for rows
   the driver does not hold (a Spark DataFrame) or nothing to cut;
 * ``job(tag, description)``: a context naming the jobs started inside;
 * ``release()``: frees what the run cached or shipped.
@@ -60,10 +60,10 @@ import dataclasses
 from typing import Any, Callable, ContextManager, Protocol
 
 GROUP = 'group'
-KEYED = 'keyed'
+KEY_SORTED = 'key_sorted'
 SPREAD = 'spread'
 BUCKETED = 'bucketed'
-SHUFFLES = (GROUP, KEYED, SPREAD, BUCKETED)
+SHUFFLES = (GROUP, KEY_SORTED, SPREAD, BUCKETED)
 
 
 @dataclasses.dataclass(frozen=True)

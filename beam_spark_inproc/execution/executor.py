@@ -60,7 +60,7 @@ _SHUFFLES = {
     p.PLAIN: None,
     p.SPLITTABLE: None,
     p.GROUPED: e.GROUP,
-    p.KEYED: e.KEYED,
+    p.STATEFUL: e.KEY_SORTED,
     p.ARROW: None,
 }
 

@@ -348,7 +348,7 @@ class SparkEngine:
         if how == e.GROUP:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.tag, parts.key)
-        if how == e.KEYED:
+        if how == e.KEY_SORTED:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
         if how == e.BUCKETED:

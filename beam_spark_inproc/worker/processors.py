@@ -129,7 +129,7 @@ def _build(task) -> Entry:
     outputs = {}
     for tag, port in enumerate(stage.outputs):
         key_of = None
-        if port.layout == p.KEYED:
+        if port.layout == p.KEYED_ELEMENTS:
             coder = context.coders[port.key_coder_id]
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)

@@ -264,7 +264,7 @@ def _batch_consumers(source, consumers, row_type) -> dict:
 _INPUTS = {
     p.PLAIN: _plain_input_elements,
     p.GROUPED: _grouped_input_elements,
-    p.KEYED: keyed_input_elements,
+    p.STATEFUL: keyed_input_elements,
     p.SPLITTABLE: _element_input_elements,
     p.ARROW: _arrow_input_elements,
 }
@@ -273,7 +273,7 @@ _INPUTS = {
 _STREAMING_INPUTS = {
     **_INPUTS,
     p.GROUPED: streaming_grouped_input_elements,
-    p.KEYED: streaming_keyed_input_elements,
+    p.STATEFUL: streaming_keyed_input_elements,
 }
 
 

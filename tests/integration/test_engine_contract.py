@@ -128,7 +128,7 @@ def test_union_holds_every_row_and_union_of_nothing_is_empty(engine):
 
 @pytest.mark.parametrize('how, order', [
     (e.GROUP, lambda r: (r[0], r[1] or b'')),
-    (e.KEYED, lambda r: (r[1] or b'', r[0])),
+    (e.KEY_SORTED, lambda r: (r[1] or b'', r[0])),
 ])
 def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order):
     parts = partitions(engine, engine.shuffle(source(engine), how))

@@ -200,8 +200,6 @@ TASK_BUILDING = {
     'beam_spark_inproc.worker.logs': {'logs'},  # the task's log level
     # the DoFn the planner puts in a text read's stage
     'beam_spark_inproc.worker.text_lines': {'text_lines'},
-    # cuts a splittable stage's input the driver holds (driver-side code)
-    'beam_spark_inproc.worker.initial_split': {'initial_split'},
 }
 
 

@@ -150,7 +150,7 @@ def _stateful_plan(reshuffled_too: bool = False):
 def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
     """A stateful stage reads a key's rows as one stream (``worker.keyed``),
     so its input is written packed (a row per key and bundle, not per
-    element), with the key bytes the KEYED layout took from each element."""
+    element), with the key bytes the KEYED_ELEMENTS layout took from each element."""
     plan = _stateful_plan()
     stateful = [s for s in plan.stages if s.stateful]
     assert len(stateful) == 1
@@ -175,4 +175,4 @@ def test_a_stateful_input_also_read_one_element_per_row_stays_keyed():
     stateful = [s for s in plan.stages if s.stateful]
     buffers = {port.buffer_id for port in stateful[0].inputs}
     assert [port.layout for stage in plan.stages for port in stage.outputs
-            if port.buffer_id in buffers] == [p.KEYED]
+            if port.buffer_id in buffers] == [p.KEYED_ELEMENTS]

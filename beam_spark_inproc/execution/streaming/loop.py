@@ -58,8 +58,8 @@ from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
-from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
-from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
+from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
+from beam_spark_inproc.execution.streaming.teststream_source import bundles_invisible
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle

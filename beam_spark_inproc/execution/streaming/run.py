@@ -39,7 +39,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     pipeline with a stateful DoFn); ``prefetch``: sources encode the next
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
-    element events empty in the plan (``test_stream.elements_aside``)."""
+    element events empty in the plan (``teststream_source.elements_aside``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
