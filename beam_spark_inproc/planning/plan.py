@@ -94,7 +94,7 @@ class Grouping:
     values_only: bool = False
     # Streaming: Beam's default trigger over a WindowFn that never merges,
     # with a portable timestamp combiner: panes made without Beam's trigger
-    # driver (``worker.default_trigger``).
+    # driver (``worker.streaming.default_trigger``).
     default_trigger: bool = False
 
 

@@ -113,7 +113,7 @@ def _is_splittable(stage: translations.Stage) -> bool:
 def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str]:
     """PACKED for GroupByKey buffers and stateful inputs (a row holds many
     elements of one key: a stateful stage reads a key's rows as one stream,
-    ``worker.keyed``); PACKED_VALUES for a GroupByKey buffer in batch whose
+    ``worker.batch.stateful``); PACKED_VALUES for a GroupByKey buffer in batch whose
     windowing is the default (``_values_only``), ELEMENTS for Reshuffle and splittable inputs, else
     CHUNKS. A buffer read both by a stateful stage and by a reader that needs
     one element per row is KEYED_ELEMENTS (one element per row with its key: it serves

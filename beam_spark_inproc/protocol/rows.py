@@ -2,7 +2,7 @@
 
 The planner decides each output's layout (``planning.plan``); the worker writes
 rows (``worker.channel``, through ``BatchBuilder``) and reads them
-(``worker.stage_task``, ``worker.grouping``); the engines shuffle and order
+(``worker.stage_task``, ``worker.batch.grouping``); the engines shuffle and order
 them (``execution.engine``). What they agree on is here: the columns, the tags
 of control rows (negative; elements are ``0..n-1``, the producing stage's output
 index), the key column's encoding (``key_extractor``) and the batch bounds.

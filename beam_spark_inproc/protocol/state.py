@@ -6,7 +6,7 @@ stage a ``StreamingStep`` (its watermarks and clock) and, for a keyed stage,
 commit record, the folder for this micro-batch's new files). The task answers
 with a ``Summary`` per state bucket (its keys' earliest hold and timers): in a
 ``SUMMARY_TAG`` row while the state travels as rows, or, where the task
-reads and writes its state files itself (``worker.streaming_state``), in one
+reads and writes its state files itself (``worker.streaming.state_io``), in one
 control row per task: ``{STATE_REPORT: {bucket: (summary, file)}}``, a
 ``part-<uuid>.parquet`` file in the micro-batch's folder, which the driver reads
 with ``decode_report`` and records as the bucket's next version.

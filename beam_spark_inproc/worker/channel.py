@@ -15,7 +15,7 @@ A GroupByKey's input in the global window with the default trigger, in batch
 grouping drops windows, timestamps and panes, so a row holds only the key's
 values, as chunks of Beam's iterable encoding (a count, then that many values);
 the consumer splices rows into grouped elements without decoding them
-(``worker.grouping``). The operation holds the values themselves per key and
+(``worker.batch.grouping``). The operation holds the values themselves per key and
 encodes each key's held values in one call, so an element costs one Python
 call (``process``) and no encoding of its own.
 """

@@ -45,7 +45,7 @@ from beam_spark_inproc.protocol import report
 from beam_spark_inproc.worker import capture
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
-from beam_spark_inproc.worker.keyed import keyed_input_elements
+from beam_spark_inproc.worker.batch.stateful import keyed_input_elements
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
 from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
@@ -56,10 +56,10 @@ from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
 from beam_spark_inproc.protocol.rows import holding_elements
 from beam_spark_inproc.protocol.state import StreamingStep
-from beam_spark_inproc.worker.streaming import streaming_grouped_input_elements
-from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_elements
+from beam_spark_inproc.worker.streaming.grouping import streaming_grouped_input_elements
+from beam_spark_inproc.worker.streaming.stateful import streaming_keyed_input_elements
 from beam_spark_inproc.protocol.state import StateFiles
-from beam_spark_inproc.worker.streaming_state import with_state_io
+from beam_spark_inproc.worker.streaming.state_io import with_state_io
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -90,7 +90,7 @@ class StageTask:
     # The pipeline's options as (name, value) pairs, for RuntimeValueProvider
     # (``runtime_options``).
     runtime_options: tuple = ()
-    # A streaming micro-batch's watermarks and clock (``worker.streaming``).
+    # A streaming micro-batch's watermarks and clock (``protocol.state``).
     streaming: Optional[StreamingStep] = None
     # Streaming: the version of ``side_input_state`` (it grows between
     # micro-batches); a cached BundleProcessor serves one version only.
@@ -101,7 +101,7 @@ class StageTask:
     # source batch's columns into Beam rows (``transforms.convert.ArrowRows``).
     arrow_input: Optional[object] = None
     # A streaming keyed stage: where its task reads and writes its state
-    # (``worker.streaming_state``); None: the state comes and goes as rows.
+    # (``worker.streaming.state_io``); None: the state comes and goes as rows.
     state_files: Optional[StateFiles] = None
     # Batch: every output of the stage is read only as a side input, i.e.
     # collected to the driver whole (``execution.executor``); small data in

@@ -23,11 +23,11 @@ from beam_spark_inproc.protocol.buckets import KEYS_PER_BUCKET
 from beam_spark_inproc.protocol.buckets import MAX_BUCKETS
 from beam_spark_inproc.protocol.buckets import bucket_count
 from beam_spark_inproc.protocol.buckets import bucket_of
-from beam_spark_inproc.worker import streaming_state
+from beam_spark_inproc.worker.streaming import state_io
 from beam_spark_inproc.protocol.rows import STATE_TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
 from beam_spark_inproc.protocol.state import StateFiles
-from beam_spark_inproc.worker.streaming_state import StateIO
+from beam_spark_inproc.worker.streaming.state_io import StateIO
 from beam_spark_inproc.protocol.buckets import marker_rows
 from tests.streaming import oracle
 from tests.streaming.test_triggers import BufferUntilTimer
@@ -181,7 +181,7 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
     its bucket, with the same rows as a filter over the whole file; a small
     file, or one without the bucket column (written before), is read whole
     once per task."""
-    monkeypatch.setattr(streaming_state, '_GROUP_ROWS', 64)
+    monkeypatch.setattr(state_io, '_GROUP_ROWS', 64)
     keys = [b'key%d' % i for i in range(6000)]
     path = _write_state(tmp_path / 'w', keys)
     whole = pq.read_table(path)
@@ -196,24 +196,24 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
         read_rows.append(table.num_rows)
         return table
     monkeypatch.setattr(pq.ParquetFile, 'read_row_groups', recording)
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
     for buckets in (64, 128):
-        state_file = streaming_state.StateFile(path)
+        state_file = state_io.StateFile(path)
         assert state_file.table is None
         for b in (bucket_of(keys[0], buckets),
                   bucket_of(keys[1], buckets)):
             want = {k: b'v' + k for k in keys
                     if bucket_of(k, buckets) == b}
             assert state_file.read(b, buckets) == want
-            assert want == streaming_state.read_bucket(whole, b, buckets)
+            assert want == state_io.read_bucket(whole, b, buckets)
             # About the writer's bucket (~94 rows) plus a row group's worth.
             assert read_rows[-1] < len(keys) // 16
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 1 << 30)
-    assert streaming_state.StateFile(path).table.num_rows == len(keys)
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 1 << 30)
+    assert state_io.StateFile(path).table.num_rows == len(keys)
     old = str(tmp_path / 'old.parquet')
     pq.write_table(whole.drop_columns(['bucket']).replace_schema_metadata(None),
                    old)
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
     b = bucket_of(keys[0])
-    assert streaming_state.StateFile(old).read(b, 64) == {
+    assert state_io.StateFile(old).read(b, 64) == {
         k: b'v' + k for k in keys if bucket_of(k) == b}

@@ -148,7 +148,7 @@ def _stateful_plan(reshuffled_too: bool = False):
 
 
 def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
-    """A stateful stage reads a key's rows as one stream (``worker.keyed``),
+    """A stateful stage reads a key's rows as one stream (``worker.batch.stateful``),
     so its input is written packed (a row per key and bundle, not per
     element), with the key bytes the KEYED_ELEMENTS layout took from each element."""
     plan = _stateful_plan()

@@ -9,7 +9,7 @@ removed when the pipeline ends)::
                                (``file_sinks``: a restart removes what
                                uncommitted micro-batches wrote there)
     state/stage-S/mb-N/        Parquet files written by stage S's tasks in
-                               micro-batch N (``worker.streaming_state``): the
+                               micro-batch N (``worker.streaming.state_io``): the
                                state rows of the buckets S touched in N, only
                                those, a file per task attempt (only the
                                committed attempt's files are referenced)

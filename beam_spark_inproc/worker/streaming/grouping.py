@@ -42,10 +42,10 @@ from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 from beam_spark_inproc.protocol.buckets import bucket_of
 from beam_spark_inproc.protocol.state import StreamingStep
 from beam_spark_inproc.protocol.state import Summary
-from beam_spark_inproc.worker import default_trigger
-from beam_spark_inproc.worker.default_trigger import DefaultTriggerPanes
-from beam_spark_inproc.worker.grouping import GROUPS_BYTES
-from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+from beam_spark_inproc.worker.streaming import default_trigger
+from beam_spark_inproc.worker.streaming.default_trigger import DefaultTriggerPanes
+from beam_spark_inproc.worker.batch.grouping import GROUPS_BYTES
+from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
@@ -117,7 +117,7 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
             # also lets ``_expire`` drop a window once it is past its end
             # plus allowed lateness.
             self._driver.is_merging = self._windowing.windowfn.is_merging()
-        # Beam's default trigger without the driver (``worker.default_trigger``).
+        # Beam's default trigger without the driver (``worker.streaming.default_trigger``).
         self._default = (DefaultTriggerPanes(self._windowing)
                          if grouping.default_trigger and
                          default_trigger.applies(self._windowing) else None)

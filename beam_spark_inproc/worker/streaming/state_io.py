@@ -26,7 +26,7 @@ micro-batch's new versions go. So the task, not the driver, reads and writes:
   the bucket in its data) makes a bucket run without new rows; it goes no
   further.
 * **write**: the state rows the stage's input functions forward
-  (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
+  (``worker.streaming.grouping``, ``worker.streaming.stateful``) go to one Parquet file per
   task, ``part-<uuid>.parquet`` in the micro-batch's folder, sorted by bucket (a retried or
   speculative attempt writes its own file; only the file named by the attempt
   Spark committed is ever read). The per-bucket summaries they forward are
