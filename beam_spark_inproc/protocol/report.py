@@ -6,7 +6,7 @@ A report is a control row's data (tag ``rows.CONTROL_TAG``): a pickled dict,
 by ``encode``), or a streaming task's state report (``state.STATE_REPORT``).
 ``warnings`` are ``(category, message, filename, lineno)`` tuples; ``logs``
 are ``(logger, level, message, path, lineno, function, exc_text)`` tuples
-(``worker.report.capture_logs``); ``monitoring_infos`` are serialized
+(``worker.capture.capture_logs``); ``monitoring_infos`` are serialized
 MonitoringInfos. The driver decodes each (``decode``), logs the records again
 (``relog``) and re-issues the warnings once (``rewarn``).
 
