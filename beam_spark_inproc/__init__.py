@@ -9,7 +9,8 @@
 or ``--runner=beam_spark_inproc.InProcessSparkRunner`` on the command line.
 Data flow: pipeline proto -> ``capabilities.check`` -> ``planning`` (Beam's
 fusion phases, one ProcessBundleDescriptor per fused stage) -> ``spark`` (one
-DataFrame per stage; DoFns run by Beam's BundleProcessor in ``worker``).
+DataFrame per stage; DoFns run by Beam's BundleProcessor in ``worker``);
+driver and worker agree on rows, reports and state buckets through ``protocol``.
 
 The names below are loaded on first use (PEP 562): a Spark Python worker that
 unpickles a stage's task imports ``beam_spark_inproc.worker`` through this

@@ -24,17 +24,15 @@ RUNNER_PRIMITIVES = frozenset([
     common_urns.primitives.FLATTEN.urn,
     common_urns.composites.RESHUFFLE.urn,
     common_urns.deprecated_primitives.READ.urn,
+    # A TestStream makes the pipeline a stream (``execution.streaming.support``),
+    # whose driver feeds the TestStream's events itself.
+    common_urns.primitives.TEST_STREAM.urn,
 ]) | NATIVE_URNS
 # Composites expanded by Beam's phases (combiner lifting, SDF expansion).
 EXPANDED_COMPOSITES = frozenset([
     common_urns.composites.COMBINE_PER_KEY.urn,
     common_urns.composites.COMBINE_GLOBALLY.urn,
 ])
-STREAMING_ONLY = {
-    common_urns.primitives.TEST_STREAM.urn:
-        'TestStream drives a streaming pipeline; this runner runs batch '
-        'pipelines only.',
-}
 IN_PROCESS_ENV_URNS = frozenset([python_urns.EMBEDDED_PYTHON])
 FOREIGN_ENV_URNS = frozenset([
     common_urns.environments.DOCKER.urn,
@@ -72,8 +70,7 @@ def _describe(env_id: str, env: beam_runner_api_pb2.Environment | None) -> str:
     return f'{env_id} [{detail}]'
 
 
-def problems(proto: beam_runner_api_pb2.Pipeline,
-             streaming: bool = False) -> list[Problem]:
+def problems(proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
     """Every transform of the pipeline this runner cannot execute.
 
     Walks the transform tree as Beam's fusion does (``leaf_transform_stages``):
@@ -107,13 +104,7 @@ def problems(proto: beam_runner_api_pb2.Pipeline,
             return
         if not set(t.outputs.values()) - set(t.inputs.values()):
             return
-        if t.spec.urn in STREAMING_ONLY and streaming:
-            return
-        if t.spec.urn in STREAMING_ONLY:
-            found.append(Problem(
-                label, t.spec.urn, env_id, STREAMING_ONLY[t.spec.urn],
-                'Use a bounded source (e.g. beam.Create) to test this logic.'))
-        elif t.spec.urn not in known:
+        if t.spec.urn not in known:
             found.append(Problem(
                 label, t.spec.urn, env_id,
                 'no handler for this URN in Beam\'s Python BundleProcessor or '
@@ -125,7 +116,7 @@ def problems(proto: beam_runner_api_pb2.Pipeline,
     return found
 
 
-def check(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
-    found = problems(proto, streaming)
+def check(proto: beam_runner_api_pb2.Pipeline) -> None:
+    found = problems(proto)
     if found:
         raise UnsupportedPipelineError(found)

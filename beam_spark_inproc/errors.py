@@ -43,7 +43,7 @@ class PipelineExecutionError(RuntimeError):
     ``transform`` the one that failed (when Beam named it); ``exception_type``
     the worker exception's class name; ``worker_traceback`` is the Python
     traceback from the Spark worker; ``failure`` the record it came from
-    (``worker.report.Failure``), if the worker sent one.
+    (``protocol.report.Failure``), if the worker sent one.
     """
 
     def __init__(self, message: str, stage: str | None = None,

@@ -30,9 +30,10 @@ from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.options import parse_conf
 from beam_spark_inproc.options import py_files
+from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.result import SparkPipelineResult
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
 
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
@@ -68,6 +69,9 @@ class InProcessSparkRunner(PipelineRunner):
     ``debug`` (or ``--inproc_debug``): run the same plan and worker code in this
     process without Spark (see ``debug``).
     """
+    # The runner-native transforms' URNs this runner runs as stages of their
+    # own (``beam_spark_inproc.transforms`` asks a pipeline's runner this).
+    native_urns = NATIVE_URNS
 
     def __init__(self, spark=None, is_drain: bool = False, debug: bool = False):
         super().__init__()
@@ -103,8 +107,8 @@ class InProcessSparkRunner(PipelineRunner):
     def run_pipeline(self, pipeline, options: PipelineOptions):
         """Beam's ``run_pipeline`` (the pipeline proto, then
         ``run_portable_pipeline``) with TestStreams' elements beside the proto
-        (``streaming.test_stream.elements_aside``)."""
-        from beam_spark_inproc.execution.streaming.test_stream import elements_aside
+        (``streaming.teststream_source.elements_aside``)."""
+        from beam_spark_inproc.execution.streaming.teststream_source import elements_aside
         with elements_aside(pipeline) as events:
             # For ``_run_stream`` below ``run_portable_pipeline``, which
             # Beam's ``run_pipeline`` calls with the proto alone.
@@ -121,7 +125,7 @@ class InProcessSparkRunner(PipelineRunner):
         from beam_spark_inproc.execution.streaming import support
         streaming = support.is_streaming(
             pipeline, options.view_as(StandardOptions).streaming)
-        capabilities.check(pipeline, streaming)
+        capabilities.check(pipeline)
         pipeline = merge_common_environments(
             merge_superset_dep_environments(pipeline))
         plan = plan_pipeline(
@@ -245,7 +249,8 @@ class InProcessSparkRunner(PipelineRunner):
                         if opts.spark_profile_dir else '',
                         after_job=after_job,
                         attempt_channel=run_metrics.channel,
-                        runtime_options=runtime_options(options))
+                        runtime_options=runtime_options(options),
+                        native=_native_stage)
             except BaseException as e:
                 interrupt = interruption(e)
                 state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
@@ -312,6 +317,13 @@ class InProcessSparkRunner(PipelineRunner):
                           cancel=cancel)
 
 
+def _native_stage(executor, index: int, stage):
+    """Runs a runner-native stage (ReadFromSpark, WriteToSpark, SparkSql): the
+    transforms' own handler for its URN, loaded when a plan has one."""
+    from beam_spark_inproc.transforms import runtime
+    return runtime.build(executor, index, stage)
+
+
 def warn_unused_environment(options: PipelineOptions) -> None:
     """One warning line when ``--environment_type`` asks for an environment
     (DOCKER, PROCESS, EXTERNAL, LOOPBACK) that this runner does not use."""
@@ -372,7 +384,7 @@ def _remedy(worker_error: str) -> str:
 def translate_error(error: Exception, plan) -> Exception:
     """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform.
 
-    Rendered from the failure record the bundle sent (``worker.report.Failure``):
+    Rendered from the failure record the bundle sent (``protocol.report.Failure``):
     the message starts with the transform that failed (Beam's own
     ``[while running '...']`` annotation names it; without one, the stage's
     transforms) and the stage's position in the plan, and ends with the

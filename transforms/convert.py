@@ -6,7 +6,7 @@ own ``mapInArrow`` and hands the rows straight to its bundle, so neither
 ``ToBeamRows`` nor any encoding runs between Spark's reader and the DoFns.
 
 ``ToBeamRows``: a DataFrame's Arrow batches -> rows of the runner's format
-(``worker.rows``: tag 0, no key, data = Beam-encoded windowed elements, many per
+(``protocol.rows``: tag 0, no key, data = Beam-encoded windowed elements, many per
 row), so the next stage's bundle reads them as any other stage output.
 
 ``ToArrow``: a stage's output rows -> Arrow batches with the target schema, for
@@ -19,7 +19,7 @@ bundle would pay anyway.  Elements read from Spark are in the global window at
 the minimum timestamp, as Beam's bounded sources emit them: every element
 shares one encoded windowed-value prefix, written once.
 
-Imported by workers: only pyarrow, Beam's coders, ``worker.rows`` and ``files``.
+Imported by workers: only pyarrow, Beam's coders, ``protocol.rows`` and ``files``.
 """
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.files import BATCH_ROWS
 from beam_spark_inproc.transforms.files import ParquetFiles
-from beam_spark_inproc.worker.rows import CHUNK_BYTES
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import CHUNK_BYTES
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
 
 
 def _prefix(windowed_coder, sample) -> bytes | None:
@@ -127,7 +127,7 @@ class ArrowRows:
 
 @dataclasses.dataclass(frozen=True)
 class ToBeamRows:
-    """mapInArrow function: Spark rows -> encoded Beam rows (``worker.rows``)."""
+    """mapInArrow function: Spark rows -> encoded Beam rows (``protocol.rows``)."""
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the DataFrame's columns, in the row type's order

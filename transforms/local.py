@@ -34,6 +34,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_spark_inproc.transforms import convert
+from beam_spark_inproc.transforms import specs
 from beam_spark_inproc.transforms import types
 
 # token -> the DataFrame (read) or SparkSession (write, SQL) it stands for.
@@ -91,8 +92,8 @@ class _Read(beam.DoFn):
         self._token, self._schema, self._what = token, schema, what
 
     def process(self, unused_impulse):
-        from beam_spark_inproc.transforms.spark_io import decode_schema
-        yield from rows_of(live(self._token, self._what), decode_schema(self._schema))
+        yield from rows_of(live(self._token, self._what),
+                           specs.decode_schema(self._schema))
 
 
 class _Write(beam.DoFn):
@@ -101,11 +102,10 @@ class _Write(beam.DoFn):
 
     def process(self, elements):
         from beam_spark_inproc.transforms import runtime
-        from beam_spark_inproc.transforms import spark_io
         session = live(self._token, self._what)
-        schema = spark_io.decode_schema(self._spec['schema'])
+        schema = specs.decode_schema(self._spec['schema'])
         if self._spec['table']:  # the table may have appeared since building
-            schema = spark_io.target_schema(session, self._spec, schema, self._what)
+            schema = specs.target_schema(session, self._spec, schema, self._what)
         runtime.write(session, self._spec, dataframe_of(session, elements, schema),
                       self._what)
 
@@ -115,13 +115,12 @@ class _Sql(beam.DoFn):
         self._token, self._spec, self._what = token, spec, what
 
     def process(self, unused_impulse, **views):
-        from beam_spark_inproc.transforms import spark_io
         session = live(self._token, self._what)
         for name, elements in views.items():
-            dataframe_of(session, elements, spark_io.decode_schema(
+            dataframe_of(session, elements, specs.decode_schema(
                 self._spec['views'][name])).createOrReplaceTempView(name)
         yield from rows_of(session.sql(self._spec['query']),
-                           spark_io.decode_schema(self._spec['schema']))
+                           specs.decode_schema(self._spec['schema']))
 
 
 def read(pbegin, dataframe, spec: dict, row_type, what: str):

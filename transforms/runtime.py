@@ -2,7 +2,7 @@
 
 ``build(executor, index, stage)`` is the executor's only hook: it looks the
 stage's URN up in ``HANDLERS`` (an unknown URN raises) and returns the stage's
-result in the runner's row format (``worker.rows``), like any stage's.
+result in the runner's row format (``protocol.rows``), like any stage's.
 
 * read: the source DataFrame's Arrow batches (``Engine.arrow_source``), lazy,
   one task per partition of Spark's reader; a bare scan of local Parquet files
@@ -40,9 +40,9 @@ from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import files
-from beam_spark_inproc.transforms import spark_io
+from beam_spark_inproc.transforms import specs
 from beam_spark_inproc.transforms import types
-from beam_spark_inproc.execution.executor import ArrowOutput
+from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.transforms.convert import ArrowRows
 from beam_spark_inproc.transforms.convert import ToArrow
 from beam_spark_inproc.transforms.convert import ToBeamRows
@@ -75,7 +75,7 @@ class _Context:
         try:
             self.session = self.engine.spark_session()
         except Exception as e:
-            raise spark_io.SparkInteropError(
+            raise specs.SparkInteropError(
                 f'{self.label} ({stage.native_urn}) needs a SparkSession for its '
                 f'Spark work, and none could be made: {e}') from None
 
@@ -118,22 +118,22 @@ class _Context:
     def check_schema(self, dataframe, expected, what: str) -> None:
         found = types.spark_to_arrow(dataframe.schema)
         if [(f.name, f.type) for f in found] != [(f.name, f.type) for f in expected]:
-            raise spark_io.SparkInteropError(
+            raise specs.SparkInteropError(
                 f'{self.label}: the schema of {what} changed since the pipeline '
                 f'was built: now {found}, then {expected}. Build the pipeline again.')
 
 
 def _read(ctx: _Context, spec: dict) -> Any:
-    schema = spark_io.decode_schema(spec['schema'])
-    dataframe = spark_io._DATAFRAMES.get(spec['token'])
+    schema = specs.decode_schema(spec['schema'])
+    dataframe = specs._DATAFRAMES.get(spec['token'])
     try:
         if spec['source'] == 'dataframe':
             if dataframe is None:
-                raise spark_io.SparkInteropError(
+                raise specs.SparkInteropError(
                     f'{ctx.label}: its DataFrame lives in the process that built '
                     'the pipeline; run the pipeline there, or read a table/query.')
             if dataframe.sparkSession is not ctx.session:
-                raise spark_io.SparkInteropError(
+                raise specs.SparkInteropError(
                     f'{ctx.label}: the DataFrame belongs to another SparkSession '
                     "than the runner's; give the runner that session "
                     '(InProcessSparkRunner(spark=df.sparkSession)).')
@@ -141,10 +141,10 @@ def _read(ctx: _Context, spec: dict) -> Any:
             dataframe = (ctx.session.table(spec['table']) if spec['source'] == 'table'
                          else ctx.session.sql(spec['query']))
         ctx.check_schema(dataframe, schema, 'the source')
-    except spark_io.SparkInteropError:
+    except specs.SparkInteropError:
         raise
     except Exception as e:
-        raise spark_io._spark_error(ctx.label, e) from None
+        raise specs.spark_error(ctx.label, e) from None
     ctx.executor.native_frames[ctx.index] = (dataframe, schema)
     return ctx.outputs(ctx.to_beam(dataframe, schema))
 
@@ -167,9 +167,9 @@ def _read_frame(ctx: _Context, tag: int, view_schema):
 
 
 def _write(ctx: _Context, spec: dict) -> Any:
-    schema = spark_io.decode_schema(spec['schema'])
+    schema = specs.decode_schema(spec['schema'])
     if spec['table']:  # the table may have appeared since the pipeline was built
-        schema = spark_io.target_schema(ctx.session, spec, schema, ctx.label)
+        schema = specs.target_schema(ctx.session, spec, schema, ctx.label)
     data, control = ctx.input(0)
     dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
     with ctx.executor.job([ctx.index], f'write {spec["table"] or spec["path"]}'):
@@ -196,7 +196,7 @@ def write(session, spec: dict, dataframe, label: str) -> None:
         from pyspark.errors import PythonException
         if isinstance(e, PythonException):
             raise  # a Beam transform upstream failed: the runner names it
-        raise spark_io._spark_error(f'{label}: writing {target}', e) from None
+        raise specs.spark_error(f'{label}: writing {target}', e) from None
 
 
 def _sql(ctx: _Context, spec: dict) -> Any:
@@ -206,7 +206,7 @@ def _sql(ctx: _Context, spec: dict) -> Any:
         name = ctx.stage.native_inputs[tag]
         if name not in views:
             name = next(iter(views)) if len(views) == 1 else name
-        view_schema = spark_io.decode_schema(views[name])
+        view_schema = specs.decode_schema(views[name])
         frame = _read_frame(ctx, tag, view_schema)
         if frame is not None:  # a read's DataFrame, straight in: no control rows
             frame.createOrReplaceTempView(name)
@@ -215,14 +215,14 @@ def _sql(ctx: _Context, spec: dict) -> Any:
         if control is not None:
             controls.append(control)
         ctx.to_dataframe(data, port, view_schema).createOrReplaceTempView(name)
-    schema = spark_io.decode_schema(spec['schema'])
+    schema = specs.decode_schema(spec['schema'])
     try:
         result = ctx.session.sql(spec['query'])
         ctx.check_schema(result, schema, 'the query result')
-    except spark_io.SparkInteropError:
+    except specs.SparkInteropError:
         raise
     except Exception as e:
-        raise spark_io._spark_error(ctx.label, e) from None
+        raise specs.spark_error(ctx.label, e) from None
     out = ctx.to_beam(result, schema)
     if controls:
         control = ctx.engine.union(controls)

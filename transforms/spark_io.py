@@ -18,13 +18,11 @@ when applied, saying so (they never silently do nothing).
 """
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 from typing import Optional
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam import pvalue
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import GlobalWindows
@@ -33,23 +31,14 @@ from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import types
+from beam_spark_inproc.transforms.specs import SparkInteropError
+from beam_spark_inproc.transforms.specs import _DATAFRAMES
+from beam_spark_inproc.transforms.specs import encode_schema
+from beam_spark_inproc.transforms.specs import spark_error
+from beam_spark_inproc.transforms.specs import target_schema
 
 WRITE_MODES = ('append', 'overwrite', 'error', 'errorifexists', 'ignore')
-# DataFrames given to ReadFromSpark, by token, for the runner in this process.
-_DATAFRAMES: dict[str, object] = {}
 _tokens = itertools.count()
-
-
-class SparkInteropError(ValueError):
-    """Bad input to ReadFromSpark, WriteToSpark or SparkSql."""
-
-
-def encode_schema(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def decode_schema(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 def active_session(spark=None):
@@ -67,13 +56,13 @@ def active_session(spark=None):
 
 
 def _native(pipeline, what: str, urn: str) -> bool:
-    """True on InProcessSparkRunner (a runner-native stage); False on a runner
+    """True on a runner that runs ``urn`` as a stage of its own (it lists it in
+    its ``native_urns``: InProcessSparkRunner); False on a runner
     running DoFns in this process (``local``: through the SparkSession);
     else a SparkInteropError naming the runners these transforms need."""
-    from beam_spark_inproc.runner import InProcessSparkRunner
     from beam_spark_inproc.transforms import local
     runner = pipeline.runner
-    if isinstance(runner, InProcessSparkRunner):
+    if urn in getattr(runner, 'native_urns', ()):
         return True
     if local.in_process(pipeline):
         return False
@@ -84,11 +73,6 @@ def _native(pipeline, what: str, urn: str) -> bool:
         f"memory); this pipeline's runner is {type(runner).__name__}. Run the "
         'pipeline with InProcessSparkRunner(), or use a Beam IO (e.g. '
         'beam.io.ReadFromParquet, beam.io.WriteToParquet) on other runners.')
-
-
-def _spark_error(what: str, error: Exception) -> SparkInteropError:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-    return SparkInteropError(f'{what}: {text}')
 
 
 class ReadFromSpark(beam.PTransform):
@@ -126,7 +110,7 @@ class ReadFromSpark(beam.PTransform):
                              else session.sql(query))
             spark_schema = dataframe.schema  # analyses: unknown table, bad SQL
         except Exception as e:
-            raise _spark_error(self._what, e) from None
+            raise spark_error(self._what, e) from None
         try:
             self._arrow, self._row_type = types.spark_row_type(spark_schema)
         except types.SchemaError as e:
@@ -212,66 +196,6 @@ class WriteToSpark(beam.PTransform):
         if getattr(self, '_local', False):  # a composite of Beam transforms
             return super().to_runner_api_parameter(context)
         return WRITE_URN, json.dumps(self._spec).encode()
-
-
-def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
-    """The Arrow schema to write: the table's, when appending to a table that
-    exists (checked against the PCollection's); else the PCollection's.
-    Raises for error-if-exists on an existing table."""
-    table, mode = spec['table'], spec['mode']
-    try:
-        exists = session.catalog.tableExists(table)
-    except Exception as e:
-        raise _spark_error(what, e) from None
-    if not exists:
-        return arrow
-    if mode in ('error', 'errorifexists'):
-        raise SparkInteropError(
-            f'{what}: table {table!r} already exists and mode is {mode!r}: '
-            "use mode='append' or 'overwrite', or another table.")
-    if mode != 'append':
-        return arrow
-    table_arrow = types.spark_to_arrow(session.table(table).schema)
-    ours = {f.name.lower(): f for f in arrow}
-    theirs = {f.name.lower(): f for f in table_arrow}
-    problems = []
-    for name in sorted(set(ours) | set(theirs)):
-        if name not in theirs:
-            problems.append(f'field {ours[name].name!r} is not a column of the table')
-        elif name not in ours:
-            problems.append(f'column {theirs[name].name!r} of the table is not '
-                            'a field of the PCollection')
-        elif not _compatible(ours[name].type, theirs[name].type):
-            problems.append(
-                f'field {ours[name].name!r}: Beam gives {types.arrow_to_spark(pa.schema([ours[name]])).fields[0].dataType.simpleString()}, '
-                f'the table has {types.arrow_to_spark(pa.schema([theirs[name]])).fields[0].dataType.simpleString()}')
-    if problems:
-        raise SparkInteropError(
-            f'{what}: the PCollection\'s schema does not match table {table!r}: '
-            + '; '.join(problems) + '. Convert the elements (e.g. with beam.Select '
-            "or beam.Map), or write with mode='overwrite'.")
-    return table_arrow
-
-
-def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
-    """Same type, decimals of any precision (Beam's carry none), int16 into
-    tinyint, and nested
-    types compared field by field."""
-    if pa.types.is_decimal(ours) and pa.types.is_decimal(theirs):
-        return True
-    if pa.types.is_int16(ours) and pa.types.is_int8(theirs):
-        return True  # tinyint reads as int16: writing it back checks the range
-    if pa.types.is_struct(ours) and pa.types.is_struct(theirs):
-        return ours.num_fields == theirs.num_fields and all(
-            ours.field(i).name == theirs.field(i).name and
-            _compatible(ours.field(i).type, theirs.field(i).type)
-            for i in range(ours.num_fields))
-    if pa.types.is_list(ours) and pa.types.is_list(theirs):
-        return _compatible(ours.value_type, theirs.value_type)
-    if pa.types.is_map(ours) and pa.types.is_map(theirs):
-        return (_compatible(ours.key_type, theirs.key_type) and
-                _compatible(ours.item_type, theirs.item_type))
-    return ours == theirs
 
 
 class SparkSql(beam.PTransform):
@@ -360,7 +284,7 @@ def analyse(session, query: str, views: dict, what: str):
             created.append(name)
         result = session.sql(query).schema
     except Exception as e:
-        raise _spark_error(what, e) from None
+        raise spark_error(what, e) from None
     finally:
         for name in created:
             try:

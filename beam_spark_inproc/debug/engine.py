@@ -1,7 +1,7 @@
 """LocalEngine: the primitives of ``execution.engine`` on in-memory Arrow batches.
 
 Data is a list of partitions, each a list of RecordBatches in the row format of
-``worker.rows``; stages run one partition after another through the very
+``protocol.rows``; stages run one partition after another through the very
 ``StageTask`` Spark would run (dask's ``get_sync`` to the Spark engine's
 ``get_async``). Meant for debugging and small data: everything stays in memory.
 
@@ -21,14 +21,14 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.debug.rebind import driver_globals
 from beam_spark_inproc.execution import engine as e
-from beam_spark_inproc.worker import initial_split
-from beam_spark_inproc.worker import report
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import SCHEMA
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.streaming import bucket_of
+from beam_spark_inproc.execution import initial_split
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import SCHEMA
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.buckets import bucket_of
 
 Partitions = list  # list[list[pa.RecordBatch]]
 
@@ -130,7 +130,7 @@ class LocalEngine:
 
     def spread_restrictions(self, data: Partitions, stage, ways: int):
         """A splittable stage's input cut into one part per core
-        (``worker.initial_split``): (data, balanced), or None."""
+        (``execution.initial_split``): (data, balanced), or None."""
         spread = initial_split.spread(
             stage, [row for partition in data for row in partition_rows(partition)],
             ways)

@@ -4,7 +4,7 @@
 few primitives a backend supplies: Spark in ``spark.engine``, in-driver lists of
 Arrow batches in ``debug.engine``); ``side_inputs`` turns a materialized side
 input into the state entries workers serve; ``progress`` describes and logs each
-job; ``reports`` gathers what bundles report. Nothing here touches a SparkSession,
+job. Nothing here touches a SparkSession,
 so a second loop over the same pieces (micro-batches, ``execution.streaming``)
 can reuse them.
 """

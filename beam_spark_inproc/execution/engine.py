@@ -3,7 +3,7 @@
 dask's ``get_async(submit, ...)`` / ``get_sync`` pattern: one core walks the plan
 (``executor``), thin backends move rows. Data is whatever the engine likes (a
 Spark DataFrame, a list of partitions of Arrow batches) holding rows of
-``worker.rows.SCHEMA``; rows tagged ``CONTROL_TAG`` are reports and every
+``protocol.rows.SCHEMA``; rows tagged ``CONTROL_TAG`` are reports and every
 primitive passes them through (``select`` only when asked, see ``control``).
 
 Primitives:
@@ -18,10 +18,10 @@ Primitives:
 * ``select(data, tag, new_tag, control)``: rows of one tag, retagged, plus the
   control rows if ``control``;
 * ``shuffle(data, how)``: repartition by ``GROUP`` (hash of the key, sorted
-  by tag then key within partitions: a GroupByKey's input), ``KEYED`` (hash of
+  by tag then key within partitions: a GroupByKey's input), ``KEY_SORTED`` (hash of
   the key, sorted by key then tag: a stateful stage's input) or ``SPREAD``
   (round-robin, unsorted: a Reshuffle, or SDF restrictions) or ``BUCKETED``
-  (the key's shard, ``worker.streaming.bucket_of`` with the default
+  (the key's shard, ``protocol.buckets.bucket_of`` with the default
   ``STATE_BUCKETS``: shard b in partition b % parallelism; sorted by shard,
   key, tag, then the row's input partition and position in it; rows without a
   key first: a streaming keyed stage's input, each shard, so each of its
@@ -38,7 +38,7 @@ Primitives:
   file its owner removes, instead of being added to the session);
 * ``spread_restrictions(data, stage, ways)``: a splittable stage's input the
   driver holds, its restrictions cut into ``ways`` parts of equal size, one
-  partition each (``worker.initial_split``): (data, balanced); None for rows
+  partition each (``execution.initial_split``): (data, balanced); None for rows
   the driver does not hold (a Spark DataFrame) or nothing to cut;
 * ``job(tag, description)``: a context naming the jobs started inside;
 * ``release()``: frees what the run cached or shipped.
@@ -56,13 +56,26 @@ Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, ContextManager, Protocol
 
 GROUP = 'group'
-KEYED = 'keyed'
+KEY_SORTED = 'key_sorted'
 SPREAD = 'spread'
 BUCKETED = 'bucketed'
-SHUFFLES = (GROUP, KEYED, SPREAD, BUCKETED)
+SHUFFLES = (GROUP, KEY_SORTED, SPREAD, BUCKETED)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrowOutput:
+    """What a runner-native read or query with an ``ARROW_LAYOUT`` output
+    returns: its source as engine data of Arrow batches (``Engine.arrow_source``),
+    the converter its ``ARROW`` reader's task makes rows with
+    (``StageTask.arrow_input``) and the control rows of the native stage's own
+    inputs (a query's upstream bundles' reports) for the reader to pass on."""
+    data: Any
+    rows: Any
+    control: Any = None
 
 
 class Engine(Protocol):

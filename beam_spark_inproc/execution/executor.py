@@ -39,15 +39,16 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.execution.engine import Engine
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution.progress import Progress
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.worker import logs
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
 from beam_spark_inproc.worker.recode import Recode
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
 
 
@@ -59,28 +60,17 @@ _SHUFFLES = {
     p.PLAIN: None,
     p.SPLITTABLE: None,
     p.GROUPED: e.GROUP,
-    p.KEYED: e.KEYED,
+    p.STATEFUL: e.KEY_SORTED,
     p.ARROW: None,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ArrowOutput:
-    """What a runner-native read or query with an ``ARROW_LAYOUT`` output
-    returns: its source as engine data of Arrow batches (``Engine.arrow_source``),
-    the converter its ``ARROW`` reader's task makes rows with
-    (``StageTask.arrow_input``) and the control rows of the native stage's own
-    inputs (a query's upstream bundles' reports) for the reader to pass on."""
-    data: Any
-    rows: Any
-    control: Any = None
 
 
 def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
             split_after: float = 0.0, split_ways: int = 2,
             profile_dir: str = '', after_job=None,
-            attempt_channel: tuple = (), runtime_options: tuple = ()) -> list[dict]:
-    """Runs the plan; returns the reports of all bundles (see ``worker.report``).
+            attempt_channel: tuple = (), runtime_options: tuple = (),
+            native=None) -> list[dict]:
+    """Runs the plan; returns the reports of all bundles (see ``protocol.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
     DoFn restrictions still running after that many seconds (0: off).
@@ -90,9 +80,12 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
     the metrics of attempts that do not commit (``worker.attempts``).
     ``runtime_options``: (name, value) pairs of the pipeline's options, which
     workers set for RuntimeValueProvider (``StageTask.runtime_options``).
+    ``native``: ``native(executor, index, stage)`` runs a runner-native stage
+    (``beam_spark_inproc.transforms.runtime.build``, which the runner passes).
     """
     executor = Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
                         split_ways, profile_dir, runtime_options)
+    executor.native = native
     executor.after_job = after_job
     executor.attempt_channel = attempt_channel
     return executor.run()
@@ -171,6 +164,7 @@ class Executor:
         self.progress = Progress(plan, job_id)
         self.after_job = None
         self.attempt_channel: tuple = ()
+        self.native = None  # runs NATIVE_STAGEs: see ``execute``
 
     def run(self) -> list[dict]:
         try:
@@ -290,8 +284,12 @@ class Executor:
         if stage.kind == p.NATIVE_STAGE:
             # Runner-native transforms (ReadFromSpark, ...): by URN, see
             # ``beam_spark_inproc.transforms.runtime``.
-            from beam_spark_inproc.transforms import runtime
-            return runtime.build(self, index, stage)
+            if self.native is None:
+                raise ValueError(
+                    f'Stage {stage.name!r} ({", ".join(stage.labels)}): a '
+                    f'runner-native stage ({stage.native_urn}) and no handler '
+                    'for runner-native stages given to the executor.')
+            return self.native(self, index, stage)
         arrow_input = control = None
         if stage.input_mode == p.ARROW:
             source = self._arrow_source(index, stage)

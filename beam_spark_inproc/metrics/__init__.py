@@ -10,6 +10,8 @@ Data flow::
 
 * ``live.LiveMetrics``: thread-safe store; ``results()`` is Beam MetricResults
   with committed and attempted told apart, answering at any time.
+* ``consolidate``: one MonitoringInfo per metric and stage, whatever the
+  bundle count (gauges, string sets and bounded tries merged as their cells do).
 * ``attempts.AttemptReceiver`` / ``worker.attempts``: the channel that
   survives a failed task attempt (``spark.session.callback_host`` picks the
   address; classic and Connect alike).

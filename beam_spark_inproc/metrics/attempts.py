@@ -1,6 +1,6 @@
 """The attempt channel, driver side: a TCP listener for uncommitted attempts' metrics.
 
-See ``worker.attempts`` for why and the frame format. One listener per run,
+See ``worker.attempts`` for why, ``protocol.attempts`` for the frame. One listener per run,
 on an address of this process the Python workers can reach
 (``spark.session.callback_host``: the loopback address for local masters and a
 local Connect server); frames must carry the run's random token, and only
@@ -19,8 +19,8 @@ import threading
 from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_spark_inproc.metrics.live import LiveMetrics
-from beam_spark_inproc.worker.attempts import ACK
-from beam_spark_inproc.worker.attempts import MAGIC
+from beam_spark_inproc.protocol.attempts import ACK
+from beam_spark_inproc.protocol.attempts import MAGIC
 
 _LOGGER = logging.getLogger(__name__)
 _MAX_FRAME = 256 << 20

@@ -3,7 +3,7 @@
 Two streams feed it, from different threads:
 
 * ``add_committed(reports)``: the control rows of the Spark jobs that finished
-  (``worker.report``). Spark keeps the rows of successful task attempts only,
+  (``protocol.report``). Spark keeps the rows of successful task attempts only,
   so these are exactly the *committed* metrics.
 * ``add_attempt(stage, infos)``: the monitoring infos of a task attempt that
   did not commit (it failed, or its Python worker was stopped), sent by the
@@ -11,7 +11,7 @@ Two streams feed it, from different threads:
 
 *Attempted* = committed + the attempts that did not commit, so attempted >=
 committed always, with the difference visible under a retried task. Each
-stage's infos are consolidated as they arrive (``result.consolidate``), so the
+stage's infos are consolidated as they arrive (``metrics.consolidate``), so the
 store holds one MonitoringInfo per metric and stage, whatever the bundle count.
 """
 from __future__ import annotations
@@ -25,14 +25,11 @@ from apache_beam.metrics.execution import MetricResult
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.runners.portability import portable_metrics
 
+from beam_spark_inproc.metrics.consolidate import consolidate
+
 # The kinds of MetricResults.query(), in Beam's words, in from_monitoring_infos' order.
 KINDS = (MetricResults.COUNTERS, MetricResults.DISTRIBUTIONS, MetricResults.GAUGES,
          MetricResults.STRINGSETS, MetricResults.BOUNDED_TRIES)
-
-
-def _consolidate(infos: list) -> list:
-    from beam_spark_inproc.result import consolidate
-    return consolidate(infos)
 
 
 class LiveMetrics:
@@ -53,14 +50,14 @@ class LiveMetrics:
                 for data in report.get('monitoring_infos', ()))
         with self._lock:
             for stage, infos in new.items():
-                self._committed[stage] = _consolidate(
+                self._committed[stage] = consolidate(
                     self._committed.get(stage, []) + infos)
 
     def add_attempt(self, stage: str, infos: list) -> None:
         """Metrics of one task attempt whose output Spark discarded."""
         with self._lock:
             self.failed_attempts += 1
-            self._uncommitted[stage] = _consolidate(
+            self._uncommitted[stage] = consolidate(
                 self._uncommitted.get(stage, []) + list(infos))
 
     def committed_by_stage(self) -> dict[str, list]:
@@ -70,7 +67,7 @@ class LiveMetrics:
     def attempted_by_stage(self) -> dict[str, list]:
         with self._lock:
             stages = set(self._committed) | set(self._uncommitted)
-            return {stage: _consolidate(self._committed.get(stage, [])
+            return {stage: consolidate(self._committed.get(stage, [])
                                         + self._uncommitted.get(stage, []))
                     for stage in stages}
 

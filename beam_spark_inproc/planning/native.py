@@ -7,7 +7,7 @@ data ports like a GroupByKey, and the planner describes it as a
 ``plan.NATIVE_STAGE`` carrying the transform's URN and payload. The executor
 hands such a stage to the handler registered for its URN
 (``beam_spark_inproc.transforms.runtime``), which reads or writes DataFrames
-at the stage's boundary in the row format of ``worker.rows``.
+at the stage's boundary in the row format of ``protocol.rows``.
 
 Pure constants: imported by the planner, the capability check and the
 transforms alike.

@@ -185,7 +185,7 @@ def fuse(
             use_state_iterables=True,
             is_drain=is_drain)
     # Beam writes a threshold of 1 byte (every iterable through state, to test
-    # it); only large groups need it (see ``worker.grouped_values``).
+    # it); only large groups need it (see ``worker.batch.grouped_values``).
     for coder in context.components.coders.values():
         if coder.spec.urn == common_urns.coders.STATE_BACKED_ITERABLE.urn:
             coder.spec.payload = b'%d' % STATE_ITERABLE_BYTES

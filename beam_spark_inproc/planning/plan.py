@@ -11,7 +11,7 @@ Every PCollection crossing a stage boundary is a Spark DataFrame of rows
 
 An output's *layout* says how its ``data`` is cut into rows: ``chunks`` (many
 encoded elements per row, the cheap default), ``elements`` (one element per row,
-so a Reshuffle can spread them), ``keyed`` (one element per row plus its key:
+so a Reshuffle can spread them), ``keyed_elements`` (one element per row plus its key:
 a stateful stage's input that a Reshuffle or splittable stage also reads) or
 ``packed`` (a GroupByKey's or stateful stage's input: a row holds elements of
 one key, many per row, so the shuffle moves a row per key and bundle rather
@@ -32,7 +32,7 @@ from typing import Optional
 
 CHUNKS = 'chunks'
 ELEMENTS = 'elements'
-KEYED = 'keyed'
+KEYED_ELEMENTS = 'keyed_elements'
 PACKED = 'packed'
 PACKED_VALUES = 'packed_values'
 ARROW_LAYOUT = 'arrow'
@@ -50,7 +50,7 @@ RESHUFFLE_STAGE = 'reshuffle'
 # handler registered for ``native_urn``.
 NATIVE_STAGE = 'native'
 # A TestStream (streaming only): the driver feeds its outputs from the payload's
-# events (``execution.streaming.test_stream``); ``descriptor`` holds the payload.
+# events (``execution.streaming.teststream_source``); ``descriptor`` holds the payload.
 TEST_STREAM_STAGE = 'test_stream'
 
 # How a stage's input arrives, decided once by the planner; the executor (which
@@ -58,20 +58,20 @@ TEST_STREAM_STAGE = 'test_stream'
 # on it through tables.
 PLAIN = 'plain'  # rows in any order, fed as they come
 GROUPED = 'grouped'  # shuffled by key, sorted by (tag, key): GroupAlsoByWindow first
-KEYED = 'keyed'  # shuffled by key, sorted by (key, tag): a stateful stage, key after key
+STATEFUL = 'stateful'  # shuffled by key, sorted by (key, tag): a stateful stage, key after key
 SPLITTABLE = 'splittable'  # one element per message; may run in rounds (worker.sdf)
 # The stage's one input is a runner-native read's or query's output
 # (``ARROW_LAYOUT``): the source's Arrow batches, made into Beam rows in bulk by
 # the stage's own task (``StageTask.arrow_input``), with no step between Spark's
 # reader (or query) and the bundle.
 ARROW = 'arrow'
-INPUT_MODES = (PLAIN, GROUPED, KEYED, SPLITTABLE, ARROW)
+INPUT_MODES = (PLAIN, GROUPED, STATEFUL, SPLITTABLE, ARROW)
 
 
 def input_mode(stateful: bool, grouped: bool, split_input: str) -> str:
     """A stage's input mode: state and timers need their keys in order first."""
     if stateful:
-        return KEYED
+        return STATEFUL
     if grouped:
         return GROUPED
     return SPLITTABLE if split_input else PLAIN
@@ -94,7 +94,7 @@ class Grouping:
     values_only: bool = False
     # Streaming: Beam's default trigger over a WindowFn that never merges,
     # with a portable timestamp combiner: panes made without Beam's trigger
-    # driver (``worker.default_trigger``).
+    # driver (``worker.streaming.default_trigger``).
     default_trigger: bool = False
 
 
@@ -120,7 +120,7 @@ class OutputPort:
     buffer_id: bytes
     coder_id: str  # wire coder the transform writes with
     layout: str = CHUNKS
-    key_coder_id: Optional[str] = None  # safe windowed KV coder, for KEYED
+    key_coder_id: Optional[str] = None  # safe windowed KV coder, for KEYED_ELEMENTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,7 @@ class StagePlan:
     @property
     def stateful(self) -> bool:
         """User state or timers: input shuffled by key, keys in order."""
-        return self.input_mode == KEYED
+        return self.input_mode == STATEFUL
 
     @property
     def grouped(self) -> bool:

@@ -113,10 +113,10 @@ def _is_splittable(stage: translations.Stage) -> bool:
 def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str]:
     """PACKED for GroupByKey buffers and stateful inputs (a row holds many
     elements of one key: a stateful stage reads a key's rows as one stream,
-    ``worker.keyed``); PACKED_VALUES for a GroupByKey buffer in batch whose
+    ``worker.batch.stateful``); PACKED_VALUES for a GroupByKey buffer in batch whose
     windowing is the default (``_values_only``), ELEMENTS for Reshuffle and splittable inputs, else
     CHUNKS. A buffer read both by a stateful stage and by a reader that needs
-    one element per row is KEYED (one element per row with its key: it serves
+    one element per row is KEYED_ELEMENTS (one element per row with its key: it serves
     every reader)."""
     layouts: dict[bytes, str] = {}
     keyed: set[bytes] = set()
@@ -137,7 +137,7 @@ def _buffer_layouts(context, stages, streaming: bool = False) -> dict[bytes, str
                     # restriction's unprocessed successors are resent one by one.
                     layouts.setdefault(t.spec.payload, p.ELEMENTS)
     for buffer_id in keyed:
-        layouts[buffer_id] = (p.KEYED if layouts.get(buffer_id) == p.ELEMENTS
+        layouts[buffer_id] = (p.KEYED_ELEMENTS if layouts.get(buffer_id) == p.ELEMENTS
                               else p.PACKED)
     return layouts
 
@@ -289,7 +289,7 @@ def _plan_stage(context, stage: translations.Stage, layouts,
                 coder_id=coder_id,
                 layout=layout,
                 key_coder_id=_safe_coder(context, pcoll)
-                if layout in (p.KEYED, p.PACKED, p.PACKED_VALUES) else None))
+                if layout in (p.KEYED_ELEMENTS, p.PACKED, p.PACKED_VALUES) else None))
             t.spec.payload = _port(coder_id)
             if layout in (p.PACKED, p.PACKED_VALUES):
                 t.spec.urn = (p.PACKED_SINK_URN if layout == p.PACKED

@@ -21,13 +21,13 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.options import INLINE_SIDE_INPUT_BYTES
 from beam_spark_inproc.spark.shipping import Shipper
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import SCHEMA
-from beam_spark_inproc.worker.rows import TAG
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import SCHEMA
+from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.worker.shipped import ShippedFile
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 
 
 def functions_for(session):
@@ -66,7 +66,7 @@ class _Parts:
         self.tag, self.key, self.data = f.col(TAG), f.col(KEY), f.col(DATA)
         self.is_control = self.tag == CONTROL_TAG
         # A row's shard (Spark SQL's crc32 is zlib's: the shard the worker
-        # computes, ``worker.streaming.bucket_of``; a stage's state buckets
+        # computes, ``protocol.buckets.bucket_of``; a stage's state buckets
         # are a multiple of the shards, each bucket in one shard).
         self.bucket = (f.crc32(self.key) % STATE_BUCKETS).cast('int')
         self._shard_targets: dict[int, object] = {}
@@ -348,7 +348,7 @@ class SparkEngine:
         if how == e.GROUP:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.tag, parts.key)
-        if how == e.KEYED:
+        if how == e.KEY_SORTED:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
                 parts.key, parts.tag)
         if how == e.BUCKETED:

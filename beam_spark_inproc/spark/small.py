@@ -68,8 +68,8 @@ from beam_spark_inproc.debug.engine import LocalEngine
 from beam_spark_inproc.debug.engine import rows_batch
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.worker import stage_task
-from beam_spark_inproc.worker.rows import SCHEMA
 from beam_spark_inproc.worker.shipped import ShippedFile
 
 # Default limits: up to this many rows (an element each, except GroupByKey
@@ -112,7 +112,7 @@ _PIECE_ROWS = 256
 
 @dataclasses.dataclass
 class Local:
-    """Rows held by the driver: partitions of Arrow batches (``worker.rows``).
+    """Rows held by the driver: partitions of Arrow batches (``protocol.rows``).
     ``shuffled``: the shuffle that made them (Spark redoes it on hand-over);
     ``kept``: Spark gets these partitions as they are (a splittable stage's
     restrictions cut into one part per core, ``spread_restrictions``)."""
@@ -178,7 +178,7 @@ class SmallDataEngine:
     def to_spark(self, data):
         """Spark's DataFrame of ``data`` (a DataFrame as it is).
 
-        Rows a key shuffle made (GROUP, KEYED, BUCKETED) are shuffled again by
+        Rows a key shuffle made (GROUP, KEY_SORTED, BUCKETED) are shuffled again by
         Spark, which puts each key where its later steps expect it. Any other
         rows (a stage's output, a round-robin shuffle's) are spread over the
         run's ``parallelism`` as they are: contiguous slices, one partition
@@ -274,7 +274,7 @@ class SmallDataEngine:
 
     def spread_restrictions(self, data, stage, ways: int):
         """Rows the driver holds cut into one part per core
-        (``worker.initial_split``): (data, balanced), or None."""
+        (``execution.initial_split``): (data, balanced), or None."""
         if not isinstance(data, Local):
             return None
         spread = self._local.spread_restrictions(data.partitions, stage, ways)

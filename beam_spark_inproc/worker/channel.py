@@ -15,7 +15,7 @@ A GroupByKey's input in the global window with the default trigger, in batch
 grouping drops windows, timestamps and panes, so a row holds only the key's
 values, as chunks of Beam's iterable encoding (a count, then that many values);
 the consumer splices rows into grouped elements without decoding them
-(``worker.grouping``). The operation holds the values themselves per key and
+(``worker.batch.grouping``). The operation holds the values themselves per key and
 encodes each key's held values in one call, so an element costs one Python
 call (``process``) and no encoding of its own.
 """
@@ -25,7 +25,6 @@ import functools
 from typing import Callable, Iterator, Optional
 
 from apache_beam.coders import coders
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.common import NameContext
@@ -33,7 +32,7 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import data_plane
 
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker.rows import CHUNK_BYTES
+from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 
 # A packed output holds at most this many keys' pending elements, and this
 # many bytes of them, before it writes them all out as rows; a key's row is
@@ -348,14 +347,3 @@ class ChannelFactory(data_plane.DataChannelFactory):
 
     def close(self) -> None:
         pass
-
-
-def key_extractor(coder, key_coder) -> Callable[[bytes], bytes]:
-    """For KEYED outputs: the deterministic key bytes of one encoded element."""
-    decode = coder.get_impl().decode_from_stream
-    encode_key = key_coder.get_impl().encode
-
-    def key_of(data: bytes) -> bytes:
-        return encode_key(decode(create_InputStream(data), True).value[0])
-
-    return key_of

@@ -26,15 +26,15 @@ from apache_beam.runners.worker.statecache import StateCache
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import assign_windows  # noqa: F401  (registers its URN)
 from beam_spark_inproc.worker.channel import ChannelFactory
-from beam_spark_inproc.worker.channel import key_extractor
-from beam_spark_inproc.worker.grouped_values import GroupedValuesStore
-from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
+from beam_spark_inproc.protocol.rows import key_extractor
+from beam_spark_inproc.worker.batch.grouped_values import GroupedValuesStore
+from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
 from beam_spark_inproc.worker.key_state import KeyStateHandler
-from beam_spark_inproc.worker.keyed import RoutingStateHandler
-from beam_spark_inproc.worker.keyed import TimerQueue
-from beam_spark_inproc.worker.keyed import collect_contexts
+from beam_spark_inproc.worker.batch.stateful import RoutingStateHandler
+from beam_spark_inproc.worker.batch.stateful import TimerQueue
+from beam_spark_inproc.worker.batch.stateful import collect_contexts
 from beam_spark_inproc.worker.shipped import ShippedFile
-from beam_spark_inproc.worker.streaming import StreamingGroupAlsoByWindow
+from beam_spark_inproc.worker.streaming.grouping import StreamingGroupAlsoByWindow
 
 # Beam's state cache weighs every cached value with objsize, which cost 75% of
 # a stateful stage's time; state here is in-process already, and side inputs
@@ -79,7 +79,7 @@ class Entry:
     timer_queue: Optional[TimerQueue] = None
     user_state_contexts: tuple = ()
     # Streaming stateful stages: when each window's user state expires
-    # (``worker.state_expiry``), built on first use.
+    # (``worker.streaming.state_expiry``), built on first use.
     state_expiry: Any = None
 
 
@@ -121,7 +121,7 @@ def _build(task) -> Entry:
     timer_queue = TimerQueue(stage, {
         key: info.timer_coder_impl
         for key, info in processor.timers_info.items()}) if stage.timers else None
-    gabw = (GroupAlsoByWindow if getattr(task, 'streaming', None) is None
+    gabw = (GroupAlsoByWindow if task.streaming is None
             else StreamingGroupAlsoByWindow)
     groupings = {
         port.transform_id: gabw(port.grouping, context)
@@ -129,7 +129,7 @@ def _build(task) -> Entry:
     outputs = {}
     for tag, port in enumerate(stage.outputs):
         key_of = None
-        if port.layout == p.KEYED:
+        if port.layout == p.KEYED_ELEMENTS:
             coder = context.coders[port.key_coder_id]
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
@@ -139,7 +139,7 @@ def _build(task) -> Entry:
 
 
 def _key(task) -> tuple:
-    version = getattr(task, 'side_input_version', 0)
+    version = task.side_input_version
     return (task.job_id, task.stage.name) + ((version,) if version else ())
 
 

@@ -33,7 +33,7 @@ _bundles = itertools.count()
 CATEGORIES = (
     ('encode/decode (Beam coders)', re.compile(r'apache_beam[./]coders')),
     ('Arrow rows in/out (runner)', re.compile(
-        r'pyarrow|beam_spark_inproc/worker/(rows|channel)\.py')),
+        r'pyarrow|beam_spark_inproc/(protocol/rows|worker/channel)\.py')),
     ('runner (grouping, state, queue)', re.compile(r'beam_spark_inproc')),
     ('Beam windowing and trigger driver', re.compile(
         r'apache_beam/transforms/(trigger|window)\.py')),

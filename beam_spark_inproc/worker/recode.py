@@ -24,12 +24,12 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
-from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import column_slices
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,24 +41,25 @@ from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.worker import capture
 from beam_spark_inproc.worker import sdf
 from beam_spark_inproc.worker.channel import InProcessDataChannel
-from beam_spark_inproc.worker.keyed import keyed_input_elements
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
-from beam_spark_inproc.worker.rows import SCHEDULED_TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
-from beam_spark_inproc.worker.rows import holding_elements
-from beam_spark_inproc.worker.streaming import StreamingStep
-from beam_spark_inproc.worker.streaming import streaming_grouped_input_elements
-from beam_spark_inproc.worker.streaming_keyed import streaming_keyed_input_elements
-from beam_spark_inproc.worker.streaming_state import StateFiles
-from beam_spark_inproc.worker.streaming_state import with_state_io
+from beam_spark_inproc.worker.batch.stateful import keyed_input_elements
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.protocol.rows import holding_elements
+from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.worker.streaming.grouping import streaming_grouped_input_elements
+from beam_spark_inproc.worker.streaming.stateful import streaming_keyed_input_elements
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.worker.streaming.state_io import with_state_io
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
@@ -89,7 +90,7 @@ class StageTask:
     # The pipeline's options as (name, value) pairs, for RuntimeValueProvider
     # (``runtime_options``).
     runtime_options: tuple = ()
-    # A streaming micro-batch's watermarks and clock (``worker.streaming``).
+    # A streaming micro-batch's watermarks and clock (``protocol.state``).
     streaming: Optional[StreamingStep] = None
     # Streaming: the version of ``side_input_state`` (it grows between
     # micro-batches); a cached BundleProcessor serves one version only.
@@ -100,7 +101,7 @@ class StageTask:
     # source batch's columns into Beam rows (``transforms.convert.ArrowRows``).
     arrow_input: Optional[object] = None
     # A streaming keyed stage: where its task reads and writes its state
-    # (``worker.streaming_state``); None: the state comes and goes as rows.
+    # (``worker.streaming.state_io``); None: the state comes and goes as rows.
     state_files: Optional[StateFiles] = None
     # Batch: every output of the stage is read only as a side input, i.e.
     # collected to the driver whole (``execution.executor``); small data in
@@ -263,7 +264,7 @@ def _batch_consumers(source, consumers, row_type) -> dict:
 _INPUTS = {
     p.PLAIN: _plain_input_elements,
     p.GROUPED: _grouped_input_elements,
-    p.KEYED: keyed_input_elements,
+    p.STATEFUL: keyed_input_elements,
     p.SPLITTABLE: _element_input_elements,
     p.ARROW: _arrow_input_elements,
 }
@@ -272,7 +273,7 @@ _INPUTS = {
 _STREAMING_INPUTS = {
     **_INPUTS,
     p.GROUPED: streaming_grouped_input_elements,
-    p.KEYED: streaming_keyed_input_elements,
+    p.STATEFUL: streaming_keyed_input_elements,
 }
 
 
@@ -301,8 +302,8 @@ def _recording(inputs: Iterator, transform_id: str, fed: list,
     """Passes elements through, remembering those fed to ``transform_id`` and
     telling the splitter when each one starts."""
     for element in inputs:
-        if getattr(element, 'transform_id', None) == transform_id and isinstance(
-                element, beam_fn_api_pb2.Elements.Data):
+        if isinstance(element, beam_fn_api_pb2.Elements.Data) and (
+                element.transform_id == transform_id):
             fed.append(element.data)
             splitter.element_started()
         yield element
@@ -427,8 +428,8 @@ class _Bundles:
             entry.timer_queue.add if entry.timer_queue else None)
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         attempt['in_bundle'] = True
-        with report.capture_warnings() as caught, \
-                report.capture_logs(task.log_level) as logged:
+        with capture.capture_warnings() as caught, \
+                capture.capture_logs(task.log_level) as logged:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 if splitter:
                     splitter.start(instruction_id)

@@ -13,7 +13,7 @@ worker's RSS right after importing Beam (the floor):
 * ``hot_key``: GroupByKey where one key has 20M small values (plus 1000 cold
   keys); the consumer sums and counts the hot key's values, iterating twice.
   The values reach it as a lazily paged iterable (see
-  ``worker.grouped_values``), not one list.
+  ``worker.batch.grouped_values``), not one list.
 * ``fan_out``: one element FlatMapped into 50M, counted downstream.
 * ``side_input``: an AsDict side input of 1M entries serving 2M lookups over
   several tasks and bundles: built once per worker, not per bundle.

@@ -6,7 +6,7 @@ stream's output and committed metrics must equal a fault-free run's on Beam's
 BundleBasedDirectRunner (``tests/streaming/stream_faults``).
 
 Each Spark task of the stateful stage writes its state itself, a Parquet file
-per attempt (``worker.streaming_state``); only the attempt Spark committed
+per attempt (``worker.streaming.state_io``); only the attempt Spark committed
 reports its file, so a dead attempt's writes are never read, and the records
 are written by a stage of their own after a Reshuffle (a result stage whose
 tasks run after the fault, once). The duplicates once seen here (one

@@ -16,8 +16,8 @@ import pytest
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.execution import engine as e
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import SCHEMA
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import SCHEMA
 
 PARALLELISM = 3
 # (tag, key, data): two ports' elements, keyed, and a report.
@@ -128,7 +128,7 @@ def test_union_holds_every_row_and_union_of_nothing_is_empty(engine):
 
 @pytest.mark.parametrize('how, order', [
     (e.GROUP, lambda r: (r[0], r[1] or b'')),
-    (e.KEYED, lambda r: (r[1] or b'', r[0])),
+    (e.KEY_SORTED, lambda r: (r[1] or b'', r[0])),
 ])
 def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order):
     parts = partitions(engine, engine.shuffle(source(engine), how))
@@ -142,7 +142,7 @@ def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order
 
 
 def test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted(engine):
-    from beam_spark_inproc.worker.streaming import bucket_of
+    from beam_spark_inproc.protocol.buckets import bucket_of
     keys = [b'k%d' % i for i in range(40)]
     rows = [(i % 2, k, b'%d' % i) for i, k in enumerate(keys)] + [
         (CONTROL_TAG, None, b'report')]
@@ -162,8 +162,8 @@ def test_shuffle_bucketed_shares_the_shards_out_evenly(engine):
     """Shard b goes to partition b % parallelism (up to the partitions'
     order): every partition gets the same number of shards. Spark's hash of
     the shard number had put 27 of the 64 in one of two partitions."""
-    from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-    from beam_spark_inproc.worker.streaming import bucket_of
+    from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+    from beam_spark_inproc.protocol.buckets import bucket_of
     keys, shards = [], set()
     for i in itertools.count():
         key = b'k%d' % i

@@ -1,4 +1,4 @@
-"""Initial splitting of a splittable DoFn's restrictions (``worker.initial_split``):
+"""Initial splitting of a splittable DoFn's restrictions (``execution.initial_split``):
 what is read is what Beam's FnApiRunner reads (every line once), on files whose
 cut points fall mid-line, an empty file, a compressed file that cannot split and
 several files; and the cut is made where it can be (a spy on ``spread``).
@@ -20,7 +20,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms.core import RestrictionProvider
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.worker import initial_split
+from beam_spark_inproc.execution import initial_split
 from tests.integration.test_semantics import run_on as _run_on
 
 # Small data in the driver on (``spark.small``), whatever the default.

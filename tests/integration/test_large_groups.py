@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.worker import grouped_values
+from beam_spark_inproc.worker.batch import grouped_values
 
 HOT, COLD = 500_000, 20_000  # the hot key's group encodes to ~2 MB
 

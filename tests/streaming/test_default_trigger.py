@@ -1,5 +1,5 @@
 """A streaming GroupByKey with Beam's default trigger, its panes made without
-Beam's trigger driver (``worker.default_trigger``), against Beam's
+Beam's trigger driver (``worker.streaming.default_trigger``), against Beam's
 BundleBasedDirectRunner on the same TestStream: late data within and past the
 allowed lateness (0 and more), several windows per key and per element, both
 accumulation modes, the three portable timestamp combiners, a held-back
@@ -18,7 +18,7 @@ from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampCombiner
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.worker import default_trigger
+from beam_spark_inproc.worker.streaming import default_trigger
 from tests.streaming import oracle
 
 ACCUMULATING = trigger.AccumulationMode.ACCUMULATING

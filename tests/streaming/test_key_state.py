@@ -20,7 +20,7 @@ from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.worker import key_state
-from beam_spark_inproc.worker import streaming_keyed
+from beam_spark_inproc.worker.streaming import stateful
 from tests.streaming import oracle
 
 
@@ -87,12 +87,12 @@ def test_bag_state_kinds_match_the_direct_runner(monkeypatch):
     # What each key writes back between micro-batches: (state, ordered,
     # pending), the state's entries keyed by serialized StateKeys.
     written = []
-    dumps = streaming_keyed.dumps
+    dumps = stateful.dumps
 
     def recorded(value):
         written.append(value)
         return dumps(value)
-    monkeypatch.setattr(streaming_keyed, 'dumps', recorded)
+    monkeypatch.setattr(stateful, 'dumps', recorded)
 
     assert oracle.run(_pipeline, InProcessSparkRunner(debug=True)) == expected
 

@@ -174,7 +174,7 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     the keyed stage's shuffle are built there too (``prebuild``): each
     micro-batch after the first takes every one of them built."""
     from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
-    from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
+    from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
     counts = []
     finish = Prebuilder.finish
 

@@ -23,7 +23,7 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.store import describe_changes
 from beam_spark_inproc.execution.streaming.store import stage_key
-from beam_spark_inproc.worker.streaming import MAX_BUCKETS
+from beam_spark_inproc.protocol.buckets import MAX_BUCKETS
 from tests.streaming import restart_pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -19,13 +19,16 @@ from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
-from beam_spark_inproc.worker import streaming
-from beam_spark_inproc.worker import streaming_state
-from beam_spark_inproc.worker.rows import STATE_TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
-from beam_spark_inproc.worker.streaming_state import StateFiles
-from beam_spark_inproc.worker.streaming_state import StateIO
-from beam_spark_inproc.worker.streaming_state import marker_rows
+from beam_spark_inproc.protocol.buckets import KEYS_PER_BUCKET
+from beam_spark_inproc.protocol.buckets import MAX_BUCKETS
+from beam_spark_inproc.protocol.buckets import bucket_count
+from beam_spark_inproc.protocol.buckets import bucket_of
+from beam_spark_inproc.worker.streaming import state_io
+from beam_spark_inproc.protocol.rows import STATE_TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.worker.streaming.state_io import StateIO
+from beam_spark_inproc.protocol.buckets import marker_rows
 from tests.streaming import oracle
 from tests.streaming.test_triggers import BufferUntilTimer
 
@@ -34,15 +37,15 @@ KEYS = 400
 
 def test_bucket_count_doubles_while_over_the_keys_per_bucket(monkeypatch):
     monkeypatch.delenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', raising=False)
-    per = streaming.KEYS_PER_BUCKET
-    assert streaming.bucket_count(0, 64) == 64
-    assert streaming.bucket_count(64 * per, 64) == 64
-    assert streaming.bucket_count(64 * per + 1, 64) == 128
-    assert streaming.bucket_count(1_000_000, 64) == 1024  # ~977 keys a bucket
-    assert streaming.bucket_count(10, 256) == 256  # never fewer
-    assert streaming.bucket_count(10**12, 64) == streaming.MAX_BUCKETS
+    per = KEYS_PER_BUCKET
+    assert bucket_count(0, 64) == 64
+    assert bucket_count(64 * per, 64) == 64
+    assert bucket_count(64 * per + 1, 64) == 128
+    assert bucket_count(1_000_000, 64) == 1024  # ~977 keys a bucket
+    assert bucket_count(10, 256) == 256  # never fewer
+    assert bucket_count(10**12, 64) == MAX_BUCKETS
     monkeypatch.setenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', '2')
-    assert streaming.bucket_count(KEYS, 64) == 256
+    assert bucket_count(KEYS, 64) == 256
 
 
 def _write_state(folder, keys) -> str:
@@ -62,7 +65,7 @@ def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
     keys = [b'key%d' % i for i in range(300)]
     path = _write_state(tmp_path / 'old', keys)
     assert sorted(pq.read_table(path).column('key').to_pylist()) == sorted(keys)
-    bucket = streaming.bucket_of(keys[0])
+    bucket = bucket_of(keys[0])
     halves = {bucket: {}, bucket + 64: {}}
     for b in halves:
         reader = StateIO(StateFiles('s', ((b, path),), str(tmp_path / 'new'),
@@ -74,7 +77,7 @@ def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
     assert halves[bucket] and halves[bucket + 64]
     for b, got in halves.items():
         assert got == {k: b'v' + k for k in keys
-                       if streaming.bucket_of(k, 128) == b}
+                       if bucket_of(k, 128) == b}
 
 
 def _batches(rows):
@@ -178,12 +181,12 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
     its bucket, with the same rows as a filter over the whole file; a small
     file, or one without the bucket column (written before), is read whole
     once per task."""
-    monkeypatch.setattr(streaming_state, '_GROUP_ROWS', 64)
+    monkeypatch.setattr(state_io, '_GROUP_ROWS', 64)
     keys = [b'key%d' % i for i in range(6000)]
     path = _write_state(tmp_path / 'w', keys)
     whole = pq.read_table(path)
     assert whole.column('bucket').to_pylist() == sorted(
-        streaming.bucket_of(k) for k in keys)
+        bucket_of(k) for k in keys)
     assert pq.ParquetFile(path).metadata.num_row_groups >= 6000 // 64
     read_rows = []
     original = pq.ParquetFile.read_row_groups
@@ -193,24 +196,24 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
         read_rows.append(table.num_rows)
         return table
     monkeypatch.setattr(pq.ParquetFile, 'read_row_groups', recording)
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
     for buckets in (64, 128):
-        state_file = streaming_state.StateFile(path)
+        state_file = state_io.StateFile(path)
         assert state_file.table is None
-        for b in (streaming.bucket_of(keys[0], buckets),
-                  streaming.bucket_of(keys[1], buckets)):
+        for b in (bucket_of(keys[0], buckets),
+                  bucket_of(keys[1], buckets)):
             want = {k: b'v' + k for k in keys
-                    if streaming.bucket_of(k, buckets) == b}
+                    if bucket_of(k, buckets) == b}
             assert state_file.read(b, buckets) == want
-            assert want == streaming_state.read_bucket(whole, b, buckets)
+            assert want == state_io.read_bucket(whole, b, buckets)
             # About the writer's bucket (~94 rows) plus a row group's worth.
             assert read_rows[-1] < len(keys) // 16
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 1 << 30)
-    assert streaming_state.StateFile(path).table.num_rows == len(keys)
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 1 << 30)
+    assert state_io.StateFile(path).table.num_rows == len(keys)
     old = str(tmp_path / 'old.parquet')
     pq.write_table(whole.drop_columns(['bucket']).replace_schema_metadata(None),
                    old)
-    monkeypatch.setattr(streaming_state, '_WHOLE_FILE_BYTES', 0)
-    b = streaming.bucket_of(keys[0])
-    assert streaming_state.StateFile(old).read(b, 64) == {
-        k: b'v' + k for k in keys if streaming.bucket_of(k) == b}
+    monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
+    b = bucket_of(keys[0])
+    assert state_io.StateFile(old).read(b, 64) == {
+        k: b'v' + k for k in keys if bucket_of(k) == b}

@@ -23,7 +23,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 import pytest
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.execution.streaming import test_stream as ts
+from beam_spark_inproc.execution.streaming import teststream_source as ts
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
 from tests.streaming import oracle

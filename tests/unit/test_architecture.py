@@ -29,6 +29,46 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
+def _module_name(path: pathlib.Path) -> str:
+    if TRANSFORMS in path.parents:
+        parts = ['beam_spark_inproc', 'transforms', *path.relative_to(TRANSFORMS).parts]
+    else:
+        parts = ['beam_spark_inproc', *path.relative_to(PACKAGE).parts]
+    parts[-1] = parts[-1][:-len('.py')]
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+MODULES = {_module_name(path): path for path in _sources()}
+
+
+def _module_imports(name: str) -> set[str]:
+    """The package's modules that module ``name`` imports, anywhere in it (at
+    the top or inside a function): ``from pkg import mod`` counts as ``mod``,
+    and a module's own enclosing packages do not count (importing it loads
+    them anyway)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = [f'{node.module}.{alias.name}'
+                       if f'{node.module}.{alias.name}' in MODULES else node.module
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition('.')[0]
+            if target and target != name and not name.startswith(target + '.'):
+                found.add(target)
+    return found
+
+
+def _in(name: str, *packages: str) -> bool:
+    return any(name == f'beam_spark_inproc.{p}' or
+               name.startswith(f'beam_spark_inproc.{p}.') for p in packages)
+
+
 def _classic_only(path: pathlib.Path, line: str) -> bool:
     """The allowed exceptions, in the Spark engine, each behind a Connect
     check: job descriptions on classic sessions (Connect has no API for
@@ -95,3 +135,110 @@ def test_execution_is_engine_agnostic():
     for path in paths:
         bad = [n for n in _imports(path) if n.startswith(backends)]
         assert not bad, f'{path}: {bad}'
+
+
+def test_no_import_cycles():
+    """No module of the package reaches itself through imports, counting the
+    imports inside functions: each cycle is listed."""
+    graph = {name: _module_imports(name) for name in MODULES}
+    cycles = []
+    for start in sorted(graph):
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            name, path = stack.pop()
+            for target in sorted(graph[name]):
+                if target == start:
+                    cycles.append(' -> '.join(path + (start,)))
+                elif target not in seen and target > start:
+                    seen.add(target)
+                    stack.append((target, path + (target,)))
+    assert not cycles, '\n'.join(cycles)
+
+
+def test_transforms_sit_on_top():
+    """The Spark PTransforms (``transforms/``) use the package; the package's
+    own modules never import them. The runner alone loads their runtime, to
+    hand the executor its handler for runner-native stages."""
+    for name in MODULES:
+        if _in(name, 'transforms'):
+            continue
+        bad = [n for n in _module_imports(name) if _in(n, 'transforms')]
+        if name == 'beam_spark_inproc.runner':
+            bad.remove('beam_spark_inproc.transforms.runtime')
+        assert not bad, f'{name}: {bad}'
+
+
+def test_transforms_import_no_backend():
+    """The transforms reach Spark through the engine contract and the session
+    they are given, never through the Spark engine, the debug engine or the
+    streaming loop; they write rows by the protocol, not through the worker."""
+    for name in MODULES:
+        if not _in(name, 'transforms'):
+            continue
+        bad = [n for n in _module_imports(name)
+               if _in(n, 'spark', 'debug', 'execution.streaming', 'worker')]
+        assert not bad, f'{name}: {bad}'
+
+
+def test_planning_imports_no_execution_or_backend():
+    """Planning is pure: it imports no executor, engine or result."""
+    for name in MODULES:
+        if not _in(name, 'planning'):
+            continue
+        bad = [n for n in _module_imports(name)
+               if _in(n, 'execution', 'spark', 'debug', 'metrics', 'testing',
+                      'runner', 'result')]
+        assert not bad, f'{name}: {bad}'
+
+
+# What driver code may take from ``worker/``: what builds a task (or, for the
+# planner, what goes into a stage), never the contract (``protocol/``).
+TASK_BUILDING = {
+    'beam_spark_inproc.worker.stage_task': {'StageTask', 'stage_task'},
+    'beam_spark_inproc.worker.recode': {'Recode'},  # a Reshuffle's task
+    'beam_spark_inproc.worker.shipped': {'ShippedFile'},  # a task's side input file
+    'beam_spark_inproc.worker.logs': {'logs'},  # the task's log level
+    # the DoFn the planner puts in a text read's stage
+    'beam_spark_inproc.worker.text_lines': {'text_lines'},
+}
+
+
+def _worker_names(path: pathlib.Path) -> set[tuple[str, str]]:
+    """(worker module, name) for each name imported from ``worker/``; a
+    module imported whole counts as its own last name."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.startswith('beam_spark_inproc.worker')):
+            for alias in node.names:
+                full = f'{node.module}.{alias.name}'
+                if full in MODULES:
+                    found.add((full, alias.name))
+                else:
+                    found.add((node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith('beam_spark_inproc.worker'):
+                    found.add((alias.name, alias.name.rpartition('.')[2]))
+    return found
+
+
+def test_driver_imports_worker_only_to_build_a_task():
+    """Driver and worker share the contract through ``protocol/``; driver code
+    imports ``worker/`` only for what builds a task (``TASK_BUILDING``)."""
+    for name, path in MODULES.items():
+        if _in(name, 'worker', 'protocol', 'transforms'):
+            continue
+        bad = [f'{module}.{n}' for module, n in _worker_names(path)
+               if n not in TASK_BUILDING.get(module, ())]
+        assert not bad, f'{name}: {bad}'
+
+
+def test_protocol_imports_only_protocol():
+    """The contract is plain data and pure functions, loaded by workers and the
+    driver alike: it imports no other module of the package."""
+    names = [n for n in MODULES if _in(n, 'protocol')]
+    assert len(names) > 3
+    for name in names:
+        bad = [n for n in _module_imports(name) if not _in(n, 'protocol')]
+        assert not bad, f'{name}: {bad}'

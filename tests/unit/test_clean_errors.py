@@ -16,7 +16,7 @@ from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.spark.session import check_master
-from beam_spark_inproc.worker.report import Failure
+from beam_spark_inproc.protocol.report import Failure
 
 
 @pytest.mark.parametrize('master', [

@@ -1,11 +1,11 @@
-"""The failure record a failed bundle sends to the driver (``worker.report.Failure``)."""
+"""The failure record a failed bundle sends to the driver (``protocol.report.Failure``)."""
 from __future__ import annotations
 
 import dataclasses
 
 from beam_spark_inproc.planning.plan import StagePlan
-from beam_spark_inproc.worker.report import Failure
-from beam_spark_inproc.worker.report import drop_failure_note
+from beam_spark_inproc.protocol.report import Failure
+from beam_spark_inproc.protocol.report import drop_failure_note
 
 STAGE = StagePlan(name='ref_AppliedPTransform_Explode_3', kind='sdk',
                   labels=('Before', 'Explode', 'After'), inputs=(), outputs=())

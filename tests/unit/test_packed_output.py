@@ -17,6 +17,7 @@ from apache_beam.transforms.window import GlobalWindows
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.worker import channel
+from beam_spark_inproc.protocol.rows import key_extractor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _coders(keys, typed=None):
 @pytest.mark.parametrize('name', sorted(KEYS))
 def test_key_bytes_match_the_consumers_decoding(name):
     wire, safe = _coders(KEYS[name])
-    key_of = channel.key_extractor(safe, safe.key_coder())
+    key_of = key_extractor(safe, safe.key_coder())
     encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
                                      safe.wrapped_value_coder.key_coder())
     for key in KEYS[name]:
@@ -67,7 +68,7 @@ def test_key_bytes_match_the_consumers_decoding(name):
 def test_key_bytes_match_for_standard_coders():
     keys = [('a', 1), ('', -3), ('z' * 200, 2**33)]
     wire, safe = _coders(keys, typed=typing.Tuple[typing.Tuple[str, int], int])
-    key_of = channel.key_extractor(safe, safe.key_coder())
+    key_of = key_extractor(safe, safe.key_coder())
     encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
                                      safe.wrapped_value_coder.key_coder())
     for key in keys:
@@ -147,9 +148,9 @@ def _stateful_plan(reshuffled_too: bool = False):
 
 
 def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
-    """A stateful stage reads a key's rows as one stream (``worker.keyed``),
+    """A stateful stage reads a key's rows as one stream (``worker.batch.stateful``),
     so its input is written packed (a row per key and bundle, not per
-    element), with the key bytes the KEYED layout took from each element."""
+    element), with the key bytes the KEYED_ELEMENTS layout took from each element."""
     plan = _stateful_plan()
     stateful = [s for s in plan.stages if s.stateful]
     assert len(stateful) == 1
@@ -161,7 +162,7 @@ def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
         beam_runner_api_pb2.Components.FromString(plan.components))
     wire = context.coders[writes[0].coder_id]
     safe = context.coders[writes[0].key_coder_id]
-    key_of = channel.key_extractor(safe, safe.key_coder())
+    key_of = key_extractor(safe, safe.key_coder())
     encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
                                      safe.wrapped_value_coder.key_coder())
     for key in KEYS['untyped mixed']:
@@ -174,4 +175,4 @@ def test_a_stateful_input_also_read_one_element_per_row_stays_keyed():
     stateful = [s for s in plan.stages if s.stateful]
     buffers = {port.buffer_id for port in stateful[0].inputs}
     assert [port.layout for stage in plan.stages for port in stage.outputs
-            if port.buffer_id in buffers] == [p.KEYED]
+            if port.buffer_id in buffers] == [p.KEYED_ELEMENTS]

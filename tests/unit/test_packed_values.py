@@ -18,7 +18,7 @@ from apache_beam.transforms import window
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import channel
-from beam_spark_inproc.worker import grouped_values
+from beam_spark_inproc.worker.batch import grouped_values
 
 # Keys equal in Python but not in Beam (Beam groups by the key's encoding):
 # 1, True and 1.0 are three keys, as are '1' and b'1'.

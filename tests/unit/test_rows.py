@@ -1,7 +1,7 @@
 """Input batches become Python lists a bounded slice at a time."""
 import pyarrow as pa
 
-from beam_spark_inproc.worker import rows
+from beam_spark_inproc.protocol import rows
 
 
 def _batch(sizes):

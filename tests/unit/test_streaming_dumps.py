@@ -7,9 +7,9 @@ import pickle
 from apache_beam.transforms import trigger
 from apache_beam.transforms import window
 
-from beam_spark_inproc.worker.streaming import dump_state
-from beam_spark_inproc.worker.streaming import dumps
-from beam_spark_inproc.worker.streaming import load_state
+from beam_spark_inproc.worker.streaming.grouping import dump_state
+from beam_spark_inproc.worker.streaming.grouping import dumps
+from beam_spark_inproc.worker.streaming.grouping import load_state
 
 
 def test_plain_values_use_plain_pickle():

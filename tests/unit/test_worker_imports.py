@@ -2,8 +2,9 @@
 
 A subprocess unpickles a StageTask (with a side input shipped as a file, as
 Spark sends it) after importing only what PySpark's worker imports itself, and
-lists the modules that appeared: of this package, only ``worker/`` and the plain
-data of ``planning.plan`` and ``planning.ports`` may load; nothing of the runner, planner, options or
+lists the modules that appeared: of this package, only ``worker/``, the
+driver-worker contract (``protocol/``) and the plain data of ``planning.plan``
+and ``planning.ports`` may load; nothing of the runner, planner, options or
 the driver's Spark package, and no PySpark module. Rerun the measurement with
 ``python tests/benchmarks/worker_imports.py``.
 """
@@ -14,8 +15,8 @@ import sys
 
 from tests.benchmarks import worker_imports
 
-ALLOWED = ('beam_spark_inproc.worker', 'beam_spark_inproc.planning.plan',
-           'beam_spark_inproc.planning.ports')
+ALLOWED = ('beam_spark_inproc.worker', 'beam_spark_inproc.protocol',
+           'beam_spark_inproc.planning.plan', 'beam_spark_inproc.planning.ports')
 # A package's __init__ runs when a submodule loads; these stay empty of imports.
 PACKAGES = ('beam_spark_inproc', 'beam_spark_inproc.planning')
 

@@ -7,6 +7,6 @@ batch work on the engine (debug or Spark): the same StageTask in the workers,
 with per-stage watermarks kept in the driver (``loop``), GroupByKey state and
 trigger state kept per key between micro-batches as Parquet under the checkpoint
 location (``store``, ``worker.streaming``), and TestStream events replayed as
-the source (``test_stream``). What the loop cannot run yet is rejected before
+the source (``teststream_source``). What the loop cannot run yet is rejected before
 it starts (``support``).
 """

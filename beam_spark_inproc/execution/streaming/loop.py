@@ -58,24 +58,24 @@ from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
-from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
-from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
+from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
+from beam_spark_inproc.execution.streaming.teststream_source import bundles_invisible
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
 from beam_spark_inproc.worker import logs
-from beam_spark_inproc.worker import report
-from beam_spark_inproc.worker.rows import SCHEDULED_TAG
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
 from beam_spark_inproc.worker.stage_task import StageTask
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-from beam_spark_inproc.worker.streaming import StreamingStep
-from beam_spark_inproc.worker.streaming import bucket_count
-from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming_state import STATE_REPORT
-from beam_spark_inproc.worker.streaming_state import StateFiles
-from beam_spark_inproc.worker.streaming_state import decode_report
-from beam_spark_inproc.worker.streaming_state import marker_rows
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.protocol.buckets import bucket_count
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.protocol.state import STATE_REPORT
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import decode_report
+from beam_spark_inproc.protocol.buckets import marker_rows
 
 _LOGGER = logging.getLogger(__name__)
 # The prefetch of the next micro-batch (``StreamingExecutor.prefetch``)

@@ -31,7 +31,7 @@ import pickle
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_spark_inproc.worker.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
 
 
 @dataclasses.dataclass

@@ -43,8 +43,9 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
-from beam_spark_inproc.worker.streaming import Summary
+from beam_spark_inproc.protocol.state import Summary
 
 
 class ReplayableSource(Protocol):
@@ -72,7 +73,6 @@ class CommittedMetrics:
         self._by_stage: dict[str, list] = {}
 
     def add(self, reports: list[dict]) -> None:
-        from beam_spark_inproc.result import consolidate
         for r in reports:
             infos = [metrics_pb2.MonitoringInfo.FromString(d)
                      for d in r.get('monitoring_infos', ())]
@@ -86,7 +86,7 @@ class CommittedMetrics:
                 for stage, infos in sorted(self._by_stage.items())}
 
     def restore(self, record: dict) -> list[dict]:
-        """Restores a ``record()``; returns it as reports (``worker.report``)."""
+        """Restores a ``record()``; returns it as reports (``protocol.report``)."""
         reports = [{'stage': stage,
                     'monitoring_infos': [base64.b64decode(d) for d in infos]}
                    for stage, infos in record.items()]

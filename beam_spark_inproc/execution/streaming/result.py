@@ -24,7 +24,7 @@ from typing import Callable
 from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.result import SparkPipelineResult
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker import report
+from beam_spark_inproc.protocol import report
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     pipeline with a stateful DoFn); ``prefetch``: sources encode the next
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
-    element events empty in the plan (``test_stream.elements_aside``).
+    element events empty in the plan (``teststream_source.elements_aside``).
     ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)

@@ -58,7 +58,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_spark_inproc.execution.side_inputs import state_entries
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker.channel import key_extractor
+from beam_spark_inproc.protocol.rows import key_extractor
 
 
 def decode_all(impl, chunks: Iterable[bytes]) -> Iterator:

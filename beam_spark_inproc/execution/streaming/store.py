@@ -9,7 +9,7 @@ removed when the pipeline ends)::
                                (``file_sinks``: a restart removes what
                                uncommitted micro-batches wrote there)
     state/stage-S/mb-N/        Parquet files written by stage S's tasks in
-                               micro-batch N (``worker.streaming_state``): the
+                               micro-batch N (``worker.streaming.state_io``): the
                                state rows of the buckets S touched in N, only
                                those, a file per task attempt (only the
                                committed attempt's files are referenced)
@@ -34,7 +34,7 @@ Paths in commit records (state files, the driver state) are relative to the
 checkpoint location, so a folder moved or copied elsewhere resumes; records
 written before held absolute paths and are read as they are (``absolute``).
 
-A bucket is ``crc32(key) % buckets`` (``worker.streaming.bucket_count``). A micro-batch
+A bucket is ``crc32(key) % buckets`` (``protocol.buckets.bucket_count``). A micro-batch
 reads the current versions of the buckets its input touches or whose timers are
 due, and writes new versions of those buckets only: state I/O grows with the
 keys touched, not the keys held. The commit record is written last (write to a

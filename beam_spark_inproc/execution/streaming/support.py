@@ -40,7 +40,7 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
                 f'({payload.endpoint.url}). ' + _LATER,
                 'Give the TestStream its events in the pipeline.'))
     for stage in plan.stages:
-        if stage.kind == getattr(p, 'NATIVE_STAGE', None):
+        if stage.kind == p.NATIVE_STAGE:
             found.append(Problem(
                 ', '.join(stage.labels), stage.native_urn, '',
                 'a runner-native (Spark) transform. ' + _LATER,

@@ -1,6 +1,6 @@
 """Stateful DoFns across micro-batches (streaming), one key at a time.
 
-Rows arrive sorted by (key, tag), as in batch (``worker.keyed``); a key's
+Rows arrive sorted by (key, tag), as in batch (``worker.batch.stateful``); a key's
 ``STATE_TAG`` row, first, holds what the stage kept for it after the last
 micro-batch that touched it: its user state (the entries of the key's
 ``StateServicer``) and its pending timers. For each key:
@@ -32,19 +32,19 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateS
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_spark_inproc.worker.keyed import release_user_state
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import STATE_TAG
-from beam_spark_inproc.worker.rows import SUMMARY_TAG
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
-from beam_spark_inproc.worker.state_expiry import StateExpiry
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming import bucket_of
-from beam_spark_inproc.worker.streaming import dumps
+from beam_spark_inproc.worker.batch.stateful import release_user_state
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import STATE_TAG
+from beam_spark_inproc.protocol.rows import SUMMARY_TAG
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.worker.streaming.state_expiry import StateExpiry
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.protocol.buckets import bucket_of
+from beam_spark_inproc.worker.streaming.grouping import dumps
 
 
 def _due(queue, watermark: Timestamp, now: float):

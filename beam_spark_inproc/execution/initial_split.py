@@ -59,7 +59,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.transforms import core
 from apache_beam.utils import proto_utils
 
-from beam_spark_inproc.worker.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
 
 _LOGGER = logging.getLogger(__name__)
 

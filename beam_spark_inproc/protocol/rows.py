@@ -1,11 +1,20 @@
-"""The row format every stage boundary uses: ``(tag int32, key binary, data binary)``."""
+"""The row format every stage boundary uses: ``(tag int32, key binary, data binary)``.
+
+The planner decides each output's layout (``planning.plan``); the worker writes
+rows (``worker.channel``, through ``BatchBuilder``) and reads them
+(``worker.stage_task``, ``worker.batch.grouping``); the engines shuffle and order
+them (``execution.engine``). What they agree on is here: the columns, the tags
+of control rows (negative; elements are ``0..n-1``, the producing stage's output
+index), the key column's encoding (``key_extractor``) and the batch bounds.
+"""
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.coders.coder_impl import create_InputStream
 
 TAG, KEY, DATA = 'tag', 'key', 'data'
 SCHEMA = pa.schema([
@@ -14,14 +23,14 @@ SCHEMA = pa.schema([
     pa.field(DATA, pa.binary()),
 ])
 
-# Rows with this tag are reports for the driver (see ``report``), not elements.
+# Rows with this tag are reports for the driver (``protocol.report``), not elements.
 # Every step passes them through untouched; exactly one reader of each stage
 # result carries them on, so each report reaches the driver once.
 CONTROL_TAG = -1
 # Rows with this tag are restrictions split off a running bundle by the runner,
 # for the stage's next round (key: the DATA_INPUT transform id they re-enter by).
 RESIDUAL_TAG = -2
-# Streaming (``worker.streaming``): a key's state between micro-batches (key:
+# Streaming (``protocol.state``): a key's state between micro-batches (key:
 # the key's bytes) and a summary of the state a task wrote, per state bucket.
 STATE_TAG = -3
 SUMMARY_TAG = -4
@@ -30,7 +39,7 @@ SUMMARY_TAG = -4
 # ``RESIDUAL_TAG`` row once its resume delay has passed.
 SCHEDULED_TAG = -5
 # Streaming: a row that makes its state bucket run in a micro-batch without
-# new rows (timers due; ``worker.streaming_state``).
+# new rows (timers due; ``protocol.buckets.marker_rows``).
 MARKER_TAG = -6
 
 # Output batches are cut at whichever comes first (pitfall: Arrow binary arrays
@@ -105,3 +114,15 @@ def holding_elements(batches) -> tuple[Optional[Iterator], list]:
     for batch in held:
         control.extend(zip(*(batch.column(c).to_pylist() for c in (TAG, KEY, DATA))))
     return None, control
+
+
+def key_extractor(coder, key_coder) -> Callable[[bytes], bytes]:
+    """The ``key`` column of an element bound for a keyed shuffle: the
+    deterministic encoding of its key, from the element's encoded bytes."""
+    decode = coder.get_impl().decode_from_stream
+    encode_key = key_coder.get_impl().encode
+
+    def key_of(data: bytes) -> bytes:
+        return encode_key(decode(create_InputStream(data), True).value[0])
+
+    return key_of

@@ -1,14 +1,14 @@
-"""What a task tells the driver besides its elements: a control row per bundle,
-and a failure record when a bundle fails.
+"""The reports a task sends the driver, and the failure record a failed bundle
+leaves: their encoding, written in the worker and read in the driver.
 
-A report is produced only by a bundle that completed, and travels as a row of
-the task's output (tag ``CONTROL_TAG``), so a failed task attempt, whose output
-Spark discards, reports nothing. Reports carry the warnings user code and
-Beam raised in the bundle and, from worker processes, the log records it
-emitted at the driver's level (re-issued and logged again on the driver, where
-tests and users look for them), and the bundle's monitoring infos (user
-metrics among them), which the driver consolidates per stage: committed
-metrics are exact because only the attempts Spark kept are counted.
+A report is a control row's data (tag ``rows.CONTROL_TAG``): a pickled dict,
+``{'stage', 'warnings', 'monitoring_infos', 'logs'}`` for a bundle (written
+by ``encode``), or a streaming task's state report (``state.STATE_REPORT``).
+``warnings`` are ``(category, message, filename, lineno)`` tuples; ``logs``
+are ``(logger, level, message, path, lineno, function, exc_text)`` tuples
+(``worker.capture.capture_logs``); ``monitoring_infos`` are serialized
+MonitoringInfos. The driver decodes each (``decode``), logs the records again
+(``relog``) and re-issues the warnings once (``rewarn``).
 
 A failed bundle's exception leaves the worker as text (Spark sends the Python
 worker's error to the driver as a string), so it carries a ``Failure`` record
@@ -20,16 +20,14 @@ raised, where PySpark's simplified traceback shows each frame's current line).
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import json
 import logging
-import os
 import pickle
 import re
 import traceback
 import warnings
-from typing import Iterator, Optional
+from typing import Optional
 
 FAILURE_START = '[beam failure record '
 FAILURE_END = ']'
@@ -89,76 +87,6 @@ def drop_failure_note(error: BaseException) -> None:
     notes = getattr(error, '__notes__', None)
     if notes:
         notes[:] = [n for n in notes if not n.startswith(FAILURE_START)]
-
-
-@contextlib.contextmanager
-def capture_warnings() -> Iterator[list]:
-    """Records the bundle's warnings as (category, message, filename, lineno)."""
-    caught: list = []
-    with warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter('always')
-        try:
-            yield caught
-        finally:
-            seen = set()
-            for w in records:
-                item = (w.category, str(w.message), w.filename, w.lineno)
-                if item not in seen:
-                    seen.add(item)
-                    caught.append(item)
-
-
-# Log records a bundle sends back at most (a DoFn logging every element at
-# the driver's level); past it, one record says how many were dropped.
-MAX_LOG_RECORDS = 1000
-
-
-class _Collect(logging.Handler):
-    def __init__(self, records: list):
-        super().__init__()
-        self.records = records
-        self.dropped = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if len(self.records) >= MAX_LOG_RECORDS:
-            self.dropped += 1
-            return
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string: as logging would show it
-            message = f'{record.msg!r} % {record.args!r}'
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        self.records.append((record.name, record.levelno, message,
-                             record.pathname, record.lineno, record.funcName,
-                             record.exc_text or None))
-
-
-@contextlib.contextmanager
-def capture_logs(driver: tuple) -> Iterator[list]:
-    """Records the log records the bundle's code emits in a worker process, to
-    be logged again on the driver (``relog``), as Beam's Fn API logging
-    service does for its SDK workers. Nothing in the driver's own process
-    (``driver``: ``logs.driver_level()``; debug mode), where they are logged
-    already. The worker's root level is the driver's (``logs.apply``)."""
-    records: list = []
-    if not driver or driver[0] == os.getpid():
-        yield records
-        return
-    handler = _Collect(records)
-    root = logging.getLogger()
-    # The driver logs them: not printed here too (a local master's workers
-    # share the driver's terminal).
-    own, root.handlers = root.handlers, [handler]
-    try:
-        yield records
-    finally:
-        root.handlers = own
-        if handler.dropped:
-            records.append((__name__, logging.WARNING,
-                            f'{handler.dropped} more log records of this bundle '
-                            f'dropped (at most {MAX_LOG_RECORDS} are sent to the '
-                            'driver)', __file__, 0, 'capture_logs', None))
 
 
 def encode(stage: str, warnings: list, monitoring_infos: list,

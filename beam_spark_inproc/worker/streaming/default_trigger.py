@@ -1,7 +1,7 @@
 """A streaming GroupByKey's panes under Beam's default trigger, without the
 trigger driver.
 
-``worker.streaming`` runs Beam's ``GeneralTriggerDriver`` per key and
+``worker.streaming.grouping`` runs Beam's ``GeneralTriggerDriver`` per key and
 micro-batch: for a windowed count (1,000 keys, one or two values per key and
 micro-batch, partial counts combined before the shuffle) that bookkeeping cost
 more than the values it groups (a ``TriggerContext`` and a timer named

@@ -1,7 +1,7 @@
 """GroupAlsoByWindow across micro-batches (streaming), inside the consuming stage.
 
 A streaming stage that reads a GroupByKey gets, per key, its rows sorted by key
-(the engine's ``KEYED`` shuffle): first the key's state row (``STATE_TAG``: what the stage
+(the engine's ``BUCKETED`` shuffle): first the key's state row (``STATE_TAG``: what the stage
 kept for the key after the last micro-batch that touched it, if any), then its
 new elements. For each key, as Beam's BundleBasedDirectRunner does
 (``_StreamingGroupAlsoByWindowEvaluator``), with Beam's own ``TriggerDriver``
@@ -25,11 +25,8 @@ bundle as the GroupByKey's output, as in batch.
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import os
 import pickle
-import zlib
 from typing import Callable, Iterator, Optional
 
 import cloudpickle
@@ -41,82 +38,23 @@ from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_spark_inproc.worker import default_trigger
-from beam_spark_inproc.worker.default_trigger import DefaultTriggerPanes
-from beam_spark_inproc.worker.grouping import GROUPS_BYTES
-from beam_spark_inproc.worker.grouping import GroupAlsoByWindow
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import STATE_TAG
-from beam_spark_inproc.worker.rows import SUMMARY_TAG
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
-
-# A keyed stage's input is shuffled into this many shards (crc32 of the key
-# bytes; Spark SQL's ``crc32`` gives the same number, so a shard can be chosen
-# in a query): each shard lies wholly in one partition, its rows sorted by key.
-STATE_BUCKETS = 64
-# A shard holds one or more state buckets (``crc32 % buckets``, ``buckets`` a
-# power-of-two multiple of ``STATE_BUCKETS``, so a bucket lies in one shard),
-# each a unit of state read and written. A stage starts with STATE_BUCKETS and
-# doubles them while it holds more than this many keys per bucket
-# (``bucket_count``; ``BEAM_SPARK_INPROC_KEYS_PER_BUCKET`` in the driver's
-# environment sets another): a micro-batch touching one key rewrites about
-# this many.
-KEYS_PER_BUCKET = 1024
-MAX_BUCKETS = 1 << 14
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.buckets import bucket_of
+from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.worker.streaming import default_trigger
+from beam_spark_inproc.worker.streaming.default_trigger import DefaultTriggerPanes
+from beam_spark_inproc.worker.batch.grouping import GROUPS_BYTES
+from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import STATE_TAG
+from beam_spark_inproc.protocol.rows import SUMMARY_TAG
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
 # A key firing timers that set due timers again this many times is a bug.
 _MAX_TIMER_ROUNDS = 100_000
-
-
-def bucket_of(key: bytes, buckets: int = STATE_BUCKETS) -> int:
-    return zlib.crc32(key) % buckets
-
-
-def bucket_count(keys: int, buckets: int) -> int:
-    """The state buckets for a stage holding ``keys`` keys in ``buckets``
-    (never fewer: a split bucket's file stays valid for both halves)."""
-    per_bucket = int(os.environ.get('BEAM_SPARK_INPROC_KEYS_PER_BUCKET',
-                                    KEYS_PER_BUCKET))
-    while keys > buckets * per_bucket and buckets < MAX_BUCKETS:
-        buckets *= 2
-    return buckets
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamingStep:
-    """What one micro-batch tells a streaming stage's tasks."""
-    input_watermark: Timestamp  # before this micro-batch
-    next_input_watermark: Timestamp  # after it: timers fire up to here
-    output_watermark: Timestamp  # before this micro-batch
-    processing_time: float  # seconds: the wall clock or TestStream's clock
-
-
-@dataclasses.dataclass
-class Summary:
-    """A state bucket's keys, from one task: their earliest watermark hold,
-    event-time timer and processing-time timer (seconds)."""
-    keys: int = 0
-    hold: Timestamp = MAX_TIMESTAMP
-    event_timer: Timestamp = MAX_TIMESTAMP
-    processing_timer: float = float('inf')
-
-    def add(self, other: 'Summary') -> None:
-        self.keys += other.keys
-        self.hold = min(self.hold, other.hold)
-        self.event_timer = min(self.event_timer, other.event_timer)
-        self.processing_timer = min(self.processing_timer, other.processing_timer)
-
-    def encode(self) -> bytes:
-        return pickle.dumps((self.keys, self.hold.micros, self.event_timer.micros,
-                             self.processing_timer))
-
-    @classmethod
-    def decode(cls, data: bytes) -> 'Summary':
-        keys, hold, event_timer, processing_timer = pickle.loads(data)
-        return cls(keys, Timestamp(micros=hold), Timestamp(micros=event_timer),
-                   processing_timer)
 
 
 class _Clock:
@@ -179,7 +117,7 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
             # also lets ``_expire`` drop a window once it is past its end
             # plus allowed lateness.
             self._driver.is_merging = self._windowing.windowfn.is_merging()
-        # Beam's default trigger without the driver (``worker.default_trigger``).
+        # Beam's default trigger without the driver (``worker.streaming.default_trigger``).
         self._default = (DefaultTriggerPanes(self._windowing)
                          if grouping.default_trigger and
                          default_trigger.applies(self._windowing) else None)

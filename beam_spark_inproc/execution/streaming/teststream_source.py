@@ -54,7 +54,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker.channel import key_extractor
+from beam_spark_inproc.protocol.rows import key_extractor
 
 _GLOBAL = (GlobalWindow(),)
 
@@ -368,7 +368,7 @@ def _encoder(port: p.OutputPort, context, spread: tuple[int, int] = (1, 0)):
     impl = context.coders[port.coder_id].get_impl()
     parts, min_bytes = spread
     key_of = None
-    if port.layout in (p.PACKED, p.KEYED):
+    if port.layout in (p.PACKED, p.KEYED_ELEMENTS):
         safe = context.coders[port.key_coder_id]
         key_of = key_extractor(safe, safe.key_coder())
 

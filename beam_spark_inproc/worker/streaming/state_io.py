@@ -4,7 +4,7 @@ The stage's input is shuffled ``BUCKETED`` (``execution.engine``): every shard
 (``crc32(key) % STATE_BUCKETS``) lies wholly in one partition, its rows sorted
 by key. A shard holds the stage's state buckets ``crc32(key) % buckets`` that
 are congruent to it (``buckets``, a power-of-two multiple of the shards, grows
-with the keys the stage holds: ``worker.streaming.bucket_count``). The task
+with the keys the stage holds: ``protocol.buckets.bucket_count``). The task
 gets ``StateFiles``: the bucket count, for each bucket the Parquet file holding
 its current version (from the commit record), and the folder where this
 micro-batch's new versions go. So the task, not the driver, reads and writes:
@@ -26,7 +26,7 @@ micro-batch's new versions go. So the task, not the driver, reads and writes:
   the bucket in its data) makes a bucket run without new rows; it goes no
   further.
 * **write**: the state rows the stage's input functions forward
-  (``worker.streaming``, ``worker.streaming_keyed``) go to one Parquet file per
+  (``worker.streaming.grouping``, ``worker.streaming.stateful``) go to one Parquet file per
   task, ``part-<uuid>.parquet`` in the micro-batch's folder, sorted by bucket (a retried or
   speculative attempt writes its own file; only the file named by the attempt
   Spark committed is ever read). The per-bucket summaries they forward are
@@ -37,29 +37,30 @@ State I/O grows with the buckets a micro-batch touches, not with the state held.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import pickle
 import uuid
 import zlib
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import MARKER_TAG
-from beam_spark_inproc.worker.rows import STATE_TAG
-from beam_spark_inproc.worker.rows import SUMMARY_TAG
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import BatchBuilder
-from beam_spark_inproc.worker.rows import column_slices
-from beam_spark_inproc.worker.streaming import STATE_BUCKETS
-from beam_spark_inproc.worker.streaming import Summary
-from beam_spark_inproc.worker.streaming import bucket_of
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import MARKER_TAG
+from beam_spark_inproc.protocol.rows import STATE_TAG
+from beam_spark_inproc.protocol.rows import SUMMARY_TAG
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.state import STATE_REPORT
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.protocol.buckets import bucket_of
 
 STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
                           ('hash', pa.int64()), ('bucket', pa.int64())])
@@ -67,42 +68,11 @@ STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
 _BUCKETS_METADATA = b'beam_spark_inproc.buckets'
 _WRITE_ROWS = 8192  # state rows held before they are written, sorted by bucket
 # Rows per Parquet row group: about a bucket's worth once the buckets follow the
-# state size (``worker.streaming.KEYS_PER_BUCKET``).
+# state size (``protocol.buckets.KEYS_PER_BUCKET``).
 _GROUP_ROWS = 1024
 # A state file up to this size is read whole, once per task, rather than by
 # row groups (a small state touched everywhere: one read beats one per bucket).
 _WHOLE_FILE_BYTES = 1 << 20
-# The key of the control row's dict that tells a state report from a bundle's.
-STATE_REPORT = 'state_buckets'
-
-
-def _marker_keys() -> tuple[bytes, ...]:
-    """One key per shard (``bucket_of(key) == shard``), for marker rows."""
-    found: dict[int, bytes] = {}
-    i = 0
-    while len(found) < STATE_BUCKETS:
-        key = b'\x00beam-spark-inproc-marker-%d' % i
-        found.setdefault(bucket_of(key), key)
-        i += 1
-    return tuple(found[b] for b in range(STATE_BUCKETS))
-
-
-MARKER_KEYS = _marker_keys()
-
-
-def marker_rows(buckets) -> list[tuple[int, bytes, bytes]]:
-    """A row per bucket to run, in its shard, the bucket in its data."""
-    return [(MARKER_TAG, MARKER_KEYS[b % STATE_BUCKETS], b'%d' % b)
-            for b in sorted(buckets)]
-
-
-@dataclasses.dataclass(frozen=True)
-class StateFiles:
-    """Where a streaming keyed stage's task reads and writes its state."""
-    stage: str
-    current: tuple = ()  # (bucket, Parquet file of its current version) pairs
-    folder: str = ''  # where this micro-batch's new versions go
-    buckets: int = STATE_BUCKETS  # the stage's state buckets (a power of two)
 
 
 def read_bucket(table: pa.Table, bucket: int, buckets: int) -> dict[bytes, bytes]:
@@ -152,12 +122,6 @@ class StateFile:
             table = self.file.read_row_groups(
                 groups, columns=['key', 'data', 'hash'])
         return read_bucket(table, bucket, buckets)
-
-
-def decode_report(report: dict) -> dict[int, tuple[Optional[Summary], str]]:
-    """{bucket: (its summary and file, or (None, '') when nothing is left)}."""
-    return {b: (Summary.decode(s) if s is not None else None, path)
-            for b, (s, path) in report[STATE_REPORT].items()}
 
 
 class StateIO:

@@ -24,11 +24,11 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import sdk_worker
 
 from beam_spark_inproc.planning.plan import StagePlan
-from beam_spark_inproc.worker.rows import CONTROL_TAG
-from beam_spark_inproc.worker.rows import DATA
-from beam_spark_inproc.worker.rows import KEY
-from beam_spark_inproc.worker.rows import TAG
-from beam_spark_inproc.worker.rows import column_slices
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import column_slices
 
 USER_STATE_TYPES = frozenset([
     'bag_user_state', 'multimap_user_state', 'multimap_keys_user_state',

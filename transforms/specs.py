@@ -1,0 +1,93 @@
+"""What the Spark PTransforms (``spark_io``) and the code that runs them
+(``runtime`` on InProcessSparkRunner, ``local`` on runners running DoFns in
+this process) share: the DataFrames handed to ReadFromSpark by token, the
+schema encoding of a transform's spec, the one error type, and the schema a
+write checks a table against. A module of its own so that none of the three
+imports another for them.
+"""
+from __future__ import annotations
+
+import base64
+
+import pyarrow as pa
+
+from beam_spark_inproc.transforms import types
+
+# DataFrames given to ReadFromSpark, by token, for the runner in this process.
+_DATAFRAMES: dict[str, object] = {}
+
+class SparkInteropError(ValueError):
+    """Bad input to ReadFromSpark, WriteToSpark or SparkSql."""
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def spark_error(what: str, error: Exception) -> SparkInteropError:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    return SparkInteropError(f'{what}: {text}')
+
+
+def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
+    """The Arrow schema to write: the table's, when appending to a table that
+    exists (checked against the PCollection's); else the PCollection's.
+    Raises for error-if-exists on an existing table."""
+    table, mode = spec['table'], spec['mode']
+    try:
+        exists = session.catalog.tableExists(table)
+    except Exception as e:
+        raise spark_error(what, e) from None
+    if not exists:
+        return arrow
+    if mode in ('error', 'errorifexists'):
+        raise SparkInteropError(
+            f'{what}: table {table!r} already exists and mode is {mode!r}: '
+            "use mode='append' or 'overwrite', or another table.")
+    if mode != 'append':
+        return arrow
+    table_arrow = types.spark_to_arrow(session.table(table).schema)
+    ours = {f.name.lower(): f for f in arrow}
+    theirs = {f.name.lower(): f for f in table_arrow}
+    problems = []
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in theirs:
+            problems.append(f'field {ours[name].name!r} is not a column of the table')
+        elif name not in ours:
+            problems.append(f'column {theirs[name].name!r} of the table is not '
+                            'a field of the PCollection')
+        elif not _compatible(ours[name].type, theirs[name].type):
+            problems.append(
+                f'field {ours[name].name!r}: Beam gives {types.arrow_to_spark(pa.schema([ours[name]])).fields[0].dataType.simpleString()}, '
+                f'the table has {types.arrow_to_spark(pa.schema([theirs[name]])).fields[0].dataType.simpleString()}')
+    if problems:
+        raise SparkInteropError(
+            f'{what}: the PCollection\'s schema does not match table {table!r}: '
+            + '; '.join(problems) + '. Convert the elements (e.g. with beam.Select '
+            "or beam.Map), or write with mode='overwrite'.")
+    return table_arrow
+
+
+def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
+    """Same type, decimals of any precision (Beam's carry none), int16 into
+    tinyint, and nested
+    types compared field by field."""
+    if pa.types.is_decimal(ours) and pa.types.is_decimal(theirs):
+        return True
+    if pa.types.is_int16(ours) and pa.types.is_int8(theirs):
+        return True  # tinyint reads as int16: writing it back checks the range
+    if pa.types.is_struct(ours) and pa.types.is_struct(theirs):
+        return ours.num_fields == theirs.num_fields and all(
+            ours.field(i).name == theirs.field(i).name and
+            _compatible(ours.field(i).type, theirs.field(i).type)
+            for i in range(ours.num_fields))
+    if pa.types.is_list(ours) and pa.types.is_list(theirs):
+        return _compatible(ours.value_type, theirs.value_type)
+    if pa.types.is_map(ours) and pa.types.is_map(theirs):
+        return (_compatible(ours.key_type, theirs.key_type) and
+                _compatible(ours.item_type, theirs.item_type))
+    return ours == theirs
