@@ -31,6 +31,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -305,7 +306,8 @@ class Executor:
                          self.split_after, self.split_ways, self.profile_dir,
                          self.attempt_channel, self.runtime_options,
                          log_level=logs.driver_level(), arrow_input=arrow_input,
-                         collected=self._collected(index))
+                         collected=self._collected(index),
+                         working_directory=os.getcwd())
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._splittable(index, data, task)
         result = self.engine.map_stage(data, task)

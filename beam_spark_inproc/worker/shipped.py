@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+from beam_spark_inproc.worker import directory
+
 
 class ShippedFile:
     """A file shipped with ``addArtifacts(file=True)``, read back in a worker;
@@ -29,7 +31,8 @@ class ShippedFile:
         if self.location is not None:
             return self.location
         from pyspark import SparkFiles  # in the worker: Spark set its root
-        candidates = [SparkFiles.get(self.name), os.path.join(os.getcwd(), self.name)]
+        candidates = [SparkFiles.get(self.name),
+                      os.path.join(directory.worker_directory(), self.name)]
         for candidate in candidates:
             if os.path.exists(candidate):
                 return candidate

@@ -37,6 +37,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.worker import attempts
+from beam_spark_inproc.worker import directory
 from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
@@ -107,6 +108,9 @@ class StageTask:
     # collected to the driver whole (``execution.executor``); small data in
     # the driver (``spark.small``) then limits its run there by time only.
     collected: bool = False
+    # The driver's working directory: relative local paths read and written by
+    # the stage resolve there (``worker.directory``).
+    working_directory: str = ''
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -313,7 +317,8 @@ def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
     gc_epochs.EPOCHS.task_started()
     try:
-        yield from _run_task(task, batches)
+        with directory.driver_directory(task.working_directory):
+            yield from _run_task(task, batches)
     finally:
         gc_epochs.EPOCHS.task_finished()
 

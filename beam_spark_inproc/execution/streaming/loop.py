@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -397,7 +398,8 @@ class StreamingExecutor:
                          runtime_options=self.runtime_options,
                          side_input_version=version, state_files=state_files,
                          log_level=logs.driver_level(),
-                         profile_dir=self.profile_dir)
+                         profile_dir=self.profile_dir,
+                         working_directory=os.getcwd())
 
     def _side_inputs(self, gate: SideInputGate) -> tuple:
         """What a task carries for the gate's side inputs: made again only

@@ -53,7 +53,7 @@ def pytest_configure(config):
     import apache_beam
     root = pathlib.Path(apache_beam.__file__).parent
     names = set()
-    for area in ('examples', 'transforms', 'dataframe'):
+    for area in ('examples', 'transforms', 'dataframe', 'io', 'ml'):
         for path in (root / area).rglob('*_test.py'):
             names.update(re.findall(r'pytest\.mark\.(\w+)', path.read_text()))
     for name in sorted(names):
