@@ -57,6 +57,7 @@ from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
+from beam_spark_inproc.execution.streaming.source import StreamSource
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.execution.streaming.test_stream import bundles_invisible
@@ -157,7 +158,7 @@ class StreamingExecutor:
         # A TestStream's Python events when its element events are beside
         # the plan (``test_stream.elements_aside``; None: in the plan).
         values = test_stream_values
-        self.sources = {}
+        self.sources: dict[int, StreamSource] = {}
         for i, stage in enumerate(plan.stages):
             if stage.kind != p.TEST_STREAM_STAGE:
                 continue
@@ -179,13 +180,31 @@ class StreamingExecutor:
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.micro_batch = 0
         self._impulse_done = False
-        self._wall_start = time.time()
         self.committed_metrics = CommittedMetrics()  # restart.py
         # A gate's side inputs as its stage's tasks carry them, for its
         # version: made (and a large one written) when the value changes.
         self._side_parts: dict[str, tuple[int, tuple]] = {}
         self._side_files_read: set[str] = set()  # by this micro-batch
         self._stateless: dict[int, StageTask] = {}  # ``_stateless_task``
+
+    def restore_stage(self, index: int, input_wm: Timestamp,
+                      output_wm: Timestamp, buckets: int | None,
+                      summaries: dict[int, Summary],
+                      versions: dict[int, str]) -> None:
+        """A stage's watermarks and state buckets as a commit record holds
+        them (``restart.restore``); ``buckets`` None: the default count."""
+        self.input_wm[index] = input_wm
+        self.output_wm[index] = output_wm
+        self.summaries[index] = summaries
+        self.versions[index] = versions
+        if buckets is not None:
+            self.buckets[index] = buckets
+
+    def resume_after(self, micro_batch: int) -> None:
+        """The next micro-batch follows committed ``micro_batch`` (the
+        impulse was fed in the first one)."""
+        self.micro_batch = micro_batch + 1
+        self._impulse_done = True
 
     def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
         """Input port -> its producers' key coder, for keyed input ports."""
@@ -202,7 +221,7 @@ class StreamingExecutor:
         """Processing time: TestStream's virtual clock (the latest of them if
         there are several), else the wall clock."""
         if self.sources:
-            return max(s.clock for s in self.sources.values())
+            return max(source.clock for source in self.sources.values())
         return time.time()
 
     def _writer_wm(self, stage: int, tag: int) -> Timestamp:
@@ -235,10 +254,12 @@ class StreamingExecutor:
 
     def _loop(self) -> None:
         while not self.cancelled.is_set():
-            source_rows = {i: s.step_micro_batch(self._coalesce)
-                           for i, s in self.sources.items() if not s.exhausted}
+            source_rows = {i: source.step_micro_batch(self._coalesce)
+                           for i, source in self.sources.items()
+                           if not source.exhausted}
             moved = self._run_micro_batch(source_rows)
-            exhausted = all(s.exhausted for s in self.sources.values())
+            exhausted = all(source.exhausted
+                            for source in self.sources.values())
             if exhausted and not moved and self.residuals.pending:
                 self._wait_for_residuals()
                 continue
@@ -354,7 +375,7 @@ class StreamingExecutor:
         for data in self._cached:
             self.engine.uncache(data)
         self.committed_metrics.add(self._reports)  # in the commit record
-        self._commit()  # then its metrics count as committed
+        restart.commit(self)  # then its metrics count as committed
         self._drop_side_input_files()
         self.on_reports(self._reports)
         if self.after_micro_batch is not None:
@@ -704,29 +725,6 @@ class StreamingExecutor:
         self.input_wm[index] = next_wm
         self.output_wm[index] = max(self.output_wm[index], min(next_wm, holds))
         self._settled.add(index)
-
-    def _commit(self) -> None:
-        held = restart.driver_state(self)  # before the record naming it
-        self.store.commit(self.micro_batch, {
-            'driver_state': (None if held is None else self.store.relative(
-                self.store.write_driver_state(self.micro_batch, held))),
-            'micro_batch': self.micro_batch,
-            'stages': [{
-                'name': stage.name,
-                'input_watermark': self.input_wm[i].micros,
-                'output_watermark': self.output_wm[i].micros,
-                'state_buckets': self.buckets[i],
-                'buckets': {str(b): {'path': self.store.relative(
-                                         self.versions[i][b]),
-                                     'keys': s.keys, 'hold': s.hold.micros,
-                                     'event_timer': s.event_timer.micros,
-                                     'processing_timer': s.processing_timer}
-                            for b, s in sorted(self.summaries[i].items())},
-            } for i, stage in enumerate(self.plan.stages)],
-            'residuals': self.residuals.counts(),
-            'sources': {str(i): s.checkpoint() for i, s in self.sources.items()},
-            'metrics': self.committed_metrics.record(),
-        })
 
 
 def _locations(parts: tuple) -> list[str]:
