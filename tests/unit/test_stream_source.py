@@ -11,6 +11,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.testing import test_stream
 
 from beam_spark_inproc.execution.streaming import loop
+from beam_spark_inproc.execution.streaming import watermarks
 from beam_spark_inproc.execution.streaming.source import StreamSource
 from beam_spark_inproc.execution.streaming.test_stream import TestStreamSource
 from beam_spark_inproc.planning import plan as p
@@ -39,10 +40,11 @@ def test_test_stream_is_a_stream_source():
 
 
 def test_the_loop_calls_only_the_protocol():
-    """Every attribute the loop reads of a source (the loop names each of
-    ``self.sources`` ``source``) is a member of ``StreamSource``."""
-    tree = ast.parse(inspect.getsource(loop))
-    used = {node.attr for node in ast.walk(tree)
+    """Every attribute the loop and its watermarks read of a source (they
+    name each of the loop's sources ``source``) is a member of
+    ``StreamSource``."""
+    used = {node.attr for module in (loop, watermarks)
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
             if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
             and node.value.id == 'source'}

@@ -111,21 +111,21 @@ def commit(executor: Any) -> None:
     driver state first, then the record naming it)."""
     store = executor.store
     held = driver_state(executor)  # before the record naming it
+    watermarks, buckets = executor.watermarks, executor.buckets
     store.commit(executor.micro_batch, {
         'driver_state': (None if held is None else store.relative(
             store.write_driver_state(executor.micro_batch, held))),
         'micro_batch': executor.micro_batch,
         'stages': [{
             'name': stage.name,
-            'input_watermark': executor.input_wm[i].micros,
-            'output_watermark': executor.output_wm[i].micros,
-            'state_buckets': executor.buckets[i],
-            'buckets': {str(b): {'path': store.relative(
-                                     executor.versions[i][b]),
+            'input_watermark': watermarks.input[i].micros,
+            'output_watermark': watermarks.output[i].micros,
+            'state_buckets': buckets.counts[i],
+            'buckets': {str(b): {'path': store.relative(buckets.versions[i][b]),
                                  'keys': s.keys, 'hold': s.hold.micros,
                                  'event_timer': s.event_timer.micros,
                                  'processing_timer': s.processing_timer}
-                        for b, s in sorted(executor.summaries[i].items())},
+                        for b, s in sorted(buckets.summaries[i].items())},
         } for i, stage in enumerate(executor.plan.stages)],
         'residuals': executor.residuals.counts(),
         'sources': {str(i): s.checkpoint()
@@ -145,10 +145,11 @@ def restore(executor: Any, record: dict) -> None:
                          'match the pipeline\'s stages')
     for stage in stages:
         i = index_of[stage_key(stage['name'])]
-        executor.restore_stage(
+        executor.watermarks.restore(
             i, Timestamp(micros=stage['input_watermark']),
-            Timestamp(micros=stage['output_watermark']),
-            stage.get('state_buckets'),
+            Timestamp(micros=stage['output_watermark']))
+        executor.buckets.restore(
+            i, stage.get('state_buckets'),
             {int(b): Summary(s['keys'], Timestamp(micros=s['hold']),
                              Timestamp(micros=s['event_timer']),
                              float(s['processing_timer']))
