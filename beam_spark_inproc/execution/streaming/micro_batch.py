@@ -5,8 +5,8 @@ runs it in as few jobs as the watermarks allow (``StreamingExecutor``), and
 takes the control rows that reach the driver. The rules kept here:
 
 * **Control rows go on once.** A result's control rows (bundles' reports:
-  metrics, warnings) travel with its first reader only (``carry``), never
-  with a second one (they would count twice); a keyed stage's result holds
+  metrics, warnings) travel with its first reader only (``carry``, the batch
+  executor's ``CarryOnce``), never with a second one (they would count twice); a keyed stage's result holds
   state reports and summaries besides, which the driver takes when it runs
   (``harvested``), so its readers carry nothing.
 * **Control rows taken** (``take``) are bundles' reports (to the run's
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from beam_spark_inproc.execution.executor import CarryOnce
 from beam_spark_inproc.worker import report
 from beam_spark_inproc.worker.streaming_state import STATE_REPORT
 
@@ -34,8 +35,8 @@ class MicroBatch:
         default_factory=dict)  # stage -> its data (lazy)
     pending: list[int] = dataclasses.field(
         default_factory=list)  # keyed stages built, not run yet
-    carried: set[int] = dataclasses.field(
-        default_factory=set)  # results whose control rows have a reader
+    carried: CarryOnce = dataclasses.field(
+        default_factory=CarryOnce)  # results whose control rows have a reader
     harvested: set[int] = dataclasses.field(
         default_factory=set)  # results whose control rows were taken
     cached: list = dataclasses.field(default_factory=list)
@@ -46,10 +47,8 @@ class MicroBatch:
         """Whether a reader of ``writer`` carries its control rows on: the
         first reader of a result whose control rows nobody took (``keyed``:
         the writer is a keyed stage, whose are always taken)."""
-        carry = writer not in self.carried and writer not in self.harvested \
-            and not keyed
-        self.carried.add(writer)
-        return carry
+        first = self.carried.first(writer)
+        return first and writer not in self.harvested and not keyed
 
     def take(self, control: list) -> None:
         """Control rows that reached the driver: bundles' reports and keyed
