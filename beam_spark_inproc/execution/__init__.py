@@ -2,7 +2,9 @@
 
 ``executor`` walks a SparkPlan stage by stage against an ``engine.Engine`` (the
 few primitives a backend supplies: Spark in ``spark.engine``, in-driver lists of
-Arrow batches in ``debug.engine``); ``side_inputs`` turns a materialized side
+Arrow batches in ``debug.engine``, tiny data in the driver and the rest on Spark
+in ``spark.small``; ``local`` moves the rows both in-driver engines hold);
+``side_inputs`` turns a materialized side
 input into the state entries workers serve; ``progress`` describes and logs each
 job. Nothing here touches a SparkSession,
 so a second loop over the same pieces (micro-batches, ``execution.streaming``)

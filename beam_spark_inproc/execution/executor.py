@@ -140,6 +140,30 @@ def reshuffle(engine: Engine, stage: p.StagePlan,
     return parts[0] if len(parts) == 1 else engine.union(parts)
 
 
+class CarryOnce:
+    """Which reader of a result carries its control rows (bundles' reports:
+    metrics, warnings) on: the first one only, so they count once however
+    many stages read the result (batch and streaming alike)."""
+
+    def __init__(self):
+        self._carried: set[int] = set()  # results whose control rows have a reader
+
+    def first(self, writer: int) -> bool:
+        """Whether this reader of ``writer``'s result is its first (and from
+        now on, a later one is not)."""
+        first = writer not in self._carried
+        self._carried.add(writer)
+        return first
+
+    def add(self, writer: int) -> None:
+        """``writer``'s control rows go on another way (with the result)."""
+        self._carried.add(writer)
+
+    def __contains__(self, writer: int) -> bool:
+        """Whether ``writer``'s control rows have a reader already."""
+        return writer in self._carried
+
+
 class Executor:
     def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
                  split_after: float = 0.0, split_ways: int = 2,
@@ -154,7 +178,7 @@ class Executor:
         self._context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(plan.components))
         self._results: dict[int, Any] = {}
-        self._carried: set[int] = set()  # results whose control rows have a reader
+        self._carried = CarryOnce()
         self._reports: list[bytes] = []
         self._side_inputs: dict[tuple, list[bytes]] = {}
         self._reads, self._uses = wire(plan)
@@ -220,8 +244,7 @@ class Executor:
             return [self.engine.select(self.engine.impulse(), 0, new_tag, False)]
         parts = []
         for i, tag in self._reads[(index, buffer_id)]:
-            carry = i not in self._carried
-            self._carried.add(i)
+            carry = self._carried.first(i)
             parts.append(self.engine.select(self._results[i], tag, new_tag, carry))
         return parts
 

@@ -5,8 +5,9 @@ stage and task, a Python worker unpickling the task, Arrow in and out of the
 JVM): a 10-element pipeline (Create, Map, GroupByKey, Map, Count) spent 1.2 of
 its 1.7 s in two such jobs, and a pipeline test suite pays that per test.
 ``SmallDataEngine`` wraps ``SparkEngine`` and keeps data the driver holds
-(``Local``: partitions of Arrow batches, as the debug engine's) as long as it
-is tiny, running stages on it here; anything else is Spark's:
+(``Local``: partitions of Arrow batches, moved by ``execution.local`` as the
+debug engine's are) as long as it is tiny, running stages on it here; anything
+else is Spark's:
 
 * ``impulse()`` is ``Local``; ``select``, ``union``, ``cache`` and the shuffles
   of ``Local`` data stay ``Local`` (a shuffle into one partition: small input,
@@ -64,9 +65,9 @@ from typing import Optional
 
 import pyarrow as pa
 
-from beam_spark_inproc.debug.engine import LocalEngine
-from beam_spark_inproc.debug.engine import rows_batch
 from beam_spark_inproc.execution import engine as e
+from beam_spark_inproc.execution.local import LocalPartitions
+from beam_spark_inproc.execution.local import rows_batch
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.worker import stage_task
@@ -155,7 +156,7 @@ class SmallDataEngine:
         self._get_session = get_session
         self._parallelism = parallelism
         self._schema = None
-        self._local = LocalEngine(1)
+        self._local = LocalPartitions(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
         # None: the module's limits as they are when the engine is made.

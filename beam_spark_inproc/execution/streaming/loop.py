@@ -7,16 +7,16 @@ of bounded sources in the first one) and walks the plan's stages in order
 * its **input watermark** after the micro-batch is the minimum of the output
   watermarks of the stages (and TestStream outputs) it reads, as they stand
   after this micro-batch's upstream work: a watermark step cascades through
-  every stage in one micro-batch;
+  every stage in one micro-batch (``watermarks``);
 * a stage reading a GroupByKey, or running a stateful DoFn, runs when it has
   new input or when one of its state buckets has a due timer (the summaries
-  say which; a marker row per due bucket makes it run): its input is shuffled
-  ``BUCKETED`` and its task reads the current state of the buckets it meets
-  and writes their new versions itself (``worker.streaming_state``), judges
-  lateness against the stage's own input watermark before the micro-batch,
-  then fires the timers up to the new one (``worker.streaming``,
-  ``worker.streaming_keyed``); the buckets' new summaries and files come back
-  as control rows and replace the old ones;
+  say which, ``buckets``; a marker row per due bucket makes it run): its input
+  is shuffled ``BUCKETED`` and its task reads the current state of the
+  buckets it meets and writes their new versions itself
+  (``worker.streaming.state_io``), judges lateness against the stage's own input
+  watermark before the micro-batch, then fires the timers up to the new one
+  (``worker.streaming``); the buckets' new
+  summaries and files come back as control rows and replace the old ones;
 * its **output watermark** is min(input watermark, holds): for a keyed stage,
   the earliest watermark hold of its buckets (buffered panes; pending timers'
   output timestamps in a stateful stage), else the input watermark (it holds
@@ -31,10 +31,20 @@ leaves (one job per micro-batch for one GroupByKey). Results read more than
 once, or after the job that ran them, are cached for the micro-batch only. A
 micro-batch where nothing has rows or due timers runs no job at all.
 
-A commit record is written after every micro-batch. The stream is done when the
-sources are exhausted and every watermark is +inf (or nothing moves any more).
-The engine does the work through its contract only (``execution.engine``:
-``rows``, ``map_stage``, ``shuffle``, ``union``, ``collect``...).
+A commit record is written after every micro-batch (``restart``). The stream
+is done when the sources are exhausted and every watermark is +inf (or nothing
+moves any more). The engine does the work through its contract only
+(``execution.engine``: ``rows``, ``map_stage``, ``shuffle``, ``union``,
+``collect``...).
+
+**Parts.** ``StreamingExecutor`` decides what runs when; what it keeps is in
+named parts: the sources it steps (``source.StreamSource``), the per-stage
+watermarks (``watermarks.Watermarks``), the state-bucket table
+(``buckets.BucketTable``), one micro-batch's bookkeeping
+(``micro_batch.MicroBatch``, made anew each time), the stage tasks and the
+side-input values they carry (``tasks.StageTasks``), side-input gates
+(``side_inputs``), splittable DoFns' residuals (``residuals``), and the commit
+record that writes and restores them all (``restart``).
 """
 from __future__ import annotations
 
@@ -49,33 +59,26 @@ from typing import Any, Callable
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
-from apache_beam.utils.timestamp import MAX_TIMESTAMP
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming import restart
+from beam_spark_inproc.execution.streaming.buckets import BucketTable
+from beam_spark_inproc.execution.streaming.micro_batch import MicroBatch
 from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
+from beam_spark_inproc.execution.streaming.source import StreamSource
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.execution.streaming.tasks import StageTasks
 from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
 from beam_spark_inproc.execution.streaming.teststream_source import bundles_invisible
+from beam_spark_inproc.execution.streaming.watermarks import Watermarks
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.executor import reshuffle
 from beam_spark_inproc.execution.executor import wire
-from beam_spark_inproc.worker import logs
-from beam_spark_inproc.protocol import report
 from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
-from beam_spark_inproc.worker.stage_task import StageTask
-from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
-from beam_spark_inproc.protocol.state import StreamingStep
-from beam_spark_inproc.protocol.buckets import bucket_count
-from beam_spark_inproc.protocol.state import Summary
-from beam_spark_inproc.protocol.state import STATE_REPORT
-from beam_spark_inproc.protocol.state import StateFiles
-from beam_spark_inproc.protocol.state import decode_report
 from beam_spark_inproc.protocol.buckets import marker_rows
 
 _LOGGER = logging.getLogger(__name__)
@@ -98,7 +101,12 @@ _LOGGER = logging.getLogger(__name__)
 # to analyse, plan and run per such input and micro-batch.
 
 
+
 class StreamingExecutor:
+    """Runs a streaming plan as micro-batches on an engine (see the module
+    doc): steps the sources, builds and runs each micro-batch's stages,
+    settles the watermarks, commits."""
+
     def __init__(self, plan: p.SparkPlan, engine: Any, job_id: str,
                  store: CheckpointStore, cancelled: threading.Event,
                  on_reports: Callable[[list[dict]], None],
@@ -121,25 +129,20 @@ class StreamingExecutor:
         # Replayed by the prefetch at the last job (``_prebuild``).
         if prefetch:
             engine = self._prebuilder = Prebuilder(
-                engine, lambda task: any(
-                    task is t for t in self._stateless.values()))
+                engine, lambda task: self.tasks.stable(task))
         # (partitions, bytes): driver rows of at least ``bytes`` are cut into
         # that many partitions (``_driver_rows``); (1, 0) keeps one.
         self.spread = spread
-        self.profile_dir = profile_dir
-        self.runtime_options = runtime_options
         self.engine = engine
         self.job_id = job_id
         self.store = store
         self.cancelled = cancelled
         self.on_reports = on_reports
         self.after_micro_batch = after_micro_batch
-        self.attempt_channel = attempt_channel
         components = beam_runner_api_pb2.Components.FromString(plan.components)
         context = pipeline_context.PipelineContext(components)
         self._context = context
         self._reads, self._uses = wire(plan)
-        self._next_wm: dict[int, Timestamp] = {}
         # Stages reading side inputs: their main input waits until ready.
         self.gates = {i: SideInputGate(stage, components, context,
                                        self._key_coders(i, stage))
@@ -158,7 +161,7 @@ class StreamingExecutor:
         # A TestStream's Python events when its element events are beside
         # the plan (``test_stream.elements_aside``; None: in the plan).
         values = test_stream_values
-        self.sources = {}
+        self.sources: dict[int, StreamSource] = {}
         for i, stage in enumerate(plan.stages):
             if stage.kind != p.TEST_STREAM_STAGE:
                 continue
@@ -170,23 +173,23 @@ class StreamingExecutor:
                 stage, context, self._rows_spread,
                 None if values is None else values[stage.labels[0]])
         self._coalesce = bundles_invisible(plan, context)
-        n = len(plan.stages)
-        self.input_wm = [MIN_TIMESTAMP] * n
-        self.output_wm = [MIN_TIMESTAMP] * n
-        self.summaries: list[dict[int, Summary]] = [{} for _ in range(n)]
-        self.versions: list[dict[int, str]] = [{} for _ in range(n)]
-        # Each keyed stage's state bucket count (``worker.streaming``).
-        self.buckets: list[int] = [STATE_BUCKETS] * n
+        self.watermarks = Watermarks(plan, self._reads, self.sources,
+                                     self._hold)
+        self.buckets = BucketTable([stage.name for stage in plan.stages])
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
+        self.tasks = StageTasks(job_id, engine, store, attempt_channel,
+                                runtime_options, profile_dir)
         self.micro_batch = 0
         self._impulse_done = False
-        self._wall_start = time.time()
         self.committed_metrics = CommittedMetrics()  # restart.py
-        # A gate's side inputs as its stage's tasks carry them, for its
-        # version: made (and a large one written) when the value changes.
-        self._side_parts: dict[str, tuple[int, tuple]] = {}
-        self._side_files_read: set[str] = set()  # by this micro-batch
-        self._stateless: dict[int, StageTask] = {}  # ``_stateless_task``
+        self._batch: MicroBatch | None = None  # the one running
+
+    def resume_after(self, micro_batch: int) -> None:
+        """The next micro-batch follows committed ``micro_batch`` (the
+        impulse was fed in the first one); ``restart.restore`` has put the
+        parts where its commit record left them."""
+        self.micro_batch = micro_batch + 1
+        self._impulse_done = True
 
     def _key_coders(self, index: int, stage: p.StagePlan) -> dict[int, str]:
         """Input port -> its producers' key coder, for keyed input ports."""
@@ -203,25 +206,17 @@ class StreamingExecutor:
         """Processing time: TestStream's virtual clock (the latest of them if
         there are several), else the wall clock."""
         if self.sources:
-            return max(s.clock for s in self.sources.values())
+            return max(source.clock for source in self.sources.values())
         return time.time()
 
-    def _writer_wm(self, stage: int, tag: int) -> Timestamp:
-        if stage in self.sources:
-            return self.sources[stage].watermark(tag)
-        return self.output_wm[stage]
-
-    def _next_input_wm(self, index: int, stage: p.StagePlan) -> Timestamp:
-        wm = MAX_TIMESTAMP
-        for port in stage.inputs:
-            if port.buffer_id == translations.IMPULSE_BUFFER:
-                continue  # the impulse is fed in the first micro-batch
-            for writer, tag in self._reads[(index, port.buffer_id)]:
-                wm = min(wm, self._writer_wm(writer, tag))
-        for side_input in stage.side_inputs:
-            for writer, tag in self._reads[(index, side_input.buffer_id)]:
-                wm = min(wm, self._writer_wm(writer, tag))
-        return wm
+    def _hold(self, index: int) -> Timestamp:
+        """What holds a stage's output watermark as it settles: its state
+        buckets' holds, the elements its side-input gate pushed back, its
+        pending residuals."""
+        hold = self.buckets.hold(index)
+        if index in self.gates:
+            hold = min(hold, self.gates[index].hold)
+        return min(hold, self.residuals.hold(index))
 
     # -- the loop ---------------------------------------------------------
     def run(self) -> None:
@@ -236,22 +231,23 @@ class StreamingExecutor:
 
     def _loop(self) -> None:
         while not self.cancelled.is_set():
-            source_rows = {i: s.step_micro_batch(self._coalesce)
-                           for i, s in self.sources.items() if not s.exhausted}
+            source_rows = {i: source.step_micro_batch(self._coalesce)
+                           for i, source in self.sources.items()
+                           if not source.exhausted}
             moved = self._run_micro_batch(source_rows)
-            exhausted = all(s.exhausted for s in self.sources.values())
+            exhausted = all(source.exhausted
+                            for source in self.sources.values())
             if exhausted and not moved and self.residuals.pending:
                 self._wait_for_residuals()
                 continue
             done = exhausted and not self.residuals.pending
-            if done and all(wm >= MAX_TIMESTAMP for wm in self.output_wm):
+            if done and self.watermarks.final:
                 return
             if done and not moved:
                 _LOGGER.warning(
                     'Stream %s: sources exhausted, stages %s hold their output '
                     'watermarks below +inf; stopping.', self.job_id[:8],
-                    [s.name for s, wm in zip(self.plan.stages, self.output_wm)
-                     if wm < MAX_TIMESTAMP])
+                    self.watermarks.held())
                 return
 
     def _wait_for_residuals(self) -> None:
@@ -263,8 +259,7 @@ class StreamingExecutor:
             for source in self.sources.values():
                 source.clock = max(source.clock, due)
             return
-        due = min(due, min((s.processing_timer for summaries in self.summaries
-                            for s in summaries.values()), default=due))
+        due = min(due, self.buckets.next_processing_timer(due))
         while not self.cancelled.is_set() and time.time() < due:
             self.cancelled.wait(min(due - time.time(), 0.1))
 
@@ -281,16 +276,8 @@ class StreamingExecutor:
         running a splittable DoFn (its residuals go to the driver's schedule,
         ``residuals``) runs at once, in a job of its own.
         """
-        self._now = self.now()
-        before = (list(self.input_wm), list(self.output_wm))
-        self._produced: dict[int, Any] = {}  # stage -> its data (lazy)
-        self._pending: list[int] = []  # keyed stages built, not run yet
-        self._settled: set[int] = set()  # watermarks final for this micro-batch
-        self._carried: set[int] = set()  # results whose control rows have a reader
-        self._harvested: set[int] = set()  # results whose control rows were taken
-        self._cached: list = []
-        self._reports: list[dict] = []
-        self._state_reports: list[dict] = []
+        batch = self._batch = MicroBatch(self.now())
+        before = self.watermarks.begin()
         ran = False
         for index, stage in enumerate(self.plan.stages):
             if stage.kind == p.TEST_STREAM_STAGE:
@@ -298,14 +285,11 @@ class StreamingExecutor:
                 source = self.sources[index]
                 if rows:  # made while the last micro-batch ran, if prefetched
                     made = source.take_made()
-                    self._produced[index] = (self._driver_rows(rows)
+                    batch.produced[index] = (self._driver_rows(rows)
                                              if made is None else made)
                     if self._prebuilder is not None:
-                        self._prebuilder.source(index, self._produced[index])
-                self.input_wm[index] = self.output_wm[index] = min(
-                    (source.watermark(t) for t in range(len(stage.outputs))),
-                    default=MAX_TIMESTAMP)
-                self._settled.add(index)
+                        self._prebuilder.source(index, batch.produced[index])
+                self.watermarks.settle_source(index)
                 continue
             eager = index in self.gates or bool(stage.split_input)
             if (stage.grouped or stage.stateful or eager) and \
@@ -314,7 +298,7 @@ class StreamingExecutor:
             parts = self._inputs(index, stage)
             if index in self.gates:
                 parts = self._gate(index, stage, parts)
-            due = (self.residuals.due(index, self._now) if stage.split_input
+            due = (self.residuals.due(index, batch.now) if stage.split_input
                    else [])
             if due:
                 parts.append((None, self._driver_rows(due, always=True)))
@@ -331,9 +315,9 @@ class StreamingExecutor:
             elif stage.split_input:
                 result = self._splittable(index, stage, data)
             else:
-                result = self.engine.map_stage(data, self._stateless_task(
-                    index, stage))
-            self._produced[index] = self._maybe_cache(index, result)
+                result = self.engine.map_stage(data, self.tasks.stateless(
+                    index, stage, self.gates.get(index)))
+            batch.produced[index] = self._maybe_cache(index, result)
             ran = True
         prefetch = None
         if self.prefetch:  # the next micro-batch's
@@ -348,21 +332,21 @@ class StreamingExecutor:
                     source.prefetch(self._coalesce, make)
         self._harvest(final=True, started=prefetch)
         for index in range(len(self.plan.stages)):
-            self._settle(index)
+            self.watermarks.settle(index)
         self._impulse_done = True
         if self._prebuilder is not None:
             self._prebuilder.finish(self.micro_batch)
-        for data in self._cached:
+        for data in batch.cached:
             self.engine.uncache(data)
-        self.committed_metrics.add(self._reports)  # in the commit record
-        self._commit()  # then its metrics count as committed
-        self._drop_side_input_files()
-        self.on_reports(self._reports)
+        self.committed_metrics.add(batch.reports)  # in the commit record
+        restart.commit(self)  # then its metrics count as committed
+        self.tasks.drop_side_input_files()
+        self.on_reports(batch.reports)
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
         self.micro_batch += 1
         return (ran or any(source_rows.values())
-                or (list(self.input_wm), list(self.output_wm)) != before)
+                or self.watermarks.moved(before))
 
     # -- building ---------------------------------------------------------
     def _prebuild(self, index: int, micro_batch: int, rows: list) -> Any:
@@ -387,140 +371,56 @@ class StreamingExecutor:
             return self.engine.rows(rows, parts)
         return self.engine.rows(rows)
 
-    def _task(self, stage: p.StagePlan, step: StreamingStep | None = None,
-              state_files: StateFiles | None = None,
-              gate: SideInputGate | None = None) -> StageTask:
-        side_inputs, version = (), 0
-        if gate is not None:
-            side_inputs, version = self._side_inputs(gate), gate.version
-        return StageTask(self.job_id, stage, side_inputs, streaming=step,
-                         attempt_channel=self.attempt_channel,
-                         runtime_options=self.runtime_options,
-                         side_input_version=version, state_files=state_files,
-                         log_level=logs.driver_level(),
-                         profile_dir=self.profile_dir,
-                         working_directory=os.getcwd())
-
-    def _side_inputs(self, gate: SideInputGate) -> tuple:
-        """What a task carries for the gate's side inputs: made again only
-        when their value changed; a large one is a file under the checkpoint
-        location (``store``), kept while a micro-batch may read it."""
-        version, parts = self._side_parts.get(gate.stage.name, (None, ()))
-        if version != gate.version:
-            parts = tuple(self.engine.side_input(s, self.store.side_input_folder)
-                          for s in gate.state())
-            self._side_parts[gate.stage.name] = gate.version, parts
-        self._side_files_read.update(_locations(parts))
-        return parts
-
-    def _drop_side_input_files(self) -> None:
-        """After a commit: the side-input files neither this micro-batch read
-        nor a later one may read are removed."""
-        keep = self._side_files_read | {
-            path for _, parts in self._side_parts.values()
-            for path in _locations(parts)}
-        self.store.remove_side_inputs(keep)
-        self._side_files_read = set()
-
-    def _stateless_task(self, index: int, stage: p.StagePlan) -> StageTask:
-        """A stateless stage's task: the same object every micro-batch when
-        the stage reads no side input (nothing in it changes), so the engine
-        can reuse what it made of it (``SparkEngine.map_stage``)."""
-        if index in self.gates:
-            return self._task(stage, gate=self.gates[index])
-        task = self._stateless.get(index)
-        if task is None:
-            task = self._stateless[index] = self._task(stage)
-        return task
-
-    def _step(self, index: int) -> StreamingStep:
-        return StreamingStep(
-            input_watermark=self.input_wm[index],
-            next_input_watermark=self._next_wm[index],
-            output_watermark=self.output_wm[index], processing_time=self._now)
-
     def _splittable(self, index: int, stage: p.StagePlan, data) -> Any:
         """Runs a splittable DoFn's stage now (a job): its self-checkpointed
         residuals go to the driver's schedule, its control rows are taken."""
-        self._settle_writers(index, stage)
-        self._next_wm[index] = self._next_input_wm(index, stage)
+        batch = self._batch
+        self.watermarks.fix_next(index)
         # Cached even when nothing reads it (a leaf): the leaves' job would
         # run the DoFn again, and the stage's side effects twice.
         result = self.engine.cache(self.engine.map_stage(
-            data, self._task(stage, self._step(index),
-                             gate=self.gates.get(index))))
-        self._cached.append(result)
+            data, self.tasks.task(stage, self.watermarks.step(index, batch.now),
+                                  gate=self.gates.get(index))))
+        batch.cached.append(result)
         with self._job():
             scheduled, control = self.engine.collect(
                 self.engine.select(result, SCHEDULED_TAG, 0, True))
-        self._take(control)
-        self._harvested.add(index)
-        self.residuals.add(index, scheduled, self._now, self.output_wm[index])
+        batch.take(control)
+        batch.harvested.add(index)
+        self.residuals.add(index, scheduled, batch.now,
+                           self.watermarks.output[index])
         return result
 
     def _gate(self, index: int, stage: p.StagePlan, parts: list) -> list:
         """The main-input rows of a stage with side inputs that are ready now
         (``side_inputs``): the new ones join those pushed back before; each
         part is collected once (a job), its control rows taken."""
-        gate = self.gates[index]
+        batch, gate = self._batch, self.gates[index]
         # Before this micro-batch's elements: none is later than the input
         # watermark the stage had (the side inputs' included: conservative).
-        gate.drop_expired(self.input_wm[index])
-        for i, side_input in enumerate(stage.side_inputs):
-            for writer, tag in self._reads[(index, side_input.buffer_id)]:
-                if writer in self._produced:
+        gate.drop_expired(self.watermarks.input[index])
+        for i in range(len(stage.side_inputs)):
+            for writer, tag in self.watermarks.side_input_writers(index, i):
+                if writer in batch.produced:
                     with self._job():
                         chunks, control = self.engine.collect(self.engine.select(
-                            self._produced[writer], tag, 0, self._carry(writer)))
-                    self._take(control)
+                            batch.produced[writer], tag, 0, self._carry(writer)))
+                    batch.take(control)
                     gate.add_side(i, chunks)
         for port, part in parts:
             with self._job():
                 chunks, control = self.engine.collect(part)
-            self._take(control)
+            batch.take(control)
             gate.add_main(port, chunks)
-        self._settle_writers(index, stage)
-        watermarks = [min((self._writer_wm(w, t) for w, t in
-                           self._reads[(index, si.buffer_id)]),
-                          default=MAX_TIMESTAMP) for si in stage.side_inputs]
-        rows = gate.release(watermarks)
+        self.watermarks.settle_writers(index)
+        rows = gate.release(self.watermarks.side_inputs(index))
         return [(None, self._driver_rows(rows))] if rows else []
 
-    def _writers(self, index: int, stage: p.StagePlan, side: bool = False):
-        """(input port, writer, its output tag) of a stage's main inputs;
-        with ``side``, its side inputs' writers too (port None)."""
-        for tag, port in enumerate(stage.inputs):
-            if port.buffer_id == translations.IMPULSE_BUFFER:
-                continue
-            for writer, writer_tag in self._reads[(index, port.buffer_id)]:
-                yield tag, writer, writer_tag
-        for side_input in stage.side_inputs if side else ():
-            for writer, writer_tag in self._reads[(index, side_input.buffer_id)]:
-                yield None, writer, writer_tag
-
-    def _settle_writers(self, index: int, stage: p.StagePlan) -> None:
-        for _, writer, _ in self._writers(index, stage, side=True):
-            self._settle(writer)
-
     def _carry(self, writer: int) -> bool:
-        """Whether a reader of ``writer`` carries its control rows on: the
-        first reader of a result whose control rows nobody took."""
+        """Whether a reader of ``writer`` carries its control rows on
+        (``MicroBatch.carry``)."""
         w = self.plan.stages[writer]
-        carry = writer not in self._carried and writer not in self._harvested \
-            and not (w.grouped or w.stateful)
-        self._carried.add(writer)
-        return carry
-
-    def _take(self, control: list) -> None:
-        """Control rows that reached the driver: bundles' reports and keyed
-        stages' state reports (``_harvest``)."""
-        for payload in control:
-            if payload:
-                decoded = report.decode(payload)
-                if STATE_REPORT in decoded:
-                    self._state_reports.append(decoded)
-                else:
-                    self._reports.append(decoded)
+        return self._batch.carry(writer, w.grouped or w.stateful)
 
     @property
     def _tag(self) -> str:
@@ -541,7 +441,7 @@ class StreamingExecutor:
         if self._uses[index] > 1 or (self._uses[index] and (
                 stage.grouped or stage.stateful)):
             result = self.engine.cache(result)
-            self._cached.append(result)
+            self._batch.cached.append(result)
         return result
 
     def _inputs(self, index: int, stage: p.StagePlan) -> list:
@@ -550,22 +450,23 @@ class StreamingExecutor:
 
         Each result's control rows go on with its first reader only; a keyed
         stage's are taken when it runs (``_harvest``)."""
+        produced = self._batch.produced
         parts = []
         for tag, port in enumerate(stage.inputs):
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 if not self._impulse_done:
                     parts.append((tag, self.engine.select(
                         self.engine.impulse(), 0, tag, False)))
-        for tag, writer, writer_tag in self._writers(index, stage):
-            if writer not in self._produced:
+        for tag, writer, writer_tag in self.watermarks.writers(index):
+            if writer not in produced:
                 continue
             new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
             carry = self._carry(writer)
             if self._whole(writer, writer_tag, new_tag, carry):
-                parts.append((tag, self._produced[writer]))
+                parts.append((tag, produced[writer]))
                 continue
             parts.append((tag, self.engine.select(
-                self._produced[writer], writer_tag, new_tag, carry)))
+                produced[writer], writer_tag, new_tag, carry)))
         return parts
 
     def _whole(self, writer: int, tag: int, new_tag: int, carry: bool) -> bool:
@@ -586,42 +487,36 @@ class StreamingExecutor:
     def _waits_for_pending(self, index: int) -> bool:
         """Whether a stage's input watermark depends on a keyed stage built
         in this micro-batch and not run yet."""
-        stage = self.plan.stages[index]
-        for _, writer, _ in self._writers(index, stage, side=True):
-            if writer in self._pending:
+        for _, writer, _ in self.watermarks.writers(index, side=True):
+            if writer in self._batch.pending:
                 return True
             w = self.plan.stages[writer]
-            if writer not in self._settled and not (w.grouped or w.stateful) \
-                    and self._waits_for_pending(writer):
+            if not self.watermarks.settled(writer) and not (
+                    w.grouped or w.stateful) and self._waits_for_pending(writer):
                 return True
         return False
 
     def _keyed(self, index: int, stage: p.StagePlan, parts: list) -> bool:
         """Builds a keyed stage if it has new rows or due timers; else its
         watermarks settle at once."""
-        self._settle_writers(index, stage)
-        next_wm = self._next_input_wm(index, stage)
-        summaries = self.summaries[index]
-        due = {b for b, s in summaries.items()
-               if s.event_timer <= next_wm or s.processing_timer <= self._now}
+        batch = self._batch
+        next_wm = self.watermarks.fix_next(index)
+        due = self.buckets.due(index, next_wm, batch.now)
         if not parts and not due:
-            self._settle(index)
+            self.watermarks.settle(index)
             return False
         datas = [data for _, data in parts]
         if due:
             datas.append(self.engine.rows(marker_rows(due)))
         data = datas[0] if len(datas) == 1 else self.engine.union(datas)
-        self._next_wm[index] = next_wm
-        files = StateFiles(
-            stage=stage.name,
-            current=tuple(sorted(self.versions[index].items())),
-            folder=self.store.state_path(index, self.micro_batch),
-            buckets=self.buckets[index])
+        files = self.buckets.files(
+            index, stage.name, self.store.state_path(index, self.micro_batch))
         result = self.engine.map_stage(
             self.engine.shuffle(data, e.BUCKETED),
-            self._task(stage, self._step(index), files, self.gates.get(index)))
-        self._produced[index] = self._maybe_cache(index, result)
-        self._pending.append(index)
+            self.tasks.task(stage, self.watermarks.step(index, batch.now),
+                            files, self.gates.get(index)))
+        batch.produced[index] = self._maybe_cache(index, result)
+        batch.pending.append(index)
         return True
 
     # -- running ----------------------------------------------------------
@@ -631,106 +526,23 @@ class StreamingExecutor:
         leaves); takes their control rows: bundles' reports and the state
         buckets' new summaries and files. ``started``: called when the job
         is about to run (at once if there is none)."""
-        datas = [self._produced[i] for i in self._pending]
+        batch = self._batch
+        datas = [batch.produced[i] for i in batch.pending]
         if final:  # a leaf already run (an earlier harvest, a splittable
             # stage's job) is not run again: its side effects, its reports
-            datas += [self._produced[i] for i in self._produced
-                      if self._uses[i] == 0 and i not in self._pending
-                      and i not in self.sources and i not in self._harvested]
+            datas += [batch.produced[i] for i in batch.produced
+                      if self._uses[i] == 0 and i not in batch.pending
+                      and i not in self.sources and i not in batch.harvested]
         if datas:
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             with self._job():
                 _, control = self.engine.collect(data, elements=False,
                                                  started=started)
-            self._take(control)
+            batch.take(control)
         elif started is not None:
             started()
-        names = {s.name: i for i, s in enumerate(self.plan.stages)}
-        updated = set()
-        for decoded in self._state_reports:
-            updated.add(names[decoded['stage']])
-            self._new_state(names[decoded['stage']], decode_report(decoded))
-        for index in updated:  # once every task's report is in
-            self._split_buckets(index)
-        self._state_reports = []
-        for index in self._pending:
-            self._settle(index)
-        self._harvested.update(self._pending)
-        self._pending = []
-
-    def _new_state(self, index: int, buckets: dict) -> None:
-        summaries, versions = self.summaries[index], self.versions[index]
-        for bucket, (summary, path) in buckets.items():
-            if summary is None:
-                summaries.pop(bucket, None)
-                versions.pop(bucket, None)
-            else:
-                summaries[bucket] = summary
-                versions[bucket] = path
-
-    def _split_buckets(self, index: int) -> None:
-        """Doubles a stage's state buckets while it holds more keys per bucket
-        than ``KEYS_PER_BUCKET``: bucket b of n becomes b, b + n, ... of the
-        new count, each still read from b's file (whose rows carry their
-        key's hash, so a reader takes its own half) until a micro-batch
-        rewrites it; each half starts with b's summary (its hold and timers
-        hold or run both halves; its keys are shared out)."""
-        old = self.buckets[index]
-        summaries = self.summaries[index]
-        new = bucket_count(sum(s.keys for s in summaries.values()), old)
-        if new == old:
-            return
-        versions, parts = self.versions[index], new // old
-        self.summaries[index] = {
-            b + i * old: Summary(-(-s.keys // parts), s.hold, s.event_timer,
-                                 s.processing_timer)
-            for b, s in summaries.items() for i in range(parts)}
-        self.versions[index] = {b + i * old: path for b, path in versions.items()
-                                for i in range(parts)}
-        self.buckets[index] = new
-
-    def _settle(self, index: int) -> None:
-        """The stage's watermarks after this micro-batch (writers first)."""
-        if index in self._settled:
-            return
-        stage = self.plan.stages[index]
-        self._settle_writers(index, stage)
-        next_wm = self._next_wm.pop(index, None)
-        if next_wm is None:
-            next_wm = self._next_input_wm(index, stage)
-        holds = min((s.hold for s in self.summaries[index].values()),
-                    default=MAX_TIMESTAMP)
-        if index in self.gates:
-            holds = min(holds, self.gates[index].hold)
-        holds = min(holds, self.residuals.hold(index))
-        self.input_wm[index] = next_wm
-        self.output_wm[index] = max(self.output_wm[index], min(next_wm, holds))
-        self._settled.add(index)
-
-    def _commit(self) -> None:
-        held = restart.driver_state(self)  # before the record naming it
-        self.store.commit(self.micro_batch, {
-            'driver_state': (None if held is None else self.store.relative(
-                self.store.write_driver_state(self.micro_batch, held))),
-            'micro_batch': self.micro_batch,
-            'stages': [{
-                'name': stage.name,
-                'input_watermark': self.input_wm[i].micros,
-                'output_watermark': self.output_wm[i].micros,
-                'state_buckets': self.buckets[i],
-                'buckets': {str(b): {'path': self.store.relative(
-                                         self.versions[i][b]),
-                                     'keys': s.keys, 'hold': s.hold.micros,
-                                     'event_timer': s.event_timer.micros,
-                                     'processing_timer': s.processing_timer}
-                            for b, s in sorted(self.summaries[i].items())},
-            } for i, stage in enumerate(self.plan.stages)],
-            'residuals': self.residuals.counts(),
-            'sources': {str(i): s.checkpoint() for i, s in self.sources.items()},
-            'metrics': self.committed_metrics.record(),
-        })
-
-
-def _locations(parts: tuple) -> list[str]:
-    return [part.location for part in parts
-            if getattr(part, 'location', None) is not None]
+        self.buckets.apply(batch.take_state_reports())
+        for index in batch.pending:
+            self.watermarks.settle(index)
+        batch.harvested.update(batch.pending)
+        batch.pending = []

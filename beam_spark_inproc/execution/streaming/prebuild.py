@@ -7,7 +7,7 @@ is a new Dataset the JVM analyses while the driver waits for its Py4J reply:
 (docs/performance.md). Most of these steps do not depend on the
 micro-batch's watermarks: a source's rows, their select, a stateless
 stage's ``map_stage`` (the same task object every micro-batch,
-``StreamingExecutor._stateless_task``) and the shuffle in front of a keyed
+``tasks.StageTasks.stateless``) and the shuffle in front of a keyed
 stage. Only the keyed stage's own task carries the micro-batch's watermarks
 and state files.
 

@@ -1,7 +1,9 @@
-"""Restart from a commit record: what a micro-batch commits besides its state.
+"""The commit record: what a micro-batch commits, and restart from it.
 
-A commit record (``store``) is written after every micro-batch; a stream run
-again with the same ``--checkpoint_location`` resumes after the newest one:
+A commit record (``store``) is written after every micro-batch (``commit``,
+this module being the one that writes and reads its fields); a stream run
+again with the same ``--checkpoint_location`` resumes after the newest one
+(``restore``):
 
 * **watermarks** of every stage (input and output), and for each stage the
   current version and summary of each state bucket. The buckets hold
@@ -9,9 +11,9 @@ again with the same ``--checkpoint_location`` resumes after the newest one:
   stateful DoFns' user state and pending timers. Nothing else lives between
   micro-batches, so restoring the bucket map restores state, timers and
   pending panes as committed.
-* **source positions**: each source of the loop is a ``ReplayableSource``: it
-  gives a JSON-able ``checkpoint()`` of where it stands (TestStream: the next
-  event's index, the virtual clock, the watermarks of its outputs) and
+* **source positions**: each source of the loop is a ``source.StreamSource``:
+  it gives a JSON-able ``checkpoint()`` of where it stands (TestStream: the
+  next event's index, the virtual clock, the watermarks of its outputs) and
   ``restore``\\ s it; replaying from there yields the same events. A source
   that cannot replay (reading a queue that forgets what it delivered) would
   lose or repeat the events of the micro-batch that was running when the
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import base64
 import pickle
-from typing import Any, Protocol
+from typing import Any
 
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
@@ -46,24 +48,6 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.protocol.state import Summary
-
-
-class ReplayableSource(Protocol):
-    """A source the micro-batch loop reads: one step per micro-batch."""
-
-    @property
-    def exhausted(self) -> bool: ...
-
-    def watermark(self, port: int) -> Timestamp: ...
-
-    def step(self) -> list: ...
-
-    def checkpoint(self) -> dict:
-        """Where the source stands after the last step (JSON-able)."""
-
-    def restore(self, record: dict) -> None:
-        """Back to a ``checkpoint()``: the next ``step`` yields what the step
-        after that checkpoint yielded."""
 
 
 class CommittedMetrics:
@@ -142,6 +126,32 @@ def _instant(micros: int) -> str:
     if ts <= MIN_TIMESTAMP:
         return '-inf'
     return ts.to_rfc3339()
+def commit(executor: Any) -> None:
+    """Writes the commit record of ``executor``'s micro-batch just run (its
+    driver state first, then the record naming it)."""
+    store = executor.store
+    held = driver_state(executor)  # before the record naming it
+    watermarks, buckets = executor.watermarks, executor.buckets
+    store.commit(executor.micro_batch, {
+        'driver_state': (None if held is None else store.relative(
+            store.write_driver_state(executor.micro_batch, held))),
+        'micro_batch': executor.micro_batch,
+        'stages': [{
+            'name': stage.name,
+            'input_watermark': watermarks.input[i].micros,
+            'output_watermark': watermarks.output[i].micros,
+            'state_buckets': buckets.counts[i],
+            'buckets': {str(b): {'path': store.relative(buckets.versions[i][b]),
+                                 'keys': s.keys, 'hold': s.hold.micros,
+                                 'event_timer': s.event_timer.micros,
+                                 'processing_timer': s.processing_timer}
+                        for b, s in sorted(buckets.summaries[i].items())},
+        } for i, stage in enumerate(executor.plan.stages)],
+        'residuals': executor.residuals.counts(),
+        'sources': {str(i): s.checkpoint()
+                    for i, s in executor.sources.items()},
+        'metrics': executor.committed_metrics.record(),
+    })
 
 
 def restore(executor: Any, record: dict) -> None:
@@ -155,21 +165,21 @@ def restore(executor: Any, record: dict) -> None:
                          'match the pipeline\'s stages')
     for stage in stages:
         i = index_of[stage_key(stage['name'])]
-        executor.input_wm[i] = Timestamp(micros=stage['input_watermark'])
-        executor.output_wm[i] = Timestamp(micros=stage['output_watermark'])
-        executor.summaries[i] = {
-            int(b): Summary(s['keys'], Timestamp(micros=s['hold']),
-                            Timestamp(micros=s['event_timer']),
-                            float(s['processing_timer']))
-            for b, s in stage['buckets'].items()}
-        executor.versions[i] = {int(b): executor.store.absolute(s['path'])
-                                for b, s in stage['buckets'].items()}
-        executor.buckets[i] = stage.get('state_buckets', executor.buckets[i])
+        executor.watermarks.restore(
+            i, Timestamp(micros=stage['input_watermark']),
+            Timestamp(micros=stage['output_watermark']))
+        executor.buckets.restore(
+            i, stage.get('state_buckets'),
+            {int(b): Summary(s['keys'], Timestamp(micros=s['hold']),
+                             Timestamp(micros=s['event_timer']),
+                             float(s['processing_timer']))
+             for b, s in stage['buckets'].items()},
+            {int(b): executor.store.absolute(s['path'])
+             for b, s in stage['buckets'].items()})
     for old, position in record['sources'].items():
         executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
             position)
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
-    executor.micro_batch = record['micro_batch'] + 1
-    executor._impulse_done = True
+    executor.resume_after(record['micro_batch'])

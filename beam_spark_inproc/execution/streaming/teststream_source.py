@@ -98,7 +98,8 @@ def elements_aside(pipeline) -> Iterator[dict[str, list] | None]:
 
 
 class TestStreamSource:
-    """The events of one TestStream stage, replayed in order."""
+    """The events of one TestStream stage, replayed in order: a
+    ``source.StreamSource``."""
 
     __test__ = False  # not a pytest class
 
@@ -142,7 +143,7 @@ class TestStreamSource:
         return self.position > len(self.events)
 
     def checkpoint(self) -> dict:
-        """Where the replay stands (``restart.ReplayableSource``)."""
+        """Where the replay stands (``source.StreamSource``)."""
         return {'position': self.position, 'clock': self.clock,
                 'watermarks': {t: w.micros for t, w in self.watermarks.items()}}
 
