@@ -394,7 +394,7 @@ class _Limits:
             _elements(self._processor) - self._before > self._max_elements)
 
     def feed(self, partition: list) -> Iterator[pa.RecordBatch]:
-        """The partition's batches in pieces of 1, 1, 2, 4, ... rows (at most
+        """The partition's batches in pieces of 1, 2, 4, ... rows (at most
         ``_PIECE_ROWS``), the limits checked before each: a few seeds that
         expand are caught after the first, and rows fed in bulk cost a check
         per few hundred. Runs in the bundle's helper thread, where
