@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineResult
@@ -56,11 +57,18 @@ class SparkPipelineResult(PipelineResult):
         once it has. It waits on an event, never in ``Thread.join`` while
         the thread may be running: a KeyboardInterrupt raised inside
         ``join`` (Ctrl-C) marks a live thread as stopped in CPython 3.11,
-        and the interpreter would then exit under it."""
+        and the interpreter would then exit under it. A thread that ended
+        without ``finished`` counts as ended."""
         if self._thread is None:
             return True
-        if not self.ended_event.wait(timeout):
-            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ended_event.is_set():
+            if not self._thread.is_alive():
+                return True
+            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if wait <= 0:
+                return False
+            self.ended_event.wait(wait)
         self._thread.join(STOP_GRACE_SECONDS)  # its last steps (metrics)
         return True
 
