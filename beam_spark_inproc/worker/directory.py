@@ -14,12 +14,16 @@ driver's file: it resolves in the worker's directory, as on Beam's other
 distributed runners.
 
 Files Spark ships to the worker (``shipped``) are found in the worker's own
-directory: ``worker_directory()``.
+directory: ``worker_directory()``. A worker whose import path has entries
+relative to its directory (an executor of a cluster, where Spark adds shipped
+code as ``./name.zip``) stays in its own directory: relative local paths then
+resolve there.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Iterator
 
 _WORKER_DIRECTORY: str | None = None
@@ -31,6 +35,14 @@ def worker_directory() -> str:
     return _WORKER_DIRECTORY or os.getcwd()
 
 
+def _imports_from_here() -> bool:
+    """Whether this process imports code by paths relative to its working
+    directory (an executor's ``./`` entries for files Spark ships, such as the
+    runner's own code zip): working elsewhere would break those imports, so
+    the worker stays where it is."""
+    return any(entry and not os.path.isabs(entry) for entry in sys.path)
+
+
 @contextlib.contextmanager
 def driver_directory(path: str) -> Iterator[None]:
     """Works in ``path`` (the driver's working directory) while the block runs,
@@ -38,7 +50,7 @@ def driver_directory(path: str) -> Iterator[None]:
     global _WORKER_DIRECTORY
     here = os.getcwd()
     if not path or path == here or _WORKER_DIRECTORY is not None \
-            or not os.path.isdir(path):
+            or not os.path.isdir(path) or _imports_from_here():
         yield
         return
     os.chdir(path)
