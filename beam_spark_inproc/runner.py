@@ -314,7 +314,7 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel, native_source=_native_source)
 
 
 def _native_stage(executor, index: int, stage):
@@ -322,6 +322,14 @@ def _native_stage(executor, index: int, stage):
     transforms' own handler for its URN, loaded when a plan has one."""
     from beam_spark_inproc.transforms import runtime
     return runtime.build(executor, index, stage)
+
+
+def _native_source(stage, engine, context, folder: str):
+    """The stream source of a runner-native stage that is one (ReadFromSpark
+    over a streaming DataFrame), else None: the transforms' own, loaded when a
+    stream has one."""
+    from beam_spark_inproc.transforms import runtime
+    return runtime.stream_source(stage, engine, context, folder)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

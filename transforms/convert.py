@@ -203,3 +203,52 @@ def arrow_batch(elements: list, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [types.column_to_arrow([getattr(e, f.name) for e in elements], f)
          for f in schema], schema=schema)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToTimestampedRows:
+    """mapInArrow function: a streaming read's staged rows -> encoded Beam
+    rows, each element at the instant of its event-time column
+    (``spark_stream``), in the global window. ``one_per_row``: one element a
+    row (an ``ELEMENTS`` output port, read by a Reshuffle), else chunks."""
+    windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
+    row_type: object  # the Beam row type (RowTypeConstraint)
+    names: tuple[str, ...]  # the staged columns, in the row type's order
+    event_time: str  # the column giving each element's timestamp
+    label: str  # the transform, for errors
+    one_per_row: bool = False
+    tag: int = 0  # the output port the rows are for
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out: list[pa.RecordBatch] = []
+        builder = BatchBuilder(out.append)
+        for tag, key, data in self.rows(batches):
+            builder.add(tag, key, data)
+            yield from out
+            out.clear()
+        builder.flush()
+        yield from out
+
+    def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils import windowed_value
+        convert = ArrowRows(self.row_type, self.names)
+        impl = self.windowed_coder.get_impl()
+        create = windowed_value.create
+        windows = (GlobalWindow(),)
+        stream = create_OutputStream()
+        for batch in batches:
+            micros = batch.column(self.names.index(self.event_time)).cast(
+                pa.int64()).to_pylist()
+            if None in micros:
+                raise ValueError(
+                    f'{self.label}: a row with a null event time (column '
+                    f'{self.event_time!r}); filter such rows out of the '
+                    'streaming DataFrame, or give them a time.')
+            for row, at in zip(convert.rows(batch), micros):
+                impl.encode_to_stream(create(row, at, windows), stream, True)
+                if self.one_per_row or stream.size() >= CHUNK_BYTES:
+                    yield self.tag, None, stream.get()
+                    stream = create_OutputStream()
+        if stream.size():
+            yield self.tag, None, stream.get()

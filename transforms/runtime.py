@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.planning.native import READ_STREAM_URN
 from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
@@ -230,6 +231,15 @@ def _sql(ctx: _Context, spec: dict) -> Any:
             return dataclasses.replace(out, control=control)
         out = ctx.engine.union([out, control])
     return ctx.outputs(out)
+
+
+def stream_source(stage: p.StagePlan, engine, context, folder: str) -> Any:
+    """A runner-native stage's stream source (``source.StreamSource``) if it
+    is a streaming read (``spark_stream``), else None."""
+    if stage.native_urn != READ_STREAM_URN:
+        return None
+    from beam_spark_inproc.transforms.spark_stream import SparkStreamSource
+    return SparkStreamSource(stage, engine, context, folder)
 
 
 HANDLERS: dict[str, Callable[[_Context, dict], Any]] = {

@@ -27,6 +27,7 @@ from apache_beam import pvalue
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import GlobalWindows
 
+from beam_spark_inproc.planning.native import READ_STREAM_URN
 from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
@@ -83,10 +84,21 @@ class ReadFromSpark(beam.PTransform):
     partition reaches the first stage as Arrow batches. Elements are
     ``beam.Row``-like NamedTuples (RowCoder), in the global window at the
     minimum timestamp. Bounded.
+
+    A streaming DataFrame (``spark.readStream...``) gives an unbounded
+    PCollection: ``ReadFromSpark(dataframe=stream, event_time='ts',
+    max_out_of_orderness=30)``, each element at its ``event_time`` column's
+    instant, the watermark the latest event time minus
+    ``max_out_of_orderness`` seconds; ``trigger``: Spark's trigger of the
+    query staging the batches (``'available_now'``: read what is there, then
+    finish; an interval such as ``'5 seconds'``; default: as soon as the
+    last batch is staged). See ``stream`` and ``spark_stream``.
     """
 
     def __init__(self, table: Optional[str] = None, *, query: Optional[str] = None,
-                 dataframe=None, spark=None):
+                 dataframe=None, spark=None, event_time: Optional[str] = None,
+                 max_out_of_orderness=None, trigger: Optional[str] = None,
+                 name: Optional[str] = None, _identity: Optional[dict] = None):
         super().__init__()
         given = [n for n, v in (('table', table), ('query', query),
                                 ('dataframe', dataframe)) if v is not None]
@@ -119,8 +131,63 @@ class ReadFromSpark(beam.PTransform):
         _DATAFRAMES[self._token] = dataframe
         self._spec = {'source': self._source, 'table': table, 'query': query,
                       'token': self._token, 'schema': encode_schema(self._arrow)}
+        self._stream = None
+        streaming = self._source == 'dataframe' and dataframe.isStreaming
+        if streaming or event_time is not None or max_out_of_orderness \
+                is not None or trigger is not None:
+            from beam_spark_inproc.transforms import spark_stream
+            identity = _identity or ({'name': name} if name else None)
+            self._stream = dict(self._spec, **spark_stream.stream_spec(
+                self._what, dataframe if streaming else None, event_time,
+                max_out_of_orderness, trigger, identity))
+
+    @classmethod
+    def stream(cls, format: Optional[str] = None, *, path: Optional[str] = None,
+               options: Optional[dict] = None, schema=None, dataframe=None,
+               event_time: Optional[str] = None, max_out_of_orderness=None,
+               trigger: Optional[str] = None, spark=None) -> 'ReadFromSpark':
+        """A streaming source of the session as an unbounded PCollection:
+        ``ReadFromSpark.stream(format='kafka', options={'subscribe': 'events',
+        'kafka.bootstrap.servers': 'host:9092'}, event_time='timestamp',
+        max_out_of_orderness=10)``, or ``format='json', path=folder,
+        schema=...``, ``format='rate'``, a Python data source's name; or
+        ``dataframe=`` a streaming DataFrame. See the class doc."""
+        what = f'ReadFromSpark.stream(format={format!r})'
+        if (format is None) == (dataframe is None):
+            raise SparkInteropError(
+                'ReadFromSpark.stream needs exactly one of format= or dataframe=.')
+        if dataframe is not None:
+            if not dataframe.isStreaming:
+                raise SparkInteropError(
+                    'ReadFromSpark.stream(dataframe=...): a batch DataFrame where '
+                    'a stream is required; make it with spark.readStream, or read '
+                    'it bounded with ReadFromSpark(dataframe=...).')
+            return cls(dataframe=dataframe, event_time=event_time,
+                       max_out_of_orderness=max_out_of_orderness, trigger=trigger)
+        session = active_session(spark)
+        if session is None:
+            raise SparkInteropError(
+                f'{what} needs a SparkSession: pass spark=session, or create one '
+                'first.')
+        from beam_spark_inproc.transforms import spark_stream
+        dataframe, identity = spark_stream.reader(
+            session, what, format, path, options, schema)
+        return cls(dataframe=dataframe, event_time=event_time,
+                   max_out_of_orderness=max_out_of_orderness, trigger=trigger,
+                   _identity=identity)
 
     def expand(self, pbegin):
+        if self._stream is not None:
+            if getattr(pbegin.pipeline.runner, 'native_urns', ()) and \
+                    READ_STREAM_URN in pbegin.pipeline.runner.native_urns:
+                return pvalue.PCollection(
+                    pbegin.pipeline, element_type=self._row_type,
+                    is_bounded=False)
+            raise SparkInteropError(
+                f'{self._what} over a streaming DataFrame runs on '
+                'beam_spark_inproc.InProcessSparkRunner (a stream of its '
+                f'micro-batch loop); this pipeline\'s runner is '
+                f'{type(pbegin.pipeline.runner).__name__}.')
         if not _native(pbegin.pipeline, self._what, READ_URN):
             from beam_spark_inproc.transforms import local
             self._local = True
@@ -138,6 +205,8 @@ class ReadFromSpark(beam.PTransform):
     def to_runner_api_parameter(self, context):
         if getattr(self, '_local', False):  # a composite of Beam transforms
             return super().to_runner_api_parameter(context)
+        if self._stream is not None:
+            return READ_STREAM_URN, json.dumps(self._stream).encode()
         return READ_URN, json.dumps(self._spec).encode()
 
 

@@ -17,5 +17,8 @@ from __future__ import annotations
 READ_URN = 'beam-spark-inproc:spark-read:v1'
 WRITE_URN = 'beam-spark-inproc:spark-write:v1'
 SQL_URN = 'beam-spark-inproc:spark-sql:v1'
+# ReadFromSpark over a streaming DataFrame: a source of the micro-batch loop
+# (``beam_spark_inproc.transforms.spark_stream``), never a batch stage.
+READ_STREAM_URN = 'beam-spark-inproc:spark-read-stream:v1'
 
-NATIVE_URNS = frozenset([READ_URN, WRITE_URN, SQL_URN])
+NATIVE_URNS = frozenset([READ_URN, WRITE_URN, SQL_URN, READ_STREAM_URN])

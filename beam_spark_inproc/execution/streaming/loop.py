@@ -70,6 +70,7 @@ from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.source import StreamSource
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.execution.streaming.tasks import StageTasks
 from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
 from beam_spark_inproc.execution.streaming.teststream_source import bundles_invisible
@@ -115,7 +116,8 @@ class StreamingExecutor:
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
                  prefetch: bool = False,
                  test_stream_values: dict | None = None,
-                 stateful_whole: bool = False):
+                 stateful_whole: bool = False,
+                 native_source: Callable | None = None):
         self.plan = plan
         # Sources encode the next micro-batch's rows, and make its engine
         # data, in a thread while this one's last job runs
@@ -172,6 +174,16 @@ class StreamingExecutor:
             self.sources[i] = TestStreamSource(
                 stage, context, self._rows_spread,
                 None if values is None else values[stage.labels[0]])
+        # Runner-native sources (a ReadFromSpark over a streaming DataFrame):
+        # ``native_source`` (the runner's) gives the stage's source, or None
+        # for a native stage that is not one; each keeps its files under
+        # ``sources/<stage>`` of the checkpoint location.
+        for i, stage in enumerate(plan.stages):
+            if stage.kind == p.NATIVE_STAGE and native_source is not None:
+                source = native_source(stage, engine, context, os.path.join(
+                    store.root, 'sources', stage_key(stage.name)))
+                if source is not None:
+                    self.sources[i] = source
         self._coalesce = bundles_invisible(plan, context)
         self.watermarks = Watermarks(plan, self._reads, self.sources,
                                      self._hold)
@@ -278,13 +290,17 @@ class StreamingExecutor:
         """
         batch = self._batch = MicroBatch(self.now())
         before = self.watermarks.begin()
-        ran = False
+        ran = fed = False
         for index, stage in enumerate(self.plan.stages):
-            if stage.kind == p.TEST_STREAM_STAGE:
+            if index in self.sources:
                 rows = source_rows.get(index)
                 source = self.sources[index]
-                if rows:  # made while the last micro-batch ran, if prefetched
-                    made = source.take_made()
+                # Made while the last micro-batch ran, if prefetched; a
+                # source whose rows never reach the driver makes all of it.
+                made = source.take_made()
+                if made is not None:
+                    fed = True
+                if rows or made is not None:
                     batch.produced[index] = (self._driver_rows(rows)
                                              if made is None else made)
                     if self._prebuilder is not None:
@@ -345,7 +361,7 @@ class StreamingExecutor:
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
         self.micro_batch += 1
-        return (ran or any(source_rows.values())
+        return (ran or fed or any(source_rows.values())
                 or self.watermarks.moved(before))
 
     # -- building ---------------------------------------------------------

@@ -1,0 +1,103 @@
+"""ReadFromSpark over a streaming DataFrame (issue #34 items 1 and 4;
+``transforms.spark_stream``): the windowed sums of a stream read from
+Spark's file source and from a Python streaming data source with offsets
+equal the same pipeline's over the same rows read as a batch on Beam's
+FnApiRunner; bad input fails while the pipeline is built; a checkpoint of
+another source is refused. The restart (SIGKILL) test is in
+``test_spark_source_restart``.
+"""
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.transforms import ReadFromSpark
+from beam_spark_inproc.transforms import SparkInteropError
+from tests.streaming import spark_source_pipelines as cases
+
+
+def _run(runner, build, *flags: str) -> list:
+    import tempfile
+    out = tempfile.mkdtemp(prefix='beam-spark-source-')
+    p = beam.Pipeline(runner=runner, options=PipelineOptions(list(flags)))
+    build(p) | beam.ParDo(cases.Collect(out))
+    result = p.run()
+    assert result.wait_until_finish() == 'DONE'
+    return cases.collected(out)
+
+
+def test_file_stream_equals_bounded_read(spark, tmp_path):
+    """Six Spark batches (a JSON file each) through the loop on the debug
+    engine: the windowed sums of the bounded read, each window once."""
+    landing = str(tmp_path / 'landing')
+    cases.land(landing)
+    expected = cases.bounded(spark, landing)
+    got = _run(InProcessSparkRunner(spark=spark, debug=True),
+               lambda p: cases.windowed_sums(p | cases.read(landing, spark)),
+               '--checkpoint_location', str(tmp_path / 'ck'))
+    assert got == expected
+    assert len(got) == 3 * cases.KEYS  # windows [0,10) [10,20) [20,30)
+    staged = os.listdir(tmp_path / 'ck' / 'sources')
+    assert len(staged) == 1
+
+
+def test_python_data_source_with_offsets(spark, tmp_path):
+    """A Python streaming data source (``DataSourceStreamReader``, 10 rows a
+    Spark batch): its rows once each, at their event times."""
+    spark.dataSource.register(cases.counter_source())
+    frame = spark.readStream.format('beam_test_counter').option(
+        'total', 45).option('per_batch', 10).load()
+
+    def build(p):
+        def show(row, t=beam.DoFn.TimestampParam):
+            return row.id, row.key, int(t)
+        return p | ReadFromSpark(dataframe=frame, event_time='ts',
+                                 trigger='available_now') | beam.Map(show)
+
+    got = _run(InProcessSparkRunner(spark=spark, debug=True), build,
+               '--checkpoint_location', str(tmp_path / 'ck'))
+    epoch = int(cases.EPOCH.timestamp())
+    assert got == sorted((n, f'k{n % 3}', epoch + n) for n in range(45))
+
+
+def test_bad_input_fails_while_building(spark, tmp_path):
+    landing = str(tmp_path / 'landing')
+    cases.land(landing, 1)
+    stream = spark.readStream.schema(cases.SCHEMA).json(landing)
+    with pytest.raises(SparkInteropError, match='needs event_time='):
+        ReadFromSpark(dataframe=stream)
+    with pytest.raises(SparkInteropError, match="'when' is not a column"):
+        ReadFromSpark(dataframe=stream, event_time='when')
+    with pytest.raises(SparkInteropError, match="'id' is bigint, not a timestamp"):
+        ReadFromSpark(dataframe=stream, event_time='id')
+    batch = spark.read.schema(cases.SCHEMA).json(landing)
+    with pytest.raises(SparkInteropError, match='a batch DataFrame where a stream'):
+        ReadFromSpark.stream(dataframe=batch, event_time='ts')
+    with pytest.raises(SparkInteropError, match='this one is a batch DataFrame'):
+        ReadFromSpark(dataframe=batch, event_time='ts')
+    with pytest.raises(SparkInteropError, match=r"ReadFromSpark.stream\(format='no_such"):
+        ReadFromSpark.stream(format='no_such_source_x', event_time='ts',
+                             spark=spark)
+    with pytest.raises(SparkInteropError, match='runs on beam_spark_inproc'):
+        with beam.Pipeline() as p:
+            _ = p | ReadFromSpark(dataframe=stream, event_time='ts')
+
+
+def test_checkpoint_of_another_source_refused(spark, tmp_path):
+    landing = str(tmp_path / 'landing')
+    cases.land(landing, 2)
+    checkpoint = str(tmp_path / 'ck')
+    _run(InProcessSparkRunner(spark=spark, debug=True),
+         lambda p: p | cases.read(landing, spark) | beam.Map(lambda r: r.id),
+         '--checkpoint_location', checkpoint)
+    other = ReadFromSpark.stream(
+        format='json', path=str(tmp_path), schema=cases.SCHEMA, event_time='ts',
+        trigger='available_now', spark=spark)
+    with pytest.raises(Exception, match='another source'):
+        _run(InProcessSparkRunner(spark=spark, debug=True),
+             lambda p: p | other | beam.Map(lambda r: r.id),
+             '--checkpoint_location', checkpoint)
