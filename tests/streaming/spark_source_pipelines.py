@@ -114,7 +114,8 @@ def collected(folder: str) -> list:
     found = []
     for name in os.listdir(folder):
         with open(os.path.join(folder, name)) as f:
-            found.append(tuple(json.load(f)))
+            value = json.load(f)
+            found.append(tuple(value) if isinstance(value, list) else value)
     return sorted(found)
 
 

@@ -87,17 +87,56 @@ def test_bad_input_fails_while_building(spark, tmp_path):
             _ = p | ReadFromSpark(dataframe=stream, event_time='ts')
 
 
+def _id(row):
+    return row.id
+
+
 def test_checkpoint_of_another_source_refused(spark, tmp_path):
     landing = str(tmp_path / 'landing')
     cases.land(landing, 2)
     checkpoint = str(tmp_path / 'ck')
     _run(InProcessSparkRunner(spark=spark, debug=True),
-         lambda p: p | cases.read(landing, spark) | beam.Map(lambda r: r.id),
+         lambda p: p | cases.read(landing, spark) | 'Id' >> beam.Map(_id),
          '--checkpoint_location', checkpoint)
     other = ReadFromSpark.stream(
         format='json', path=str(tmp_path), schema=cases.SCHEMA, event_time='ts',
         trigger='available_now', spark=spark)
     with pytest.raises(Exception, match='another source'):
         _run(InProcessSparkRunner(spark=spark, debug=True),
-             lambda p: p | other | beam.Map(lambda r: r.id),
+             lambda p: p | other | 'Id' >> beam.Map(_id),
              '--checkpoint_location', checkpoint)
+
+
+def test_rate_stream_fires_windows_while_running(spark, tmp_path):
+    """Spark's rate source (``rate-micro-batch``: 10 rows a batch, event time
+    one second further each batch) read by a query that never ends by
+    itself: 5-second windows fire as the watermark passes them, each with
+    its 50 rows, while the stream runs; ``cancel`` stops it and its query."""
+    import time
+    read = ReadFromSpark.stream(
+        format='rate-micro-batch', options={
+            'rowsPerBatch': 10, 'startTimestamp': 0,
+            'advanceMillisPerBatch': 1000},
+        event_time='timestamp', spark=spark)
+    out = str(tmp_path / 'out')
+    os.makedirs(out)
+
+    def show(kv, w=beam.DoFn.WindowParam):
+        return int(w.start), kv[1]
+
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True),
+                      options=PipelineOptions(
+                          ['--checkpoint_location', str(tmp_path / 'ck')]))
+    _ = (p | read
+         | beam.WindowInto(beam.window.FixedWindows(5))
+         | beam.Map(lambda r: ('n', r.value)) | beam.combiners.Count.PerKey()
+         | beam.Map(show) | beam.ParDo(cases.Collect(out)))
+    result = p.run()
+    deadline = time.monotonic() + 300
+    while len(os.listdir(out)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    result.cancel()
+    got = cases.collected(out)
+    assert len(got) >= 3, got
+    assert got[:3] == [(0, 50), (5, 50), (10, 50)]
+    assert not spark.streams.active
