@@ -37,6 +37,38 @@ CASES = {
 }
 
 
+def spark_file_stream(session) -> int:
+    """ReadFromSpark over a streaming DataFrame (issue #34): Spark's file
+    source read by the staging query on the server (its ``foreachBatch``
+    function in the server's Python workers), the loop in this client; the
+    windowed sums must equal the same sums over the rows read as a batch on
+    FnApiRunner (``spark_source_pipelines``)."""
+    import tempfile
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from beam_spark_inproc import InProcessSparkRunner
+    from tests.streaming import spark_source_pipelines as cases
+    base = tempfile.mkdtemp(prefix='beam-connect-spark-source-')
+    landing, out = os.path.join(base, 'landing'), os.path.join(base, 'out')
+    os.makedirs(out)
+    cases.land(landing)
+    expected = cases.bounded(session, landing)
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=session),
+                      options=PipelineOptions([
+                          '--checkpoint_location', os.path.join(base, 'ck')]))
+    _ = (cases.windowed_sums(p | cases.read(landing, session))
+         | beam.ParDo(cases.Collect(out)))
+    assert p.run().wait_until_finish() == 'DONE'
+    got = cases.collected(out)
+    if got != expected or not got:
+        raise AssertionError(f'over Connect: {got!r}\nbounded: {expected!r}')
+    return len(got)
+
+
+# Cases that check themselves: name -> function(session) returning records.
+SOURCE_CASES = {'spark_file_stream': spark_file_stream}
+
+
 def run_all(session) -> dict:
     from beam_spark_inproc import InProcessSparkRunner
     status = {}
@@ -57,6 +89,16 @@ def run_all(session) -> dict:
                     f'{test_spread.bundles(results[0])} bundles saw elements '
                     f'over Connect, expected {bundles}')
             entry['ok'] = bool(expected)
+        except Exception as e:
+            entry['error'] = f'{type(e).__name__}: {e}'[-6000:]
+            entry['traceback'] = traceback.format_exc()[-6000:]
+        entry['seconds'] = round(time.monotonic() - began, 2)
+    for name, case in sorted(SOURCE_CASES.items()):
+        began = time.monotonic()
+        entry = status[name] = {'ok': False}
+        try:
+            entry['records'] = case(session)
+            entry['ok'] = True
         except Exception as e:
             entry['error'] = f'{type(e).__name__}: {e}'[-6000:]
             entry['traceback'] = traceback.format_exc()[-6000:]

@@ -320,7 +320,8 @@ def test_interop_case_over_connect(connect_run, name):
 from . import spark_connect_streaming as streaming_cases  # noqa: E402
 
 
-@pytest.mark.parametrize('name', sorted(streaming_cases.CASES))
+@pytest.mark.parametrize('name', sorted(streaming_cases.CASES)
+                         + sorted(streaming_cases.SOURCE_CASES))
 def test_streaming_case_over_connect(connect_run, name):
     status = connect_run.result()
     entry = status.get('streaming', {}).get(name)
