@@ -10,10 +10,12 @@ Today's source is a TestStream (``teststream_source.TestStreamSource``): its eve
 replayed in order, its processing-time events moving a virtual clock. A
 splittable DoFn is not a source in this sense: it is a stage the loop runs
 on the engine, whose self-checkpointed residuals wait in the driver's
-schedule (``residuals``) and re-enter it. A reader of Spark's own streams
-(a streaming DataFrame's new rows per micro-batch, its batch id as the
-position, a watermark from an event-time column) would be a ``StreamSource``
-too: the loop needs exactly these members and no more.
+schedule (``residuals``) and re-enter it. A reader of Spark's own streams is
+one too (``beam_spark_inproc.transforms.spark_stream``, given to the loop by
+the runner as ``native_source``): a streaming DataFrame's staged batches per
+micro-batch, the next Spark batch id as the position, a watermark from an
+event-time column. Its rows never reach the driver: ``step_micro_batch``
+returns none and ``take_made`` the engine data, made in Spark tasks.
 
 **Replay.** The commit record after each micro-batch holds each source's
 ``checkpoint()``; a restarted stream ``restore``\\ s it, and from there
