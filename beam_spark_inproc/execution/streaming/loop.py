@@ -52,6 +52,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -181,7 +182,8 @@ class StreamingExecutor:
         for i, stage in enumerate(plan.stages):
             if stage.kind == p.NATIVE_STAGE and native_source is not None:
                 source = native_source(stage, engine, context, os.path.join(
-                    store.root, 'sources', stage_key(stage.name)))
+                    store.root, 'sources',
+                    re.sub(r'[^\w.+-]', '_', stage_key(stage.name))))
                 if source is not None:
                     self.sources[i] = source
         self._coalesce = bundles_invisible(plan, context)
