@@ -6,18 +6,20 @@ script: a driver to kill).
 JSON files in LANDING, written with Beam's ``fileio.WriteToFiles`` into OUT,
 on the debug engine (DoFns run in this process). With ``--kill``, the driver
 SIGKILLs itself the first time (MARKER absent) row ``KILL_ID`` reaches a
-DoFn: in the middle of the micro-batch that read it, after Spark's query
-staged (and committed, in its own checkpoint) that batch and its followers,
-before the loop's commit record. Prints the committed counter of rows read
+DoFn: in the middle of the micro-batch that read it, once Spark's query has
+staged and committed (in its own checkpoint) every batch, before the loop's
+commit record: Spark's checkpoint is ahead of the loop's. Prints the committed counter of rows read
 as JSON.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import signal
 import sys
+import time
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -35,8 +37,25 @@ def _count(row):
     return row
 
 
-def _kill_once(row, marker: str):
+def spark_committed(checkpoint: str) -> list[int]:
+    """The batch ids Spark's staging query committed in its own checkpoint."""
+    found = []
+    for path in glob.glob(os.path.join(checkpoint, 'sources', '*',
+                                       'checkpoint', 'commits', '*')):
+        name = os.path.basename(path)
+        if name.isdigit():
+            found.append(int(name))
+    return sorted(found)
+
+
+def _kill_once(row, marker: str, checkpoint: str):
     if marker and row.id == KILL_ID and not os.path.exists(marker):
+        # Spark's checkpoint ahead of the loop's: the query has committed
+        # every batch (the loop is at the fourth), then the driver dies.
+        deadline = time.monotonic() + 120
+        while (cases.FILES - 1 not in spark_committed(checkpoint)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
         open(marker, 'w').close()
         os.kill(os.getpid(), signal.SIGKILL)
     return row
@@ -52,7 +71,7 @@ def run(landing: str, out: str, checkpoint: str, marker: str = '') -> dict:
                           ['--checkpoint_location', checkpoint]))
     rows = (p | cases.read(landing, spark)
             | 'Count' >> beam.Map(_count)
-            | 'Kill' >> beam.Map(_kill_once, marker))
+            | 'Kill' >> beam.Map(_kill_once, marker, checkpoint))
     _ = (cases.windowed_sums(rows)
          | 'Line' >> beam.Map(json.dumps)
          | fileio.WriteToFiles(

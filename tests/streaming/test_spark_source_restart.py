@@ -37,8 +37,15 @@ def test_driver_killed_mid_stream_reads_each_row_once(spark, tmp_path):
     killed = _driver(landing, out, checkpoint, '--kill', marker)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert os.path.exists(marker)
-    commits = os.listdir(os.path.join(checkpoint, 'commits'))
-    assert commits  # it died after some micro-batches had committed
+    # It died with Spark's checkpoint ahead of the loop's commit record:
+    # Spark had committed every batch, the loop's position was before the
+    # batch holding KILL_ID.
+    assert driver.spark_committed(checkpoint)[-1] == cases.FILES - 1
+    commits = os.path.join(checkpoint, 'commits')
+    newest = max(int(n[:-5]) for n in os.listdir(commits) if n.endswith('.json'))
+    with open(os.path.join(commits, f'{newest}.json')) as f:
+        position, = json.load(f)['sources'].values()
+    assert position['next_batch'] <= driver.KILL_ID // cases.PER_FILE
 
     again = _driver(landing, out, checkpoint, '--kill', marker)
     assert again.returncode == 0, again.stderr[-3000:]
