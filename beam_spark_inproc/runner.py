@@ -11,6 +11,7 @@ import uuid
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PortableOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
@@ -299,7 +300,11 @@ class InProcessSparkRunner(PipelineRunner):
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
+        from beam_spark_inproc.execution.streaming.update import parse_mapping
         opts = options.view_as(SparkRunnerOptions)
+        mapping = parse_mapping(  # Beam's (Dataflow's) option, then ours
+            options.view_as(GoogleCloudOptions).transform_name_mapping,
+            opts.spark_transform_name_mapping)
         return run_stream(plan, engine, job_id,
                           options.view_as(SparkRunnerOptions).checkpoint_location,
                           lambda e: translate_error(e, plan),
@@ -314,7 +319,7 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel, transform_name_mapping=mapping)
 
 
 def _native_stage(executor, index: int, stage):

@@ -85,6 +85,13 @@ class ResidualSchedule:
             Residual(due, transform, element, Timestamp(micros=micros))
             for due, transform, element, micros in saved]
 
+    def rename(self, inputs: dict[int, str]) -> None:
+        """Pending residuals re-enter their stage at ``inputs[stage]`` (its
+        splittable DoFn's data input, named anew by an updated plan)."""
+        for stage, pending in self._pending.items():
+            for r in pending:
+                r.input_transform = inputs.get(stage, r.input_transform)
+
     def counts(self) -> dict[str, int]:
         """For the commit record: pending residuals per stage."""
         return {str(stage): len(rs) for stage, rs in sorted(self._pending.items())

@@ -101,10 +101,12 @@ def _restore_driver_state(executor: Any, index_of: dict, path: str) -> None:
     with open(path, 'rb') as f:
         stages = pickle.load(f)
     for key, kept in stages.items():
-        i = index_of[key]
-        if 'gate' in kept:
+        i = index_of.get(key)
+        if i is None:  # a stage whose state an update dropped
+            continue
+        if 'gate' in kept and i in executor.gates:
             executor.gates[i].restore(kept['gate'])
-        if 'residuals' in kept:
+        if 'residuals' in kept and executor.plan.stages[i].split_input:
             executor.residuals.restore(i, kept['residuals'])
 
 
@@ -141,6 +143,7 @@ def commit(executor: Any) -> None:
             'input_watermark': watermarks.input[i].micros,
             'output_watermark': watermarks.output[i].micros,
             'state_buckets': buckets.counts[i],
+            'aliases': buckets.aliases[i],
             'buckets': {str(b): {'path': store.relative(buckets.versions[i][b]),
                                  'keys': s.keys, 'hold': s.hold.micros,
                                  'event_timer': s.event_timer.micros,
@@ -160,11 +163,16 @@ def restore(executor: Any, record: dict) -> None:
     index_of = {stage_key(stage.name): i
                 for i, stage in enumerate(executor.plan.stages)}
     stages = record['stages']
-    if sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
+    update = executor.store.update  # another pipeline's state (``update``)
+    if update is not None:  # the old stages whose state moved, by label
+        update.index(index_of)
+    elif sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
         raise ValueError(f'commit record {record["micro_batch"]} does not '
                          'match the pipeline\'s stages')
     for stage in stages:
-        i = index_of[stage_key(stage['name'])]
+        i = index_of.get(stage_key(stage['name']))
+        if i is None:  # a stateless stage an update changed
+            continue
         executor.watermarks.restore(
             i, Timestamp(micros=stage['input_watermark']),
             Timestamp(micros=stage['output_watermark']))
@@ -175,11 +183,15 @@ def restore(executor: Any, record: dict) -> None:
                              float(s['processing_timer']))
              for b, s in stage['buckets'].items()},
             {int(b): executor.store.absolute(s['path'])
-             for b, s in stage['buckets'].items()})
+             for b, s in stage['buckets'].items()},
+            stage.get('aliases', ()))
     for old, position in record['sources'].items():
-        executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
-            position)
+        i = index_of.get(stage_key(stages[int(old)]['name']))
+        if i is not None:
+            executor.sources[i].restore(position)
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
+    if update is not None:
+        update.after_restore(executor, record)
     executor.resume_after(record['micro_batch'])

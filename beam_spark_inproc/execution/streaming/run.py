@@ -27,7 +27,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                prefetch: bool = False,
                test_stream_values: dict | None = None,
                stateful_whole: bool = False,
-               cancel: Callable[[], None] | None = None) -> StreamingPipelineResult:
+               cancel: Callable[[], None] | None = None,
+               transform_name_mapping: dict[str, str] | None = None,
+               ) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -41,9 +43,12 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
-    ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
+    ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``transform_name_mapping``: old -> new labels of stateful transforms an
+    update renamed (``update``)."""
     try:
-        store = CheckpointStore(plan, checkpoint_location)
+        store = CheckpointStore(plan, checkpoint_location,
+                                transform_name_mapping)
     except BaseException:
         run_metrics.close()
         engine.release()

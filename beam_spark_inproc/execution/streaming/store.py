@@ -3,8 +3,10 @@
 Layout under ``--checkpoint_location`` (default: a private temporary folder,
 removed when the pipeline ends)::
 
-    pipeline.json              which pipeline owns the folder (stage names and
-                               transforms); another pipeline is refused
+    pipeline.json              which pipeline owns the folder: its stages and
+                               transforms, those holding state with their
+                               coders (``update``); a pipeline that cannot
+                               take that state over is refused
     sinks.json                 file sinks' temporary folders of every run
                                (``file_sinks``: a restart removes what
                                uncommitted micro-batches wrote there)
@@ -45,7 +47,9 @@ newest commit record that reads whole (``resume``): what a micro-batch after it
 left behind (state folders of micro-batch N+1 and later, a ``*.tmp`` commit, a
 torn or unreadable commit file) was never committed and is removed first, so
 the replayed micro-batch writes where its dead attempt did. A pipeline whose
-stages differ is refused with the differences named (``describe_changes``).
+stages differ is an update: it resumes if it keeps every transform holding
+state with its label and coders (``update.check``), else it is refused with
+every problem named, before anything in the folder is touched.
 
 **Garbage.** After commit N, commit records older than the newest ``RETAIN``
 are deleted, and state folders none of the retained records refers to (the
@@ -57,6 +61,7 @@ the same at once for every folder up to the commit it resumes from.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -64,6 +69,8 @@ import tempfile
 
 from beam_spark_inproc.execution.streaming import file_sinks
 from beam_spark_inproc.planning import plan as p
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class CheckpointOwnedError(ValueError):
@@ -116,19 +123,28 @@ _MB = re.compile(r'mb-(\d+)$')
 class CheckpointStore:
     RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
 
-    def __init__(self, plan: p.SparkPlan, location: str | None):
+    def __init__(self, plan: p.SparkPlan, location: str | None,
+                 transform_name_mapping: dict[str, str] | None = None):
+        from beam_spark_inproc.execution.streaming import update
         self.temporary = not location
         self.root = os.path.abspath(
             location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
-        os.makedirs(self.root, exist_ok=True)
         owner = os.path.join(self.root, 'pipeline.json')
-        mine = {'stages': fingerprint(plan)}
+        mine = update.describe(plan, fingerprint(plan))
         self.resume: dict | None = None
+        # How this pipeline takes over the state of another (``update``).
+        self.update: update.Update | None = None
+        self._owner: dict | None = None  # pipeline.json at the first commit
         self._driver_written: tuple[bytes, str] | None = None  # data, path
         if os.path.exists(owner):
             with open(owner) as f:
                 theirs = json.load(f)
-            if sorted(theirs.get('stages', [])) != mine['stages']:
+            if 'holders' in theirs:  # checked before anything is touched
+                self.update = update.check(
+                    theirs, mine, transform_name_mapping or {}, self.root)
+                if theirs != mine:
+                    self._owner = mine
+            elif sorted(theirs.get('stages', [])) != mine['stages']:
                 raise CheckpointOwnedError(
                     f'--checkpoint_location {self.root!r} holds the state of '
                     'another pipeline (or of an earlier version of this one): '
@@ -136,9 +152,16 @@ class CheckpointStore:
                     '. Its state cannot be restored into this pipeline and '
                     'nothing was overwritten. Run the pipeline as it was to '
                     'resume, or give this one its own checkpoint location.')
+            else:  # written before pipeline.json named the state's holders
+                self._owner = mine
             os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
             self.resume = self._recover()
         else:
+            if transform_name_mapping:
+                _LOGGER.warning(
+                    '--transform_name_mapping is ignored: %s holds no '
+                    'earlier run\'s state', self.root)
+            os.makedirs(self.root, exist_ok=True)
             self._write_json(owner, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
         self.side_input_folder = os.path.join(self.root, 'side-inputs')
@@ -233,6 +256,10 @@ class CheckpointStore:
     def commit(self, micro_batch: int, record: dict) -> None:
         self._write_json(
             os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
+        if self._owner is not None:  # an updated pipeline's first commit
+            self._write_json(os.path.join(self.root, 'pipeline.json'),
+                             self._owner)
+            self._owner = None
         self._collect_garbage(micro_batch, record)
 
     def _collect_garbage(self, micro_batch: int, record: dict,
