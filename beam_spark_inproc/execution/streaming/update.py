@@ -30,7 +30,7 @@ folder whose owner differs is checked against it (``check``) before anything
 in the folder is touched and before any Spark job: each old holder must find
 a new one of the same kind under its (mapped) label, with the same coders
 (compared as the coders' structure: URNs, payloads and components, not their
-ids), and the holders of one old stage must land in one new stage. Anything
+ids; a pickled Python coder by its class), and the holders of one old stage must land in one new stage. Anything
 else is refused with every problem named (``IncompatibleUpdateError``). A new
 holder with no old one starts empty.
 
@@ -75,6 +75,7 @@ _PROCESS_SIZED = (
     common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn)
 _KV = common_urns.coders.KV.urn
 _WINDOWED = common_urns.coders.WINDOWED_VALUE.urn
+_PICKLED = 'beam:coder:pickled_python:v1'
 _OPTION = '--transform_name_mapping'
 
 
@@ -95,8 +96,12 @@ class _Coders:
         coder = self._coders[coder_id]
         payload = coder.spec.payload
         parts = [coder.spec.urn]
-        if payload:
-            parts.append(hashlib.sha1(payload).hexdigest()[:12])
+        if coder.spec.urn == _PICKLED:
+            # By its class: the pickle holds more than the encoding (Beam's
+            # deterministic coders keep the label of the step they serve).
+            parts.append(_pickled_name(payload) or _digest(payload))
+        elif payload:
+            parts.append(_digest(payload))
         inner = ','.join(self.signature(c) for c in coder.component_coder_ids)
         return ':'.join(parts) + (f'({inner})' if inner else '')
 
@@ -104,7 +109,7 @@ class _Coders:
         coder = self._coders[coder_id]
         name = coder.spec.urn.split(':')[-2] if coder.spec.urn.count(':') > 1 \
             else coder.spec.urn
-        if coder.spec.payload and 'pickled' in coder.spec.urn:
+        if coder.spec.urn == _PICKLED:
             name = _pickled_name(coder.spec.payload) or name
         inner = ', '.join(self.show(c) for c in coder.component_coder_ids)
         return name + (f'<{inner}>' if inner else '')
@@ -121,6 +126,10 @@ class _Coders:
         if window_coder_id:
             found['window'] = window_coder_id
         return found
+
+
+def _digest(payload: bytes) -> str:
+    return hashlib.sha1(payload).hexdigest()[:12]
 
 
 def _pickled_name(payload: bytes) -> str:
