@@ -251,6 +251,9 @@ def describe(plan: p.SparkPlan, stages: list) -> dict:
     ``store.fingerprint``), the transforms holding state, every transform
     label (composites' too), and the labels of the stages reading the
     impulse (run in a stream's first micro-batch only)."""
+    if not getattr(plan, 'components', b''):  # a plan of stage names only
+        return {'stages': stages, 'holders': [], 'roots': [], 'labels': sorted(
+            {l for stage in plan.stages for l in stage.labels})}
     components = beam_runner_api_pb2.Components.FromString(plan.components)
     return {
         'stages': stages, 'holders': holders(plan),
