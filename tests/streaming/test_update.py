@@ -33,6 +33,7 @@ from apache_beam.transforms import window
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming.update import IncompatibleUpdateError
+from tests.streaming.test_sources import Ticks
 
 STEPS, STOP, PER_STEP = 6, 3, 4
 OUT: list[str] = []
@@ -75,6 +76,10 @@ def _bytes_key(kv):
     return kv[0].encode(), kv[1]
 
 
+def _plus_zero(kv):
+    return kv[0], kv[1] + 0
+
+
 def _sum(kv) -> str:
     return f'sum {kv[0]} {sum(kv[1])}'
 
@@ -89,13 +94,23 @@ def _tag(line: str) -> str:
 
 def _run(checkpoint: str, *flags: str, group: str = 'Group',
          running: str = 'Running', sum_fn=_sum, tag: bool = False,
-         key_bytes: bool = False) -> list[str]:
-    """Runs the stream on ``checkpoint``; returns what it printed."""
+         key_bytes: bool = False, ticks: bool = False,
+         plus: bool = False) -> list[str]:
+    """Runs the stream on ``checkpoint``; returns what it printed.
+    ``ticks``: the elements come from an unbounded splittable DoFn
+    (``test_sources.Ticks``) instead of a TestStream; ``plus``: a Map fused
+    into its stage."""
     OUT.clear()
     options = PipelineOptions([f'--checkpoint_location={checkpoint}', *flags])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
-    source = p | _events(STEPS)
+    if ticks:
+        source = (p | beam.Impulse()
+                  | beam.ParDo(Ticks(STEPS * PER_STEP, PER_STEP, 2)))
+        if plus:
+            source = source | 'Plus' >> beam.Map(_plus_zero)
+    else:
+        source = p | _events(STEPS)
     keyed = (source | 'Keyed' >> beam.Map(_bytes_key).with_output_types(
         Tuple[bytes, int]) if key_bytes else source | 'Keyed' >> beam.Map(
             _keep).with_output_types(Tuple[str, int]))
@@ -120,19 +135,24 @@ def _run(checkpoint: str, *flags: str, group: str = 'Group',
     return sorted(OUT)
 
 
-def _expected(first: int, last: int, sum_word: str = 'sum') -> list[str]:
+def _expected(first: int, last: int, sum_word: str = 'sum',
+              ticks: bool = False) -> list[str]:
     """What the stream prints for steps [first, last), by Beam's model: each
-    key's running count, each complete 20 s window's per-key sum."""
+    key's running count, each complete 20 s window's per-key sum (``ticks``:
+    tick i at time i, a bundle of ``PER_STEP`` ticks a step, the watermark at
+    the next tick after it)."""
     lines, counts, windows = [], {}, {}
     for step in range(STEPS):
         for i in range(PER_STEP):
-            key, value = f'k{i % 2}', step * 10 + i
+            key, value = f'k{i % 2}', step * (PER_STEP if ticks else 10) + i
             counts[key] = counts.get(key, 0) + 1
             windows.setdefault((value // 20, key), []).append(value)
             if first <= step < last:
                 lines.append(f'count {key} {counts[key]}')
     for (start, key), values in windows.items():
-        closes = (start * 20 + 20) // 10 - 1  # the step whose watermark closes it
+        # the step whose watermark closes it
+        closes = (min(start * 20 + 20, STEPS * PER_STEP) // PER_STEP - 1
+                  if ticks else (start * 20 + 20) // 10 - 1)
         if first <= closes < last:
             lines.append(f'{sum_word} {key} {sum(values)}')
     return sorted(lines)
@@ -145,6 +165,21 @@ def stopped(tmp_path_factory) -> str:
     PAUSE['at'] = (STOP - 1) * 10  # step STOP - 1's first element
     try:
         assert _run(checkpoint) == _expected(0, STOP)
+    finally:
+        PAUSE['at'] = None
+        PAUSE['go'].set()
+    return checkpoint
+
+
+@pytest.fixture(scope='module')
+def stopped_ticks(tmp_path_factory) -> str:
+    """The same stream from a splittable DoFn, ``PER_STEP`` ticks a bundle
+    (a micro-batch), stopped in the one of ticks [8, 12): its residual
+    [12, 24) waits in the driver's state."""
+    checkpoint = str(tmp_path_factory.mktemp('stopped-ticks') / 'ck')
+    PAUSE['at'] = (STOP - 1) * PER_STEP
+    try:
+        assert _run(checkpoint, ticks=True) == _expected(0, STOP, ticks=True)
     finally:
         PAUSE['at'] = None
         PAUSE['go'].set()
@@ -237,3 +272,17 @@ def test_a_mapping_to_an_unknown_label_is_refused(checkpoint):
     assert "maps 'Group' to 'Nope', which is not a transform of this " \
         'pipeline' in message
     assert "GroupByKey 'Group' is mapped to 'Nope'" in message
+
+
+def test_a_map_fused_into_a_splittable_dofns_stage(stopped_ticks, tmp_path):
+    """The splittable DoFn's stage is named anew ('Plus' fused into it): its
+    pending residual moves with it and reads on from tick 12; the counts and
+    window [0, 20)'s sums go on from the stop."""
+    checkpoint = str(tmp_path / 'ck')
+    shutil.copytree(stopped_ticks, checkpoint)
+    before = _stages(checkpoint)
+    assert _run(checkpoint, ticks=True, plus=True) == _expected(
+        STOP, STEPS, ticks=True)
+    [old] = [s for s, _ in before if 'Process' in s]
+    [new] = [s for s, _ in _stages(checkpoint) if 'Process' in s]
+    assert old != new and 'Plus' in new
