@@ -158,11 +158,17 @@ def _expected(first: int, last: int, sum_word: str = 'sum',
     return sorted(lines)
 
 
+def _pause_at(value: int) -> None:
+    PAUSE['reached'].clear()
+    PAUSE['go'].clear()
+    PAUSE['at'] = value
+
+
 @pytest.fixture(scope='module')
 def stopped(tmp_path_factory) -> str:
     """A checkpoint of the stream stopped after ``STOP`` steps."""
     checkpoint = str(tmp_path_factory.mktemp('stopped') / 'ck')
-    PAUSE['at'] = (STOP - 1) * 10  # step STOP - 1's first element
+    _pause_at((STOP - 1) * 10)  # step STOP - 1's first element
     try:
         assert _run(checkpoint) == _expected(0, STOP)
     finally:
@@ -177,7 +183,7 @@ def stopped_ticks(tmp_path_factory) -> str:
     (a micro-batch), stopped in the one of ticks [8, 12): its residual
     [12, 24) waits in the driver's state."""
     checkpoint = str(tmp_path_factory.mktemp('stopped-ticks') / 'ck')
-    PAUSE['at'] = (STOP - 1) * PER_STEP
+    _pause_at((STOP - 1) * PER_STEP)
     try:
         assert _run(checkpoint, ticks=True) == _expected(0, STOP, ticks=True)
     finally:

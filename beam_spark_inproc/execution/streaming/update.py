@@ -89,8 +89,10 @@ class IncompatibleUpdateError(CheckpointOwnedError):
 class _Coders:
     """Coder signatures (structure, not ids) and readable names."""
 
-    def __init__(self, components: beam_runner_api_pb2.Components):
-        self._coders = components.coders
+    def __init__(self, *coders):
+        self._coders = {}  # the first map naming an id wins
+        for found in reversed(coders):
+            self._coders.update(found)
 
     def signature(self, coder_id: str) -> str:
         coder = self._coders[coder_id]
@@ -151,7 +153,7 @@ def holders(plan: p.SparkPlan) -> list[dict]:
     """The transforms of ``plan`` whose state a checkpoint holds (see the
     module doc), as JSON-able dicts."""
     components = beam_runner_api_pb2.Components.FromString(plan.components)
-    coders = _Coders(components)
+    coders = _Coders(components.coders)
     by_label = {t.unique_name: t for t in components.transforms.values()}
 
     def window_of(pcoll_id: str) -> str | None:
@@ -191,6 +193,8 @@ def holders(plan: p.SparkPlan) -> list[dict]:
             continue
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
             stage.descriptor)
+        # The stage's own coders, for ids the pipeline's do not know.
+        own = _Coders(components.coders, descriptor.coders)
         for tid, transform in sorted(descriptor.transforms.items()):
             if transform.spec.urn == _PAR_DO:
                 payload = beam_runner_api_pb2.ParDoPayload.FromString(
@@ -218,15 +222,13 @@ def holders(plan: p.SparkPlan) -> list[dict]:
                 for name, spec in payload.timer_family_specs.items():
                     ids[f'timer {name}'] = spec.timer_family_coder_id
                 found.append(_holder(STATEFUL, transform.unique_name, stage,
-                                     coders, {k: v for k, v in ids.items()
-                                              if v in components.coders},
-                                     transform_id=tid))
+                                     own, ids, transform_id=tid))
             elif transform.spec.urn == _PROCESS_SIZED and stage.split_input:
                 [port] = [q for q in stage.inputs
                           if q.transform_id == stage.split_input]
                 found.append(_holder(
                     SPLITTABLE, transform.unique_name.rsplit('/', 1)[0], stage,
-                    coders, {'element and restriction': port.coder_id}))
+                    own, {'element and restriction': port.coder_id}))
         if stage.side_inputs:
             feeds = []
             for port in stage.inputs:
@@ -241,7 +243,7 @@ def holders(plan: p.SparkPlan) -> list[dict]:
             ids.update({f'side input {s.tag}': s.coder_id
                         for s in stage.side_inputs})
             label = sorted({s.transform_id for s in stage.side_inputs})[0]
-            found.append(_holder(SIDE_INPUTS, label, stage, coders, ids,
+            found.append(_holder(SIDE_INPUTS, label, stage, own, ids,
                                  feeds=feeds))
     return sorted(found, key=lambda h: (h['kind'], h['label'], h['stage']))
 
