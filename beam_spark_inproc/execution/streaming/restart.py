@@ -30,6 +30,9 @@ again with the same ``--checkpoint_location`` resumes after the newest one
   clock, restored with its position, or the wall clock (a residual due while
   the driver was down runs at once).
 
+Changed code on the same checkpoint (an update) finds an old stage's record by
+the labels of the transforms holding its state (``update``).
+
 The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
 produced again (state folders of uncommitted micro-batches are removed first).
