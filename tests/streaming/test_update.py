@@ -88,6 +88,10 @@ def _total(kv) -> str:
     return f'total {kv[0]} {sum(kv[1])}'
 
 
+def _share(kv, total: int) -> str:
+    return f'share {kv[0]} {kv[1]} {total}'
+
+
 def _tag(line: str) -> str:
     return f'tagged {line}'
 
@@ -95,11 +99,12 @@ def _tag(line: str) -> str:
 def _run(checkpoint: str, *flags: str, group: str = 'Group',
          running: str = 'Running', sum_fn=_sum, tag: bool = False,
          key_bytes: bool = False, ticks: bool = False,
-         plus: bool = False) -> list[str]:
+         plus: bool = False, side: bool = False) -> list[str]:
     """Runs the stream on ``checkpoint``; returns what it printed.
     ``ticks``: the elements come from an unbounded splittable DoFn
     (``test_sources.Ticks``) instead of a TestStream; ``plus``: a Map fused
-    into its stage."""
+    into its stage; ``side``: instead of the sums and counts, each element
+    with its 20 s window's total as a side input (``Share``)."""
     OUT.clear()
     options = PipelineOptions([f'--checkpoint_location={checkpoint}', *flags])
     options.view_as(StandardOptions).streaming = True
@@ -111,6 +116,18 @@ def _run(checkpoint: str, *flags: str, group: str = 'Group',
             source = source | 'Plus' >> beam.Map(_plus_zero)
     else:
         source = p | _events(STEPS)
+    if side:
+        windowed = (source | 'Keyed' >> beam.Map(_keep)
+                    | 'Window' >> beam.WindowInto(window.FixedWindows(20)))
+        totals = (windowed | beam.Values()
+                  | beam.CombineGlobally(sum).without_defaults())
+        shares = windowed | 'Share' >> beam.Map(
+            _share, beam.pvalue.AsSingleton(totals))
+        _ = shares | 'CollectShares' >> beam.Map(_collect)
+        if tag:
+            _ = (shares | 'Tag' >> beam.Map(_tag)
+                 | 'CollectTags' >> beam.Map(_collect))
+        return _finish(p)
     keyed = (source | 'Keyed' >> beam.Map(_bytes_key).with_output_types(
         Tuple[bytes, int]) if key_bytes else source | 'Keyed' >> beam.Map(
             _keep).with_output_types(Tuple[str, int]))
@@ -121,6 +138,11 @@ def _run(checkpoint: str, *flags: str, group: str = 'Group',
          | 'CollectCounts' >> beam.Map(_collect))
     if tag:
         _ = sums | 'Tag' >> beam.Map(_tag) | 'CollectTags' >> beam.Map(_collect)
+    return _finish(p)
+
+
+def _finish(p: beam.Pipeline) -> list[str]:
+    """Runs ``p``: to its end, or stopped where ``PAUSE`` says."""
     result = p.run()
     if PAUSE['at'] is not None:  # stop it there
         assert PAUSE['reached'].wait(120)
@@ -292,3 +314,36 @@ def test_a_map_fused_into_a_splittable_dofns_stage(stopped_ticks, tmp_path):
     [old] = [s for s, _ in before if 'Process' in s]
     [new] = [s for s, _ in _stages(checkpoint) if 'Process' in s]
     assert old != new and 'Plus' in new
+
+
+def _shares(first: int, last: int) -> list[str]:
+    """Each element of steps [first, last) with its 20 s window's total, by
+    Beam's model."""
+    values = [(f'k{i % 2}', step * 10 + i)
+              for step in range(STEPS) for i in range(PER_STEP)]
+    totals: dict[int, int] = {}
+    for _, v in values:
+        totals[v // 20] = totals.get(v // 20, 0) + v
+    return sorted(f'share {k} {v} {totals[v // 20]}' for k, v in values
+                  if first * 10 <= v < last * 10)
+
+
+def test_a_map_fused_behind_a_side_input_reader(tmp_path):
+    """Stopped in the micro-batch reading step 2, whose elements wait in the
+    driver for their window's total (the side input is not ready before the
+    watermark passes 40): 'Tag' fused behind 'Share' names its stage anew,
+    the held elements move with it and are printed once the total is."""
+    checkpoint = str(tmp_path / 'ck')
+    _pause_at((STOP - 1) * 10)
+    try:
+        assert _run(checkpoint, side=True) == _shares(0, STOP - 1)
+    finally:
+        PAUSE['at'] = None
+        PAUSE['go'].set()
+    before = _stages(checkpoint)
+    expected = _shares(STOP - 1, STEPS)
+    assert _run(checkpoint, side=True, tag=True) == sorted(
+        expected + [f'tagged {line}' for line in expected])
+    [old] = [s for s, _ in before if 'Share' in s]
+    [new] = [s for s, _ in _stages(checkpoint) if 'Share' in s]
+    assert old != new and 'Tag' in new
