@@ -9,6 +9,7 @@ from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.execution.streaming.update import Owner
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol import report
 
@@ -48,7 +49,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     update renamed (``update``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location,
-                                transform_name_mapping)
+                                Owner(plan, transform_name_mapping or {}))
     except BaseException:
         run_metrics.close()
         engine.release()

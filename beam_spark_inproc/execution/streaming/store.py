@@ -66,6 +66,7 @@ import os
 import re
 import shutil
 import tempfile
+from typing import Any
 
 from beam_spark_inproc.execution.streaming import file_sinks
 from beam_spark_inproc.planning import plan as p
@@ -124,24 +125,27 @@ class CheckpointStore:
     RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
 
     def __init__(self, plan: p.SparkPlan, location: str | None,
-                 transform_name_mapping: dict[str, str] | None = None):
-        from beam_spark_inproc.execution.streaming import update
+                 owner: Any = None):
+        """``owner``: what ``pipeline.json`` says of ``plan`` and how it takes
+        another pipeline's state over (``update.Owner``); None: the stages
+        only, and another pipeline's state is refused."""
         self.temporary = not location
         self.root = os.path.abspath(
             location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
-        owner = os.path.join(self.root, 'pipeline.json')
-        mine = update.describe(plan, fingerprint(plan))
+        path = os.path.join(self.root, 'pipeline.json')
+        mine = (owner.description if owner is not None
+                else {'stages': fingerprint(plan)})
         self.resume: dict | None = None
         # How this pipeline takes over the state of another (``update``).
-        self.update: update.Update | None = None
+        self.update = None
         self._owner: dict | None = None  # pipeline.json at the first commit
         self._driver_written: tuple[bytes, str] | None = None  # data, path
-        if os.path.exists(owner):
-            with open(owner) as f:
+        if os.path.exists(path):
+            with open(path) as f:
                 theirs = json.load(f)
-            if 'holders' in theirs:  # checked before anything is touched
-                self.update = update.check(
-                    theirs, mine, transform_name_mapping or {}, self.root)
+            if owner is not None and 'holders' in theirs:
+                # Checked before anything is touched.
+                self.update = owner.take_over(theirs, self.root)
                 if theirs != mine:
                     self._owner = mine
             elif sorted(theirs.get('stages', [])) != mine['stages']:
@@ -152,17 +156,17 @@ class CheckpointStore:
                     '. Its state cannot be restored into this pipeline and '
                     'nothing was overwritten. Run the pipeline as it was to '
                     'resume, or give this one its own checkpoint location.')
-            else:  # written before pipeline.json named the state's holders
+            elif theirs != mine:  # written before it named state's holders
                 self._owner = mine
             os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
             self.resume = self._recover()
         else:
-            if transform_name_mapping:
+            if owner is not None and owner.mapping:
                 _LOGGER.warning(
                     '--transform_name_mapping is ignored: %s holds no '
                     'earlier run\'s state', self.root)
             os.makedirs(self.root, exist_ok=True)
-            self._write_json(owner, mine)
+            self._write_json(path, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
         self.side_input_folder = os.path.join(self.root, 'side-inputs')
         shutil.rmtree(self.side_input_folder, ignore_errors=True)  # a dead run's

@@ -60,6 +60,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_spark_inproc.execution.streaming.store import CheckpointOwnedError
+from beam_spark_inproc.execution.streaming.store import fingerprint
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.planning import plan as p
 
@@ -212,13 +213,11 @@ def holders(plan: p.SparkPlan) -> list[dict]:
                                  'ordered_list_spec', 'multimap_spec'):
                         if spec.HasField(kind):
                             sub = getattr(spec, kind)
-                            for field in ('coder_id', 'element_coder_id',
-                                          'accumulator_coder_id',
-                                          'key_coder_id', 'value_coder_id'):
-                                value = getattr(sub, field, '')
-                                if value:
-                                    ids[f'state {name} {field[:-9] or "value"}'
-                                        ] = value
+                            for field, value in sub.ListFields():
+                                if field.name.endswith('coder_id'):
+                                    part = field.name[:-len('_coder_id')]
+                                    ids[f'state {name} {part or "value"}'] = \
+                                        value
                 for name, spec in payload.timer_family_specs.items():
                     ids[f'timer {name}'] = spec.timer_family_coder_id
                 found.append(_holder(STATEFUL, transform.unique_name, stage,
@@ -246,6 +245,18 @@ def holders(plan: p.SparkPlan) -> list[dict]:
             found.append(_holder(SIDE_INPUTS, label, stage, own, ids,
                                  feeds=feeds))
     return sorted(found, key=lambda h: (h['kind'], h['label'], h['stage']))
+
+
+class Owner:
+    """What ``pipeline.json`` says of a plan (``description``), and how the
+    plan takes over the state of the pipeline another one describes."""
+
+    def __init__(self, plan: p.SparkPlan, mapping: dict[str, str]):
+        self.description = describe(plan, fingerprint(plan))
+        self.mapping = mapping
+
+    def take_over(self, theirs: dict, root: str) -> Update | None:
+        return check(theirs, self.description, self.mapping, root)
 
 
 def describe(plan: p.SparkPlan, stages: list) -> dict:
