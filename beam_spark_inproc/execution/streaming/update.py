@@ -4,7 +4,8 @@ Dataflow's update is the model: state belongs to the transforms that hold it,
 a change that keeps every one of them (its label and its coders) resumes
 from the checkpoint, stateless transforms may be added, removed or changed
 freely, and a renamed stateful transform is named in a mapping
-(``--transform_name_mapping``, a JSON object of old label -> new label; a
+(``--spark_transform_name_mapping``, or Beam's ``--transform_name_mapping``:
+a JSON object of old label -> new label; a
 key also maps the labels under it, ``"Count"`` maps ``"Count/Group"``; an
 empty new label drops the transform's state).
 
@@ -30,9 +31,11 @@ folder whose owner differs is checked against it (``check``) before anything
 in the folder is touched and before any Spark job: each old holder must find
 a new one of the same kind under its (mapped) label, with the same coders
 (compared as the coders' structure: URNs, payloads and components, not their
-ids; a pickled Python coder by its class), and the holders of one old stage must land in one new stage. Anything
-else is refused with every problem named (``IncompatibleUpdateError``). A new
-holder with no old one starts empty.
+ids; a pickled Python coder by its class), and the holders of one old stage
+must land in one new stage. Anything else is refused with every problem named
+(``IncompatibleUpdateError``). A new holder with no old one starts empty; a
+new transform reading the impulse is refused (a stream feeds the impulse in
+its first micro-batch only).
 
 **Keyed by stage.** A commit record keys watermarks and state buckets by the
 stage's name, and the driver's state by ``stage_key``; fusion names stages
