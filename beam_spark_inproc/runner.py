@@ -190,9 +190,6 @@ class InProcessSparkRunner(PipelineRunner):
                                spark_session.local_parallelism(opts.spark_master))
                 get_spark = lazy.get
                 attempt_host = '127.0.0.1'
-                from beam_spark_inproc.spark.small import always_on_spark
-                if any(always_on_spark(s) for s in plan.stages):
-                    lazy.start()
 
             def diagnose(error):
                 if lazy is not None and not lazy.created:
@@ -216,7 +213,7 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = SmallDataEngine(
                     get_spark, make_engine, parallelism,
                     max_bytes=int(opts.spark_small_data_kb * 1024),
-                    settings=settings)
+                    settings=settings, spark_start=lazy)
                 settings = contextlib.nullcontext  # entered by the engine
             else:
                 engine = make_engine()
