@@ -48,6 +48,19 @@ else is Spark's:
   and gets the job's description, so a run that stays in the driver makes no
   call to Spark at all.
 
+* **while Spark starts** (``spark_start``: the session the runner makes,
+  ``session.LazySession``, not yet ready): a stage begun then is not handed
+  over by the limits; passing them starts the session in the background and
+  the stage goes on here, its output held up to ``COLD_MAX_BYTES``, so that a
+  new process's first run works while the JVM starts instead of waiting for
+  it. A splittable stage may run here then, its restrictions cut into
+  ``COLD_PIECES`` equal pieces (``execution.initial_split``) fed one at a
+  time. Once the session is ready, a stage whose input rows are independent
+  elements or restrictions (``_element_wise``) is fed no more: its bundle
+  ends as usual, its output so far is kept and the input not fed runs on
+  Spark, as further bundles of the same stage; a stage reading rows grouped
+  or sorted by key (which cannot be cut between two inputs) ends here.
+
 What stays in the driver runs on one core, for about ``max_seconds`` a stage
 (plus the element under way when they pass): the price of a stage handed over
 late is that much driver time. Off with
