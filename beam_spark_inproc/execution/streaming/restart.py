@@ -151,6 +151,7 @@ def commit(executor: Any) -> None:
         'sources': {str(i): s.checkpoint()
                     for i, s in executor.sources.items()},
         'metrics': executor.committed_metrics.record(),
+        'drain': executor.drain.record(executor),  # ``drain``
     })
 
 
@@ -182,4 +183,5 @@ def restore(executor: Any, record: dict) -> None:
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
+    executor.drain.restore(record.get('drain'), executor.job_id)
     executor.resume_after(record['micro_batch'])
