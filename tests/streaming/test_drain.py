@@ -9,6 +9,7 @@ import glob
 import json
 import logging
 import os
+import pickle
 import time
 
 import apache_beam as beam
@@ -187,7 +188,7 @@ def test_drain_truncates_splittable_dofns(tmp_path):
     records = []
     for name in os.listdir(out):
         with open(os.path.join(out, name), 'rb') as f:
-            records.append(__import__('pickle').load(f)[0])
+            records.append(pickle.load(f)[0])
     assert sorted(v for k, v in records if k == 'bounded') == list(range(5))
     offsets = sorted(v for k, v in records if k == 'tick')
     assert offsets == [round(0.05 * i, 3) for i in range(len(offsets))]
@@ -196,6 +197,67 @@ def test_drain_truncates_splittable_dofns(tmp_path):
     assert record['drain']['drained'] is True
     assert record['drain']['requested_by'] == 'result.drain()'
     assert record['residuals'] == {}
+
+
+class _CountdownAsking(_Countdown):
+    """``_Countdown`` that asks for a drain (the request file) at position 0
+    and fails at position ``fail_at`` once (a marker file remembers)."""
+
+    def __init__(self, n, delay, checkpoint, fail_at, marker):
+        super().__init__(n, delay)
+        self._checkpoint, self._fail_at, self._marker = (
+            checkpoint, fail_at, marker)
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam()):
+        position = tracker.current_restriction().start
+        if position == 0:
+            assert cli(['drain', self._checkpoint]) == 0
+        if position == self._fail_at and not os.path.exists(self._marker):
+            open(self._marker, 'w').close()
+            raise RuntimeError('the driver dies mid-drain')
+        yield from super().process(element, tracker)
+
+
+def test_a_stream_that_failed_mid_drain_drains_on_when_rerun(tmp_path,
+                                                            caplog):
+    """A drain that takes several micro-batches (a bounded splittable DoFn
+    waiting out its resume delays; PeriodicImpulse truncated at once) fails
+    at its third: the commit records before say draining, not drained. The
+    rerun on the checkpoint drains on from them (the request file is gone
+    by then) and ends DONE, its last record drained; each position of the
+    bounded restriction was output once over both runs."""
+    checkpoint, out = str(tmp_path / 'ck'), str(tmp_path / 'out')
+    os.makedirs(out)
+    start = time.time()
+
+    def run():
+        options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
+        options.view_as(StandardOptions).streaming = True
+        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True),
+                          options=options)
+        ticks = (p | PeriodicImpulse(start_timestamp=start,
+                                     fire_interval=0.05)
+                 | beam.Map(lambda t: ('tick', 0)))
+        bounded = p | beam.Impulse() | beam.ParDo(_CountdownAsking(
+            5, 0.1, checkpoint, 3, str(tmp_path / 'failed')))
+        _ = (ticks, bounded) | beam.Flatten() | beam.ParDo(oracle.Record(out))
+        return p.run()
+
+    with pytest.raises(RuntimeError, match='dies mid-drain'):
+        run().wait_until_finish(30_000)
+    record = _last_record(checkpoint)
+    assert record['drain']['drained'] is False
+    assert not os.path.exists(os.path.join(checkpoint, drain.REQUEST_FILE))
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert run().wait_until_finish(30_000) == PipelineState.DONE
+    assert 'continuing the drain' in caplog.text
+    assert _last_record(checkpoint)['drain']['drained'] is True
+    records = []
+    for name in os.listdir(out):
+        with open(os.path.join(out, name), 'rb') as f:
+            records.append(pickle.load(f)[0])
+    assert sorted(v for k, v in records if k == 'bounded') == list(range(5))
 
 
 def test_drain_or_cancel_of_an_ended_run_is_a_no_op(tmp_path, caplog):
@@ -235,3 +297,28 @@ def test_drain_command_on_a_drained_checkpoint_says_so(tmp_path, capsys):
     assert cli(['drain', checkpoint]) == 0
     assert 'already drained after micro-batch 5' in capsys.readouterr().out
     assert not glob.glob(os.path.join(checkpoint, drain.REQUEST_FILE))
+
+
+def test_drain_on_spark(spark, tmp_path):
+    """On Spark: the request comes from a Spark Python worker while the loop
+    makes the next micro-batch's TestStream rows ahead (prefetch), which the
+    drain throws away; and a splittable DoFn's drained descriptor runs in the
+    workers (PeriodicImpulse stops). The records are BundleBasedDirectRunner's
+    over the events read, and the run ends DONE."""
+    checkpoint = str(tmp_path / 'ck')
+
+    def build(p):
+        _ = (p | PeriodicImpulse(start_timestamp=time.time() - 0.4,
+                                 fire_interval=0.2)
+             | beam.Filter(lambda _: False))
+        return _windowed_stateful(_EVENTS, checkpoint)(p)
+
+    got = oracle.run(build, InProcessSparkRunner(spark=spark),
+                     f'--checkpoint_location={checkpoint}')
+    record = _last_record(checkpoint)
+    assert record['drain']['drained'] is True and record['residuals'] == {}
+    (position,) = [s['position'] for s in
+                   record['drain']['sources_stopped_at'].values()]
+    assert position < len(_EVENTS)
+    read = _EVENTS[:position]
+    assert got == oracle.direct(_windowed_stateful(read + [('inf', None)]))

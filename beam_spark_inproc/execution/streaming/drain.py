@@ -132,12 +132,14 @@ class Drain:
         for source in executor.sources.values():
             source.drain()
         executor.residuals.expedite(executor.now())
+        positions = {executor.plan.stages[int(i)].labels[0]: position
+                     for i, position in self.sources_stopped_at.items()}
         _LOGGER.info(
             'Stream %s: draining after micro-batch %d (requested by %s): '
             'sources stop at %s; splittable DoFns truncate their '
             'restrictions; every window and timer fires, then the stream '
             'ends', executor.job_id[:8], self.after_micro_batch,
-            self._requested_by, self.sources_stopped_at or 'their impulse')
+            self._requested_by, positions or 'their impulse')
 
     def stage(self, index: int, stage: p.StagePlan) -> p.StagePlan:
         """The plan a splittable DoFn's stage runs: the drained one (its

@@ -29,6 +29,8 @@ again with the same ``--checkpoint_location`` resumes after the newest one
   commit record, which names it. Due times are processing times: TestStream's
   clock, restored with its position, or the wall clock (a residual due while
   the driver was down runs at once).
+* **the drain** (``drain``), once one has begun: who asked, where the
+  sources stopped, whether it is done; a restart drains on.
 
 The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
