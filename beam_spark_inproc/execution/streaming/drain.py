@@ -82,7 +82,8 @@ class Drain:
         self.active = False
         self.after_micro_batch = -1
         self.sources_stopped_at: dict[str, dict] = {}
-        self._stages: dict[int, p.StagePlan] | None = None
+        self._plan: p.SparkPlan | None = None  # ``replan``'s, once needed
+        self._stages: dict[int, p.StagePlan] = {}
 
     # -- requests ---------------------------------------------------------
     def request(self, by: str) -> None:
@@ -146,8 +147,6 @@ class Drain:
         restrictions truncated) once the drain is active."""
         if not self.active or not stage.split_input:
             return stage
-        if self._stages is None:
-            self._stages = {}
         if index not in self._stages:
             self._stages[index] = self._drained(stage)
         return self._stages[index]
@@ -160,7 +159,7 @@ class Drain:
                 f'Cannot drain stage {stage.name!r}: the stream was started '
                 'without its drained plan (splittable DoFns cannot be '
                 'truncated).')
-        if not hasattr(self, '_plan'):
+        if self._plan is None:
             self._plan = self.replan()
         for drained in self._plan.stages:
             if drained.split_input != stage.split_input:
