@@ -126,7 +126,8 @@ def test_a_drained_stream_fires_the_panes_of_what_it_read(tmp_path):
     stopped = record['drain']
     assert stopped['drained'] is True
     assert stopped['requested_by'] == 'python -m beam_spark_inproc drain'
-    (position,) = [s['position'] for s in stopped['sources_stopped_at'].values()]
+    (position,) = [s['position']
+                   for s in stopped['sources_stopped_at'].values()]
     read = _EVENTS[:position]
     # Mid-way: element 6 and its watermark were read, element 7 was not.
     assert ('add', ('k0', _DRAIN_AT, 4 * _DRAIN_AT)) in read

@@ -237,7 +237,7 @@ def _remove(path: str | None) -> None:
             pass
 
 
-# -- ``python -m beam_spark_inproc drain CHECKPOINT_LOCATION`` ------------------
+# -- ``python -m beam_spark_inproc drain CHECKPOINT_LOCATION`` ----------------
 def newest_record(root: str) -> dict | None:
     """The newest commit record under checkpoint location ``root`` that
     reads whole (None: none), read only."""

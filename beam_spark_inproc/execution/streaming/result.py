@@ -4,12 +4,13 @@
 ``duration`` milliseconds (Beam's unit) and returns the state (RUNNING when the
 time is up); ``cancel()`` stops the loop after the current micro-batch
 (CANCELLED), interrupting its running Spark jobs; a failure ends the run
-FAILED and ``wait_until_finish`` raises it. ``drain()`` ends it DONE after
-every window read so far has fired (``execution.streaming.drain``). Ctrl-C in
-``wait_until_finish`` and SIGTERM stop the stream the same way before the process goes on to exit
+FAILED and ``wait_until_finish`` raises it. Ctrl-C in ``wait_until_finish``
+and SIGTERM stop the stream the same way before the process goes on to exit
 (``SparkPipelineResult.stop_on_interrupt``): the interpreter never finalizes
 under a loop thread still inside a Py4J call, and the last commit record is
 whole, so a rerun on the same checkpoint resumes after it.
+``drain()`` ends it DONE once everything read so far has fired
+(``execution.streaming.drain``).
 Metrics are the run's ``metrics.RunMetrics``: each micro-batch's reports go to
 its pusher (``after_job``), so ``metrics()`` answers while the pipeline runs and
 ``--metrics_sink`` gets them; the final push carries the final state.
