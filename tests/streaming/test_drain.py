@@ -33,10 +33,10 @@ from tests.streaming import oracle
 
 # One TestStream event each: (kind, argument).
 _EVENTS = [('wm', 0)]
-for _i in range(12):
+for _i in range(8):
     _EVENTS += [('add', (f'k{_i % 2}', _i, 4 * _i)), ('wm', 4 * _i + 1)]
 _EVENTS += [('wm', 60)]
-_DRAIN_AT = 6  # the element whose micro-batch is the last before the drain
+_DRAIN_AT = 5  # the element whose micro-batch is the last before the drain
 
 
 def _stream(events) -> test_stream.TestStream:
@@ -112,7 +112,7 @@ def _last_record(checkpoint: str) -> dict:
 
 
 def test_a_drained_stream_fires_the_panes_of_what_it_read(tmp_path):
-    """Drained by a request file after element 6 of 12: the records are
+    """Drained by a request file after element 5 of 8: the records are
     BundleBasedDirectRunner's for the events read so far followed by a
     watermark at +inf (the TestStream's position at the drain is in the
     commit record), among them the panes and timers of the windows still open
@@ -129,12 +129,12 @@ def test_a_drained_stream_fires_the_panes_of_what_it_read(tmp_path):
     (position,) = [s['position']
                    for s in stopped['sources_stopped_at'].values()]
     read = _EVENTS[:position]
-    # Mid-way: element 6 and its watermark were read, element 7 was not.
-    assert ('add', ('k0', _DRAIN_AT, 4 * _DRAIN_AT)) in read
-    assert ('add', ('k1', _DRAIN_AT + 1, 4 * (_DRAIN_AT + 1))) not in read
+    # Mid-way: element 5 and its watermark were read, element 6 was not.
+    assert ('add', ('k1', _DRAIN_AT, 4 * _DRAIN_AT)) in read
+    assert ('add', ('k0', _DRAIN_AT + 1, 4 * (_DRAIN_AT + 1))) not in read
     expected = oracle.direct(_windowed_stateful(read + [('inf', None)]))
     assert got == expected
-    # Window [20, 40) was open at the drain (watermark 25): its pane and
+    # Window [20, 40) was open at the drain (watermark 21): its pane and
     # timers fired because of it.
     last_watermark = max(arg for kind, arg in read if kind == 'wm')
     assert any(r[1] == '[20.0, 40.0)' for r in got) and last_watermark < 40
