@@ -223,7 +223,8 @@ class InProcessSparkRunner(PipelineRunner):
                 if lazy is None or lazy.created:
                     get_spark().interruptTag(tag)
         if streaming:
-            return self._run_stream(plan, engine, job_id, options, attempt_host,
+            return self._run_stream(pipeline, plan, engine, job_id, options,
+                                    attempt_host,
                                     settings, parallelism, spark, cancel)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
@@ -289,7 +290,7 @@ class InProcessSparkRunner(PipelineRunner):
         thread.start()
         return result
 
-    def _run_stream(self, plan, engine, job_id: str, options,
+    def _run_stream(self, pipeline, plan, engine, job_id: str, options,
                     attempt_host: str | None, settings, parallelism: int,
                     spark=None, cancel=None):
         """A stream: the micro-batch loop on a driver thread (returns at once),
@@ -311,7 +312,13 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel,
+                          drained_plan=functools.partial(
+                              plan_pipeline, pipeline, True,
+                              reshuffle_keeps_panes=not options.
+                              is_compat_version_prior_to(
+                                  RESHUFFLE_PANES_VERSION),
+                              streaming=True))
 
 
 def _native_stage(executor, index: int, stage):
