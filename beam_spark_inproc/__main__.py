@@ -5,6 +5,10 @@
   runs) instead of executing it.
 * ``run``: runs SCRIPT on InProcessSparkRunner (adds ``--runner`` unless given).
 
+``python -m beam_spark_inproc drain CHECKPOINT_LOCATION [--wait SECONDS]``
+drains the stream running on that checkpoint location
+(``execution.streaming.drain``).
+
 ``--help`` after SCRIPT lists the runner's pipeline options with their help
 (``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
 answers ``--help`` with an empty usage line, so a script never shows them.
@@ -20,6 +24,10 @@ RUNNER_FLAG = '--runner=beam_spark_inproc.InProcessSparkRunner'
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['drain']:
+        from beam_spark_inproc.execution.streaming import drain
+        return drain.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m beam_spark_inproc', description=__doc__.splitlines()[0],
         epilog=options_help('python -m beam_spark_inproc explain|run SCRIPT'),

@@ -29,6 +29,8 @@ again with the same ``--checkpoint_location`` resumes after the newest one
   commit record, which names it. Due times are processing times: TestStream's
   clock, restored with its position, or the wall clock (a residual due while
   the driver was down runs at once).
+* **the drain** (``drain``), once one has begun: who asked, where the
+  sources stopped, whether it is done; a restart drains on.
 
 Changed code on the same checkpoint (an update) finds an old stage's record by
 the labels of the transforms holding its state (``update``).
@@ -157,6 +159,7 @@ def commit(executor: Any) -> None:
         'sources': {str(i): s.checkpoint()
                     for i, s in executor.sources.items()},
         'metrics': executor.committed_metrics.record(),
+        'drain': executor.drain.record(executor),  # ``drain``
     })
 
 
@@ -195,6 +198,7 @@ def restore(executor: Any, record: dict) -> None:
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
+    executor.drain.restore(record.get('drain'), executor.job_id)
     if update is not None:
         update.after_restore(executor, record)
     executor.resume_after(record['micro_batch'])

@@ -5,6 +5,7 @@ import contextlib
 import logging
 from typing import Any, Callable
 
+from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
@@ -30,6 +31,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                stateful_whole: bool = False,
                cancel: Callable[[], None] | None = None,
                transform_name_mapping: dict[str, str] | None = None,
+               drained_plan: Callable[[], p.SparkPlan] | None = None,
                ) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
@@ -45,11 +47,13 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
     ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``drained_plan``: the pipeline planned with ``is_drain`` (``drain``).
     ``transform_name_mapping``: old -> new labels of stateful transforms an
     update renamed (``update``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location,
                                 Owner(plan, transform_name_mapping or {}))
+        drain.refuse_drained(store.resume, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()
@@ -61,6 +65,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         runtime_options, profile_dir, spread, prefetch, test_stream_values,
         stateful_whole)
     result.executor = executor
+    executor.drain.replan = drained_plan
 
     def body() -> None:
         try:
@@ -72,6 +77,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                              restart.describe(store.resume, store.root))
             with settings():
                 executor.run()
+            executor.drain.finish()
         finally:
             try:
                 engine.release()
