@@ -28,7 +28,7 @@ from beam_spark_inproc.status import human_seconds
 from beam_spark_inproc.status import progress_of
 from beam_spark_inproc.status import stage_lag
 
-_W, _H, _GAP_X, _GAP_Y = 250, 132, 60, 24
+_W, _H, _GAP_X, _GAP_Y = 300, 132, 50, 24
 
 
 def _fill(stage: dict, written: float) -> str:
@@ -99,7 +99,7 @@ def stages_svg(stages: list[dict], written: float) -> str:
         out.append(f'<g><title>{html.escape(s["name"])}</title>'
                    f'<rect x="{x:.0f}" y="{y:.0f}" width="{_W}" height="{_H}" '
                    f'rx="6" fill="{_fill(s, written)}" stroke="#333"/>')
-        lines = [(f"{s['stage']}  {_short(s['name'], 30)}", 'name'),
+        lines = [(f"{s['stage']}  {_short(s['name'], 32)}", 'name'),
                  (f"in wm  {s['input_watermark']}", ''),
                  (f"out wm {s['output_watermark']}", ''),
                  (f"lag {human_seconds(stage_lag(s, written))}", 'lag'),

@@ -10,7 +10,8 @@ dict (``StreamProgress.take``)::
      'duration_seconds': 0.42,         # the micro-batch, from its start to its commit
      'job_seconds': 0.31,              # of which inside Spark jobs (the engine's actions)
      'driver_seconds': 0.11,           # the rest: building, watermarks, the commit
-     'elements_in': 1000, 'elements_per_second': 2380.9,
+     'elements_in': 1000,              # what its sources and splittable DoFns emitted
+     'elements_per_second': 2380.9,
      'state_keys': 1204, 'state_bytes': 2411724,
      'backlog': {'due_residuals': 0, 'pending_residuals': 0,
                  'timer_buckets': 3, 'held_side_input_elements': 0},
@@ -182,6 +183,11 @@ class StreamProgress:
                      and ports[j][0][k]]
                     for tag in range(len(stage.outputs))]
         self._keyed = [s.grouped or s.stateful for s in stages]
+        # Where elements enter the stream: its sources and splittable DoFns
+        # (each a read), else the stages reading no other stage.
+        self._entries = [i for i, s in enumerate(stages)
+                         if s.kind == p.TEST_STREAM_STAGE or s.split_input] or [
+            i for i in range(len(stages)) if not self._reads[i]]
         self._index_of = {stage_key(s.name): i for i, s in enumerate(stages)}
         self._index_cache: dict[str, int | None] = {}
         self._sizes: dict[str, int | None] = {}  # state file -> bytes
@@ -315,9 +321,7 @@ class StreamProgress:
             stages.append(entry)
         self._sizes = {path: size for path, size in self._sizes.items()
                        if path in live}
-        roots = [s for s in stages if not s['reads']
-                 and s['elements_out'] is not None]
-        elements = sum(s['elements_out'] for s in roots)
+        elements = sum(stages[i]['elements_out'] or 0 for i in self._entries)
         keyed = [s for s in stages if 'state_keys' in s]
         byte_counts = [s['state_bytes'] for s in keyed]
         progress = {

@@ -64,9 +64,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         try:
             if store.resume is not None:  # this pipeline ran here before
                 restart.restore(executor, store.resume)
-                progress.resume(executor, store.resume)
                 result.add_reports(executor.committed_metrics.restore(
                     store.resume.get('metrics', {})))
+                progress.resume(executor, store.resume)
                 _LOGGER.info('Stream %s: %s', job_id[:8],
                              restart.describe(store.resume, store.root))
             with settings():
