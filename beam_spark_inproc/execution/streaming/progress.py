@@ -191,6 +191,7 @@ class StreamProgress:
         self._index_of = {stage_key(s.name): i for i, s in enumerate(stages)}
         self._index_cache: dict[str, int | None] = {}
         self._sizes: dict[str, int | None] = {}  # state file -> bytes
+        self._seen: dict[int, dict] = {}  # stage -> ``_buckets``' cache
         self._totals: tuple[list, list] | None = None
         self._lock = threading.Lock()
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
@@ -251,9 +252,9 @@ class StreamProgress:
                           for readers in tags)
         return ins, outs
 
-    def _state_bytes(self, versions: dict[int, str]) -> int | None:
+    def _state_bytes(self, paths: set[str]) -> int | None:
         total = 0
-        for path in set(versions.values()):
+        for path in paths:
             size = self._sizes.get(path)
             if size is None:
                 size = self._sizes[path] = _size(path)
@@ -294,24 +295,13 @@ class StreamProgress:
                                        or i in self._source_outputs else None),
             }
             if self._keyed[i]:
-                summaries = buckets.summaries[i].values()
-                timers = [s for s in summaries
-                          if s.event_timer < MAX_TIMESTAMP
-                          or s.processing_timer < float('inf')]
-                versions = buckets.versions[i]
-                live.update(versions.values())
-                entry.update({
-                    'state_keys': sum(s.keys for s in summaries),
-                    'state_bytes': self._state_bytes(versions),
-                    'state_buckets': len(buckets.summaries[i]),
-                    'timer_buckets': len(timers),
-                    'next_event_timer': instant(min(
-                        (s.event_timer for s in timers),
-                        default=MAX_TIMESTAMP)),
-                    'next_processing_timer': min(
-                        (s.processing_timer for s in timers
-                         if s.processing_timer < float('inf')), default=None),
-                })
+                seen = self._seen.setdefault(i, {})
+                entry.update(_buckets(buckets.summaries[i], seen))
+                if len(seen) > 2 * len(buckets.summaries[i]):  # emptied ones
+                    self._seen[i] = {b: seen[b] for b in buckets.summaries[i]}
+                paths = set(buckets.versions[i].values())
+                live |= paths
+                entry['state_bytes'] = self._state_bytes(paths)
             if i in executor.gates:
                 entry['held_side_input_elements'] = len(
                     executor.gates[i].pending)
@@ -319,8 +309,8 @@ class StreamProgress:
                 pending, due = executor.residuals.waiting(i, clock)
                 entry.update(pending_residuals=pending, due_residuals=due)
             stages.append(entry)
-        self._sizes = {path: size for path, size in self._sizes.items()
-                       if path in live}
+        if len(self._sizes) > 2 * len(live):  # files no bucket names now
+            self._sizes = {path: self._sizes[path] for path in live}
         elements = sum(stages[i]['elements_out'] or 0 for i in self._entries)
         keyed = [s for s in stages if 'state_keys' in s]
         byte_counts = [s['state_bytes'] for s in keyed]
@@ -385,6 +375,33 @@ class StreamProgress:
     def recent(self) -> list[dict]:
         with self._lock:
             return list(self._recent)
+
+
+_MAX_MICROS = MAX_TIMESTAMP.micros
+
+
+def _buckets(summaries: dict, seen: dict) -> dict:
+    """A keyed stage's state from its buckets' summaries, in one pass over
+    plain numbers (a stage may hold thousands of buckets). ``seen``: bucket
+    -> (summary, its earliest event-time timer in micros) of the last pass;
+    a bucket whose summary is the same object is not converted again (a
+    micro-batch replaces the summaries of the buckets it touched only)."""
+    keys = timers = 0
+    event, processing = _MAX_MICROS, float('inf')
+    for b, s in summaries.items():
+        keys += s.keys
+        known = seen.get(b)
+        if known is None or known[0] is not s:
+            known = seen[b] = (s, s.event_timer.micros)
+        e, t = known[1], s.processing_timer
+        if e < _MAX_MICROS or t < float('inf'):
+            timers += 1
+            event, processing = min(event, e), min(processing, t)
+    return {'state_keys': keys, 'state_buckets': len(summaries),
+            'timer_buckets': timers,
+            'next_event_timer': instant(Timestamp(micros=event)),
+            'next_processing_timer': (None if processing == float('inf')
+                                      else processing)}
 
 
 def _size(path: str) -> int | None:
