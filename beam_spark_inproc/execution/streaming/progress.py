@@ -24,7 +24,11 @@ dict (``StreamProgress.take``)::
                  'state_keys': 2, 'state_bytes': 1830, 'timer_buckets': 2, ...}, ...]}
 
 Everything comes from what the loop already holds after the micro-batch: no
-Spark job, no state read.
+Spark job, no state read. Its cost is a pass over the stages' consolidated
+metrics and over each keyed stage's bucket summaries (a summary is converted
+once, when a micro-batch replaces it) and state files (each ``stat``-ed
+once): a small part of building and writing the commit record, which walks
+the same buckets.
 
 * **Watermarks** (``watermarks.Watermarks``) as RFC 3339 instants (``-inf``,
   ``+inf`` at the ends); the **lag** is the wall clock at the commit minus the
@@ -48,7 +52,8 @@ Spark job, no state read.
   earliest of them; main-input elements pushed back behind side inputs
   (``side_inputs``).
 * **Duration**: from the micro-batch's start (``MicroBatch.started``) to its
-  commit; **job seconds** are the time spent inside the engine's ``collect``
+  commit (the sources' step before it, and any wait for a splittable DoFn's
+  resume delay, are not in it); **job seconds** are the time spent inside the engine's ``collect``
   (``JobClock``): on Spark, the micro-batch's Spark jobs. The debug engine
   runs each stage while the loop builds it, so there nearly all of it is
   driver time.
