@@ -153,11 +153,23 @@ def stage_lag(stage: dict, written: float) -> float | None:
     return lag(stage['output_watermark'], written)
 
 
+def scale(values: list[float]) -> float:
+    """The top of a chart of ``values``: their largest, but at most four
+    times their median, so that one slow micro-batch (the first one, which
+    starts Spark's workers) does not flatten the rest (those above it show
+    at the top)."""
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2] if ordered else 0.0
+    top = ordered[-1] if ordered else 0.0
+    return (min(top, 4 * median) if median > 0 else top) or 1.0
+
+
 def sparkline(values: list[float]) -> str:
     if not values:
         return ''
-    top = max(values) or 1.0
-    return ''.join(_BARS[min(len(_BARS) - 1, int(v / top * (len(_BARS) - 1) + 0.5))]
+    top = scale(values)
+    return ''.join(_BARS[min(len(_BARS) - 1,
+                             int(v / top * (len(_BARS) - 1) + 0.5))]
                    for v in values)
 
 

@@ -12,8 +12,9 @@ record's progress (``status.progress_of``):
   bytes. The fill says how far behind it is: grey at +inf (done), white with
   no watermark yet (-inf), then green under a minute of lag, amber under ten
   minutes, red beyond (a TestStream's watermarks near the epoch are red);
-* the **recent micro-batches** as bars, their height the duration, the dark
-  part the Spark jobs, the light part the driver; hovering a bar names it.
+* the **recent micro-batches** as bars, their height the duration (up to
+  four times the median: a longer one reaches the top), the dark part the
+  Spark jobs, the light part the driver; hovering a bar names it.
 
 With ``refresh`` (``--watch``) the page reloads itself every that many
 seconds (``<meta http-equiv="refresh">``).
@@ -26,6 +27,7 @@ import time
 from beam_spark_inproc.status import human_bytes
 from beam_spark_inproc.status import human_seconds
 from beam_spark_inproc.status import progress_of
+from beam_spark_inproc.status import scale
 from beam_spark_inproc.status import stage_lag
 
 _W, _H, _GAP_X, _GAP_Y = 300, 132, 50, 24
@@ -119,7 +121,7 @@ def durations_svg(recent: list[dict]) -> str:
     if not recent:
         return '<p>No micro-batch history in this commit record.</p>'
     bar, height = 8, 120
-    top = max(r['duration_seconds'] for r in recent) or 1.0
+    top = scale([r['duration_seconds'] for r in recent])
     width = len(recent) * (bar + 2) + 60
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
            f'height="{height + 30}" viewBox="0 0 {width} {height + 30}">',
@@ -127,8 +129,9 @@ def durations_svg(recent: list[dict]) -> str:
            _text(0, height + 4, '0', 'axis')]
     for k, r in enumerate(recent):
         x = 50 + k * (bar + 2)
-        total = r['duration_seconds'] / top * (height - 10)
-        job = min(r['job_seconds'], r['duration_seconds']) / top * (height - 10)
+        shown = min(r['duration_seconds'], top)  # the rest above the top
+        total = shown / top * (height - 10)
+        job = min(r['job_seconds'], shown) / top * (height - 10)
         tip = (f"micro-batch {r['micro_batch']}: {r['duration_seconds']:.3f} s "
                f"(Spark jobs {r['job_seconds']:.3f} s), {r['elements_in']} "
                f"elements in, lowest output watermark "
