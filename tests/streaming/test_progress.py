@@ -34,6 +34,8 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.__main__ import main
 from beam_spark_inproc.execution.streaming.progress import GAUGE_NAMESPACE
 from tests.integration.receivers import HttpReceiver
+from tests.streaming import oracle
+from tests.streaming import test_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ELEMENTS = [('a', 1), ('b', 2), ('a', 12)]  # (key, event time in seconds)
@@ -281,3 +283,39 @@ def test_a_restarted_stream_goes_on_counting(stream, tmp_path):
         history = json.load(f)['progress']['recent']
     assert [h['micro_batch'] for h in history] == list(
         range(after['micro_batch'] + 1))
+
+
+def test_progress_of_an_unbounded_splittable_dofn():
+    """``test_sources.Ticks``: 12 ticks at event times 0..11, 3 per bundle,
+    the estimator's watermark set to the next bundle's first tick, the rest
+    deferred. By hand, per micro-batch k (one bundle each): the splittable
+    stage emits 3 ticks, holds its output watermark at 3(k + 1) by its
+    pending residual (+inf after the last bundle, when none is left); the
+    GroupByKey (FixedWindows(4), one key) reads the windows whose end the
+    watermark passed, and one state bucket waits with a timer until the end."""
+    results = []
+    oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True),
+               results=results)
+    recent = results[0].recent_progress()
+    assert len(recent) == 4
+    fired = 0
+    for k, progress in enumerate(recent):
+        sdf = next(s for s in progress['stages']
+                   if s['name'].startswith('ParDo(Ticks)/Process'))
+        gbk = progress['stages'][-1]
+        last = k == len(recent) - 1
+        mark = '+inf' if last else _at(3 * (k + 1))
+        assert (sdf['output_watermark'], gbk['input_watermark']) == (mark, mark)
+        assert sdf['elements_out'] == 3 and progress['elements_in'] == 3
+        assert sdf['pending_residuals'] == (0 if last else 1)
+        assert 0 <= sdf['due_residuals'] <= sdf['pending_residuals']
+        now_fired = len({t // 4 for t in range(12) if t // 4 * 4 + 4 <= _seconds(mark)})
+        assert gbk['elements_in'] == now_fired - fired
+        fired = now_fired
+        assert gbk['timer_buckets'] == (0 if last else 1)
+        assert progress['backlog'] == {
+            'due_residuals': sdf['due_residuals'],
+            'pending_residuals': sdf['pending_residuals'],
+            'timer_buckets': gbk['timer_buckets'],
+            'held_side_input_elements': 0}
+    assert sdf['total_elements_out'] == 12
