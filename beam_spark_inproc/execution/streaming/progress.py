@@ -272,8 +272,8 @@ class StreamProgress:
         """The progress of ``executor``'s micro-batch just run, for its
         commit record (``record``); ``publish`` makes it public once
         committed."""
-        batch = executor._batch
-        duration = time.perf_counter() - batch.started
+        batch = executor._batch  # None: a commit outside a micro-batch
+        duration = (time.perf_counter() - batch.started) if batch else 0.0
         job = self.clock.take() if self.clock is not None else 0.0
         wall = time.time()
         clock = executor.now()
