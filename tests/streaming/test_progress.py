@@ -319,3 +319,28 @@ def test_progress_of_an_unbounded_splittable_dofn():
             'timer_buckets': gbk['timer_buckets'],
             'held_side_input_elements': 0}
     assert sdf['total_elements_out'] == 12
+
+
+def test_status_of_a_commit_record_without_progress(stream, tmp_path, capsys):
+    """A commit record written by a runner without progress still gives
+    each stage's watermarks from its own fields (micros, converted without
+    Beam): here set to known instants."""
+    _, checkpoint, _, _ = stream
+    copy = tmp_path / 'ck'
+    shutil.copytree(checkpoint, copy)
+    newest = max((copy / 'commits').glob('*.json'), key=lambda f: int(f.stem))
+    record = json.loads(newest.read_text())
+    del record['progress']
+    marks = [(1_000_000, 999_999), (-9223372036854775000, 12_345_678)]
+    for stage, (input_wm, output_wm) in zip(record['stages'], marks):
+        stage['input_watermark'], stage['output_watermark'] = input_wm, output_wm
+    newest.write_text(json.dumps(record))
+    assert main(['status', str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"micro-batch {record['micro_batch']} committed" in out
+    rows = [line for line in out.splitlines() if line[:1].isdigit()]
+    assert len(rows) == len(record['stages'])
+    assert ' 1970-01-01T00:00:01Z ' in rows[0]
+    assert ' 1970-01-01T00:00:00.999999Z' in rows[0]
+    assert ' -inf ' in rows[1] and ' 1970-01-01T00:00:12.345678Z' in rows[1]
+    assert rows[2].count(' +inf ') == 2
