@@ -8,6 +8,10 @@
   stream's progress from its commit records, running or stopped
   (``beam_spark_inproc.status``).
 
+``python -m beam_spark_inproc drain CHECKPOINT_LOCATION [--wait SECONDS]``
+drains the stream running on that checkpoint location
+(``execution.streaming.drain``).
+
 ``--help`` after SCRIPT lists the runner's pipeline options with their help
 (``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
 answers ``--help`` with an empty usage line, so a script never shows them.
@@ -27,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ['status']:
         from beam_spark_inproc.status import main as status
         return status(argv[1:])
+    if argv[:1] == ['drain']:
+        from beam_spark_inproc.execution.streaming import drain
+        return drain.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m beam_spark_inproc',
         description=__doc__.splitlines()[0].replace('explain|run', 'explain|run|status'),

@@ -190,9 +190,6 @@ class InProcessSparkRunner(PipelineRunner):
                                spark_session.local_parallelism(opts.spark_master))
                 get_spark = lazy.get
                 attempt_host = '127.0.0.1'
-                from beam_spark_inproc.spark.small import always_on_spark
-                if any(always_on_spark(s) for s in plan.stages):
-                    lazy.start()
 
             def diagnose(error):
                 if lazy is not None and not lazy.created:
@@ -216,7 +213,7 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = SmallDataEngine(
                     get_spark, make_engine, parallelism,
                     max_bytes=int(opts.spark_small_data_kb * 1024),
-                    settings=settings)
+                    settings=settings, spark_start=lazy)
                 settings = contextlib.nullcontext  # entered by the engine
             else:
                 engine = make_engine()
@@ -226,7 +223,8 @@ class InProcessSparkRunner(PipelineRunner):
                 if lazy is None or lazy.created:
                     get_spark().interruptTag(tag)
         if streaming:
-            return self._run_stream(plan, engine, job_id, options, attempt_host,
+            return self._run_stream(pipeline, plan, engine, job_id, options,
+                                    attempt_host,
                                     settings, parallelism, spark, cancel)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
@@ -292,7 +290,7 @@ class InProcessSparkRunner(PipelineRunner):
         thread.start()
         return result
 
-    def _run_stream(self, plan, engine, job_id: str, options,
+    def _run_stream(self, pipeline, plan, engine, job_id: str, options,
                     attempt_host: str | None, settings, parallelism: int,
                     spark=None, cancel=None):
         """A stream: the micro-batch loop on a driver thread (returns at once),
@@ -314,7 +312,13 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel,
+                          drained_plan=functools.partial(
+                              plan_pipeline, pipeline, True,
+                              reshuffle_keeps_panes=not options.
+                              is_compat_version_prior_to(
+                                  RESHUFFLE_PANES_VERSION),
+                              streaming=True))
 
 
 def _native_stage(executor, index: int, stage):

@@ -153,6 +153,18 @@ def stage_lag(stage: dict, written: float) -> float | None:
     return lag(stage['output_watermark'], written)
 
 
+def drain_state(record: dict) -> str:
+    """What a commit record says of a drain (``execution.streaming.drain``),
+    or '' when the stream was not draining."""
+    drain = record.get('drain')
+    if not drain:
+        return ''
+    if drain.get('drained'):
+        return 'drained: every window and timer fired, the stream ended'
+    return (f"draining since micro-batch {drain.get('after_micro_batch')} "
+            f"(requested by {drain.get('requested_by')})")
+
+
 def scale(values: list[float]) -> float:
     """The top of a chart of ``values``: their largest, but at most four
     times their median, so that one slow micro-batch (the first one, which
@@ -191,6 +203,8 @@ def render(location: str, record: dict | None, written: float | None,
             f"{latest.get('timestamp', '?')} "
             f"({human_seconds(now - written)} ago)")
     lines = [head]
+    if drain_state(record):
+        lines.append(f'  {drain_state(record)}')
     if 'duration_seconds' in latest:
         rate = latest.get('elements_per_second')
         lines.append(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import html
 import time
 
+from beam_spark_inproc.status import drain_state
 from beam_spark_inproc.status import human_bytes
 from beam_spark_inproc.status import human_seconds
 from beam_spark_inproc.status import progress_of
@@ -172,6 +173,8 @@ def page(location: str, record: dict | None, written: float | None,
     facts = [('micro-batch', latest['micro_batch']),
              ('committed', f"{latest.get('timestamp', '?')} "
                            f"({human_seconds(time.time() - written)} ago)")]
+    if drain_state(record):
+        facts.append(('drain', drain_state(record)))
     if 'duration_seconds' in latest:
         b = latest['backlog']
         facts += [

@@ -344,3 +344,22 @@ def test_status_of_a_commit_record_without_progress(stream, tmp_path, capsys):
     assert ' 1970-01-01T00:00:00.999999Z' in rows[0]
     assert ' -inf ' in rows[1] and ' 1970-01-01T00:00:12.345678Z' in rows[1]
     assert rows[2].count(' +inf ') == 2
+
+
+def test_status_says_when_a_stream_drains(stream, tmp_path, capsys):
+    """The commit record's drain (``execution.streaming.drain``) is shown:
+    draining since a micro-batch, or drained."""
+    _, checkpoint, _, _ = stream
+    copy = tmp_path / 'ck'
+    shutil.copytree(checkpoint, copy)
+    newest = max((copy / 'commits').glob('*.json'), key=lambda f: int(f.stem))
+    record = json.loads(newest.read_text())
+    for drained, said in [(False, 'draining since micro-batch 3 (requested by '
+                                  'result.drain())'),
+                          (True, 'drained: every window and timer fired')]:
+        record['drain'] = {'drained': drained, 'after_micro_batch': 3,
+                           'requested_by': 'result.drain()',
+                           'sources_stopped_at': {}}
+        newest.write_text(json.dumps(record))
+        assert main(['status', str(copy)]) == 0
+        assert said in capsys.readouterr().out

@@ -29,6 +29,8 @@ again with the same ``--checkpoint_location`` resumes after the newest one
   commit record, which names it. Due times are processing times: TestStream's
   clock, restored with its position, or the wall clock (a residual due while
   the driver was down runs at once).
+* **the drain** (``drain``), once one has begun: who asked, where the
+  sources stopped, whether it is done; a restart drains on.
 
 The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
@@ -155,6 +157,7 @@ def commit(executor: Any) -> None:
         'sources': {str(i): s.checkpoint()
                     for i, s in executor.sources.items()},
         'metrics': executor.committed_metrics.record(),
+        'drain': executor.drain.record(executor),  # ``drain``
         'progress': executor.progress.record(executor),  # ``progress``
     })
 
@@ -187,4 +190,5 @@ def restore(executor: Any, record: dict) -> None:
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
+    executor.drain.restore(record.get('drain'), executor.job_id)
     executor.resume_after(record['micro_batch'])

@@ -5,6 +5,7 @@ import contextlib
 import logging
 from typing import Any, Callable
 
+from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.progress import StreamProgress
@@ -28,7 +29,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                prefetch: bool = False,
                test_stream_values: dict | None = None,
                stateful_whole: bool = False,
-               cancel: Callable[[], None] | None = None) -> StreamingPipelineResult:
+               cancel: Callable[[], None] | None = None,
+               drained_plan: Callable[[], p.SparkPlan] | None = None,
+               ) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -42,9 +45,11 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
-    ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
+    ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``drained_plan``: the pipeline planned with ``is_drain`` (``drain``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
+        drain.refuse_drained(store.resume, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()
@@ -59,6 +64,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         test_stream_values, stateful_whole)
     executor.progress = progress
     result.executor = executor
+    executor.drain.replan = drained_plan
 
     def body() -> None:
         try:
@@ -71,6 +77,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                              restart.describe(store.resume, store.root))
             with settings():
                 executor.run()
+            executor.drain.finish()
         finally:
             try:
                 engine.release()

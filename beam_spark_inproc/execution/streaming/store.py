@@ -24,6 +24,9 @@ removed when the pipeline ends)::
                                the workers; removed after the commit of a
                                micro-batch that no longer reads them, and all
                                at a restart (the driver state holds the values)
+    drain-request.json         a drain asked for by ``python -m beam_spark_inproc
+                               drain`` (``drain``), removed once a commit
+                               record carries the drain
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
                                for each stage and bucket the file holding its
