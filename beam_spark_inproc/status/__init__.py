@@ -13,7 +13,8 @@ it is being read, then the next older is read). It shows:
   jobs and driver work, its input, state and backlog, and per stage its
   input and output watermarks, their lag behind the wall clock, elements in
   and out, state keys and bytes; then a sparkline of the recent
-  micro-batches' durations;
+  micro-batches' durations; a stream draining or drained says so (the
+  record's ``drain``, ``execution.streaming.drain``);
 * with ``--watch [SECONDS]``, the same redrawn every SECONDS (2) until
   Ctrl-C;
 * with ``--html FILE``, a self-contained HTML page (``page``): the stages as
