@@ -83,6 +83,11 @@ class ResidualSchedule:
         return min((r.due for rs in self._pending.values() for r in rs),
                    default=float('inf'))
 
+    def waiting(self, stage: int, now: float) -> tuple[int, int]:
+        """(pending, of which due at ``now``) residuals of a stage."""
+        pending = self._pending.get(stage, [])
+        return len(pending), sum(1 for r in pending if r.due <= now)
+
     def checkpoint(self, stage: int) -> list:
         return [(r.due, r.input_transform, r.element, r.watermark.micros)
                 for r in self._pending.get(stage, [])]

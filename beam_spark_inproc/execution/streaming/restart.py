@@ -69,6 +69,10 @@ class CommittedMetrics:
                 self._by_stage[r['stage']] = consolidate(
                     self._by_stage.get(r['stage'], []) + infos)
 
+    def by_stage(self) -> dict[str, list]:
+        """Stage name -> its consolidated MonitoringInfos so far."""
+        return self._by_stage
+
     def record(self) -> dict:
         return {stage: [base64.b64encode(i.SerializeToString()).decode('ascii')
                         for i in infos]
@@ -160,6 +164,7 @@ def commit(executor: Any) -> None:
                     for i, s in executor.sources.items()},
         'metrics': executor.committed_metrics.record(),
         'drain': executor.drain.record(executor),  # ``drain``
+        'progress': executor.progress.record(executor),  # ``progress``
     })
 
 

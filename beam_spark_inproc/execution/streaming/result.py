@@ -104,6 +104,18 @@ class StreamingPipelineResult(SparkPipelineResult):
             return PipelineState.DRAINING
         return self._state
 
+    def progress(self) -> dict | None:
+        """The last committed micro-batch's progress (None before the
+        first): per stage its watermarks, their lag, elements, state; the
+        micro-batch's duration and backlog (``progress``). As Spark's
+        ``StreamingQuery.lastProgress``."""
+        return self.executor.progress.latest()
+
+    def recent_progress(self) -> list[dict]:
+        """The progress of the recent micro-batches, oldest first (as
+        ``recentProgress``; up to ``progress.RECENT``)."""
+        return self.executor.progress.recent()
+
     def add_reports(self, reports: list[dict]) -> None:
         """A committed micro-batch's reports (its workers' log records are
         logged on the driver now)."""

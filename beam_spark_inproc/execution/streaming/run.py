@@ -8,6 +8,7 @@ from typing import Any, Callable
 from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
+from beam_spark_inproc.execution.streaming.progress import StreamProgress
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.update import Owner
@@ -59,11 +60,14 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         engine.release()
         raise
     result = StreamingPipelineResult(run_metrics)
+    # Taken at each commit, published after it (``progress``).
+    progress = StreamProgress(plan, job_id, run_metrics.pusher.set_gauges)
     executor = StreamingExecutor(
-        plan, engine, job_id, store, result.cancelled,
-        result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options, profile_dir, spread, prefetch, test_stream_values,
-        stateful_whole)
+        plan, progress.time_jobs(engine), job_id, store, result.cancelled,
+        progress.after_commit(result.add_reports), after_micro_batch,
+        run_metrics.channel, runtime_options, profile_dir, spread, prefetch,
+        test_stream_values, stateful_whole)
+    executor.progress = progress
     result.executor = executor
     executor.drain.replan = drained_plan
 
@@ -73,6 +77,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                 restart.restore(executor, store.resume)
                 result.add_reports(executor.committed_metrics.restore(
                     store.resume.get('metrics', {})))
+                progress.resume(executor, store.resume)
                 _LOGGER.info('Stream %s: %s', job_id[:8],
                              restart.describe(store.resume, store.root))
             with settings():
