@@ -171,7 +171,13 @@ def _write(ctx: _Context, spec: dict) -> Any:
     if spec['table']:  # the table may have appeared since the pipeline was built
         schema = specs.target_schema(ctx.session, spec, schema, ctx.label)
     data, control = ctx.input(0)
-    dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
+    if spec.get('window_columns'):  # the windows and panes as columns too
+        from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
+        dataframe = ctx.engine.to_dataframe(data, WindowedToArrow(
+            ctx.coder(ctx.stage.inputs[0].coder_id), schema,
+            columns=tuple(spec['window_columns'].items())), schema)
+    else:
+        dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
     with ctx.executor.job([ctx.index], f'write {spec["table"] or spec["path"]}'):
         write(ctx.session, spec, dataframe, ctx.label)
     return control if control is not None else ctx.engine.union([])

@@ -34,6 +34,7 @@ from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.specs import SparkInteropError
 from beam_spark_inproc.transforms.specs import _DATAFRAMES
 from beam_spark_inproc.transforms.specs import encode_schema
+from beam_spark_inproc.transforms.specs import path_schema
 from beam_spark_inproc.transforms.specs import spark_error
 from beam_spark_inproc.transforms.specs import target_schema
 
@@ -150,11 +151,22 @@ class WriteToSpark(beam.PTransform):
     installed). ``mode``: ``errorifexists`` (default), ``append``,
     ``overwrite``, ``ignore``. One Spark job writes it with Spark's commit
     protocol: retried tasks are written once, a failed job commits nothing.
+
+    ``window_start``, ``window_end``, ``pane_timing``, ``pane_index``: names of
+    columns to add holding each element's window bounds and pane
+    (``stream_convert``). On an unbounded PCollection (a stream) each
+    micro-batch's rows are appended exactly once, across task retries and
+    driver restarts (``execution.streaming.spark_sinks``): ``path=`` with
+    ``mode='append'``.
     """
 
     def __init__(self, table: Optional[str] = None, *, path: Optional[str] = None,
                  format: Optional[str] = None, mode: str = 'errorifexists',
-                 options: Optional[dict] = None, partition_by=(), spark=None):
+                 options: Optional[dict] = None, partition_by=(), spark=None,
+                 window_start: Optional[str] = None,
+                 window_end: Optional[str] = None,
+                 pane_timing: Optional[str] = None,
+                 pane_index: Optional[str] = None):
         super().__init__()
         if (table is None) == (path is None):
             raise SparkInteropError(
@@ -169,7 +181,13 @@ class WriteToSpark(beam.PTransform):
         self._session = spark
         self._spec = {'table': table, 'path': path, 'format': format, 'mode': mode,
                       'options': {k: str(v) for k, v in (options or {}).items()},
-                      'partition_by': list(partition_by)}
+                      'partition_by': list(partition_by),
+                      'window_columns': {
+                          role: name for role, name in (
+                              ('window_start', window_start),
+                              ('window_end', window_end),
+                              ('pane_timing', pane_timing),
+                              ('pane_index', pane_index)) if name}}
 
     def expand(self, pcoll):
         native = _native(pcoll.pipeline, self._what, WRITE_URN)
@@ -178,12 +196,29 @@ class WriteToSpark(beam.PTransform):
                 pcoll.element_type, f'The input of {self._what}'))
         except types.SchemaError as e:
             raise SparkInteropError(str(e)) from None
+        arrow = _with_window_columns(arrow, self._spec['window_columns'],
+                                     self._what)
+        stream = pcoll.is_bounded is False
+        if stream:  # the rules of a streaming write, while building
+            from beam_spark_inproc.execution.streaming import spark_sinks
+            problems = spark_sinks.write_problems(self._spec)
+            if problems:
+                raise SparkInteropError(
+                    f'{self._what} on an unbounded PCollection: '
+                    + ' '.join(problems))
         session = active_session(self._session)
         if session is not None and self._spec['table']:
             arrow = target_schema(session, self._spec, arrow, self._what)
+        elif session is not None and self._spec['mode'] == 'append':
+            arrow = path_schema(session, self._spec, arrow, self._what)
         self._spec['schema'] = encode_schema(arrow)
         if not native:
             from beam_spark_inproc.transforms import local
+            if stream or self._spec['window_columns']:
+                raise SparkInteropError(
+                    f'{self._what}: window/pane columns and unbounded input '
+                    'need InProcessSparkRunner; this runner writes through '
+                    'the session in one batch.')
             if session is None:
                 raise SparkInteropError(
                     f'{self._what} needs a SparkSession to write with: pass '
@@ -196,6 +231,22 @@ class WriteToSpark(beam.PTransform):
         if getattr(self, '_local', False):  # a composite of Beam transforms
             return super().to_runner_api_parameter(context)
         return WRITE_URN, json.dumps(self._spec).encode()
+
+
+def _with_window_columns(arrow, columns: dict, what: str):
+    """The write's schema: the elements' fields, then the window/pane columns."""
+    from beam_spark_inproc.transforms import stream_convert
+    import pyarrow as pa
+    if not columns:
+        return arrow
+    names = {f.name.lower() for f in arrow}
+    taken = [n for n in columns.values() if n.lower() in names]
+    if taken or len({n.lower() for n in columns.values()}) != len(columns):
+        raise SparkInteropError(
+            f'{what}: window/pane column names {sorted(columns.values())} must '
+            'differ from each other and from the fields of the PCollection '
+            f'({", ".join(f.name for f in arrow)}).')
+    return pa.schema(list(arrow) + stream_convert.column_fields(columns))
 
 
 class SparkSql(beam.PTransform):

@@ -69,6 +69,7 @@ from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.source import StreamSource
+from beam_spark_inproc.execution.streaming.spark_sinks import SparkStages
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.tasks import StageTasks
 from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
@@ -179,6 +180,8 @@ class StreamingExecutor:
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.tasks = StageTasks(job_id, engine, store, attempt_channel,
                                 runtime_options, profile_dir)
+        # WriteToSpark in a stream (``spark_sinks``)
+        self.spark_stages = SparkStages(plan, engine, store, context, self._job)
         self.micro_batch = 0
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py
@@ -291,7 +294,8 @@ class StreamingExecutor:
                         self._prebuilder.source(index, batch.produced[index])
                 self.watermarks.settle_source(index)
                 continue
-            eager = index in self.gates or bool(stage.split_input)
+            eager = (index in self.gates or bool(stage.split_input)
+                     or stage.kind == p.NATIVE_STAGE)
             if (stage.grouped or stage.stateful or eager) and \
                     self._waits_for_pending(index):
                 self._harvest(final=False)
@@ -304,6 +308,10 @@ class StreamingExecutor:
                 parts.append((None, self._driver_rows(due, always=True)))
             if stage.grouped or stage.stateful:
                 ran |= self._keyed(index, stage, parts)
+                continue
+            if stage.kind == p.NATIVE_STAGE:
+                ran |= self.spark_stages.run(index, stage, parts, batch,
+                                             self.micro_batch)
                 continue
             if not parts:
                 continue
