@@ -11,9 +11,10 @@ windowed values are one element per window.
 
 ``WindowedToBeamRows``: like ``convert.ToBeamRows`` (a DataFrame's Arrow
 batches -> rows of the runner's format), but each row goes into the
-``IntervalWindow`` its ``window_start``/``window_end`` columns name, at the
-window's last instant (``max_timestamp``), rather than into the global
-window: a ``SparkSql`` result back in the window its input rows came from.
+``IntervalWindow`` its ``window_start``/``window_end`` columns name (the
+global window, for a query over global-window panes), at the window's last
+instant (``max_timestamp``): a ``SparkSql`` result back in the window its
+input rows came from.
 
 Imported by workers: only pyarrow, Beam's coders and windows, ``convert``.
 """
@@ -25,6 +26,7 @@ from typing import Iterator
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
@@ -116,6 +118,7 @@ class WindowedToBeamRows:
     names: tuple[str, ...]
     start: str
     end: str
+    global_window: bool = False  # the input was in the global window
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from beam_spark_inproc.protocol.rows import BatchBuilder
@@ -132,8 +135,9 @@ class WindowedToBeamRows:
                     raise ValueError(
                         f'A SparkSql result row has no window: its {self.start!r}'
                         f' or {self.end!r} column is null ({row}).')
-                window = IntervalWindow(Timestamp(micros=start),
-                                        Timestamp(micros=end))
+                window = (GlobalWindow() if self.global_window else
+                          IntervalWindow(Timestamp(micros=start),
+                                         Timestamp(micros=end)))
                 impl.encode_to_stream(WindowedValue(
                     row, window.max_timestamp(), (window,)), stream, True)
                 if stream.size() >= CHUNK_BYTES:

@@ -2,13 +2,13 @@
 runnable as a script (a driver to kill).
 
 ``python -m tests.streaming.spark_sink_pipeline OUT CHECKPOINT [--kill-mid
-MARKER] [--kill-after MARKER] [--spark]``: TestStream events -> FixedWindows(10)
+MARKER] [--spark]``: TestStream events -> FixedWindows(10)
 with allowed lateness -> sum per key -> ``WriteToSpark(path=OUT)`` with the
 window and pane in columns. ``--kill-mid``: the driver SIGKILLs itself (once:
 MARKER absent) while publishing micro-batch ``KILL_MID`` or later, after its
 files were renamed into OUT and before its published record was written.
-``--kill-after``: once its record was written and before the micro-batch's
-commit record (micro-batch ``KILL_AFTER`` or later).
+(``KILL_AFTER``: the test's later fault, after a publish and before the
+micro-batch's commit record.)
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
 
-STEPS, PER_STEP, KEYS = 8, 6, 3
-KILL_MID, KILL_AFTER = 3, 6
+STEPS, PER_STEP, KEYS = 6, 6, 3
+KILL_MID, KILL_AFTER = 3, 5
 COLUMNS = dict(window_start='window_start', window_end='window_end',
                pane_timing='pane_timing', pane_index='pane_index')
 
@@ -113,7 +113,7 @@ def _kill(marker: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _arm(kill_mid: str, kill_after: str) -> None:
+def _arm(kill_mid: str) -> None:
     """Test hooks: SIGKILL this driver at a point of the sink's protocol."""
     from beam_spark_inproc.execution.streaming import spark_sinks
     if kill_mid and not os.path.exists(kill_mid):
@@ -125,15 +125,6 @@ def _arm(kill_mid: str, kill_after: str) -> None:
                 _kill(kill_mid)  # files renamed, record not written
             record(path, data)
         spark_sinks._write_atomically = killing_record
-    if kill_after and not os.path.exists(kill_after):
-        write = spark_sinks.PathSink.write
-
-        def killing_write(self, micro_batch, *args):
-            files = write(self, micro_batch, *args)
-            if micro_batch >= KILL_AFTER and files:
-                _kill(kill_after)  # published, not committed
-            return files
-        spark_sinks.PathSink.write = killing_write
 
 
 def main(argv: list[str]) -> None:
@@ -141,13 +132,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument('out')
     parser.add_argument('checkpoint')
     parser.add_argument('--kill-mid', default='')
-    parser.add_argument('--kill-after', default='')
     parser.add_argument('--spark', action='store_true')
     args = parser.parse_args(argv)
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session
     spark, _ = session.get_or_create('local[2]', None, {})
-    _arm(args.kill_mid, args.kill_after)
+    _arm(args.kill_mid)
     print(run(InProcessSparkRunner(debug=not args.spark, spark=spark),
               args.out, args.checkpoint, spark))
 

@@ -105,7 +105,18 @@ def problem(stage: p.StagePlan) -> Problem | None:
         return Problem(label, stage.native_urn, '', ' '.join(found),
                        'Change the write as said, or run the pipeline as a '
                        'batch (bounded input, no --streaming).')
-    what = {READ_URN: 'ReadFromSpark', SQL_URN: 'SparkSql'}.get(
+    if stage.native_urn == SQL_URN and spec.get('window_columns'):
+        return None  # built for a stream (``spark_io._stream_sql_windowing``)
+    if stage.native_urn == SQL_URN:
+        return Problem(
+            label, stage.native_urn, '',
+            'SparkSql over bounded input in a stream (--streaming): in a '
+            "stream it runs over each fired pane of one windowed unbounded "
+            'input, and this one was built for a batch (the global window, '
+            'whose only pane fires at the end).',
+            'Run the pipeline as a batch, or query an unbounded windowed '
+            'PCollection.')
+    what = {READ_URN: 'ReadFromSpark'}.get(
         stage.native_urn, 'a runner-native (Spark) transform')
     return Problem(label, stage.native_urn, '', f'{what} in a stream. ' + _LATER,
                    'Run it as a batch pipeline (bounded input, no --streaming).')
@@ -136,15 +147,52 @@ class SparkStages:
             return False
         datas = [data for _, data in parts]
         data = datas[0] if len(datas) == 1 else self._engine.union(datas)
-        if stage.native_urn != WRITE_URN:  # refused before the stream starts
+        if stage.native_urn not in (WRITE_URN, SQL_URN):  # refused before
             raise ValueError(f'{", ".join(stage.labels)}: {stage.native_urn} '
                              'in a stream')
         data = self._engine.cache(data)  # written, then its control rows read
         batch.cached.append(data)
+        control = self._engine.select(data, CONTROL_TAG, CONTROL_TAG, False)
+        if stage.native_urn == SQL_URN:
+            result = self._engine.cache(self._engine.union(
+                [self._query(stage, data), control]))
+            batch.cached.append(result)
+            batch.produced[index] = result
+            return True
         self._write(index, stage, data, micro_batch)
-        batch.produced[index] = self._engine.select(
-            data, CONTROL_TAG, CONTROL_TAG, False)
+        batch.produced[index] = control
         return True
+
+    def _query(self, stage: p.StagePlan, data: Any) -> Any:
+        """SparkSql over this micro-batch's panes: the input as its view with
+        the window's bounds in columns, the result's rows back into the
+        windows their columns name (lazy, as any stage's result)."""
+        from beam_spark_inproc.transforms import specs
+        from beam_spark_inproc.transforms import types
+        from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
+        from beam_spark_inproc.transforms.stream_convert import WindowedToBeamRows
+        spec = json.loads(stage.native_payload)
+        label = ', '.join(stage.labels)
+        (name, view), = spec['views'].items()
+        view_schema = specs.decode_schema(view)
+        columns = spec['window_columns']
+        session = self._engine.spark_session()
+        coder = self._context.coders[stage.inputs[0].coder_id]
+        frame = self._engine.to_dataframe(data, WindowedToArrow(
+            coder, view_schema, columns=tuple(columns.items())), view_schema)
+        schema = specs.decode_schema(spec['schema'])
+        try:
+            # Analysed now, on the view as it stands (replaced next time).
+            frame.createOrReplaceTempView(name)
+            result = session.sql(spec['query'])
+        except Exception as e:  # pylint: disable=broad-except
+            raise specs.spark_error(label, e) from None
+        out = stage.outputs[0]
+        return self._engine.map_stage(
+            self._engine.arrow_source(result), WindowedToBeamRows(
+                self._context.coders[out.coder_id], types.row_type(schema),
+                tuple(f.name for f in schema), columns['window_start'],
+                columns['window_end'], bool(spec.get('global_window'))))
 
     def _write(self, index: int, stage: p.StagePlan, data: Any,
                micro_batch: int) -> None:

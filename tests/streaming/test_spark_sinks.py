@@ -1,0 +1,163 @@
+"""WriteToSpark on an unbounded PCollection (issue #34,
+``execution.streaming.spark_sinks``): each micro-batch's panes appended to a
+path exactly once, the window and pane in columns; equal to Beam's
+BundleBasedDirectRunner on the same TestStream, across a driver SIGKILLed in
+the middle of publishing a micro-batch and after publishing one (before its
+commit record). Bad input fails while the pipeline is built, naming the
+transform, nothing written.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.test_stream import TestStream
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.transforms import SparkInteropError
+from beam_spark_inproc.transforms import WriteToSpark
+from tests.streaming import spark_sink_pipeline as sink
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope='module')
+def expected():
+    rows = sink.expected()
+    assert {r[4] for r in rows} == {'ON_TIME', 'LATE'}  # late panes too
+    return rows
+
+
+def _files(out: str) -> list[str]:
+    return sorted(n for n in os.listdir(out) if not n.startswith('_'))
+
+
+def test_windowed_totals_equal_beams_on_the_debug_engine(spark, tmp_path,
+                                                         expected):
+    out = str(tmp_path / 'out')
+    state = sink.run(InProcessSparkRunner(debug=True, spark=spark), out,
+                     str(tmp_path / 'ck'), spark)
+    assert state == 'DONE'
+    assert sink.table(out) == expected
+    # Spark's reader sees the data files only (not the sink's own folder).
+    assert spark.read.parquet(out).count() == len(expected)
+    assert not os.listdir(os.path.join(out, '_beam_spark_sink',
+                                       os.listdir(os.path.join(
+                                           out, '_beam_spark_sink'))[0],
+                                       'staging'))
+
+
+def test_windowed_totals_equal_beams_on_spark(spark, tmp_path, expected):
+    out = str(tmp_path / 'out')
+    assert sink.run(InProcessSparkRunner(spark=spark), out,
+                    str(tmp_path / 'ck'), spark) == 'DONE'
+    assert sink.table(out) == expected
+
+
+def _driver(out: str, checkpoint: str, *flags: str):
+    return subprocess.run(
+        [sys.executable, '-m', 'tests.streaming.spark_sink_pipeline', out,
+         checkpoint, *flags], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True, text=True, timeout=600)
+
+
+def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
+                                                  monkeypatch):
+    """A driver SIGKILLed after renaming a micro-batch's files into the path
+    and before its published record; restarted (here, in this process), it
+    fails after publishing a later micro-batch and before that micro-batch's
+    commit record (the replay must not write it again); the third run
+    finishes: each row once."""
+    from beam_spark_inproc.execution.streaming import spark_sinks
+    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
+    mid = str(tmp_path / 'mid')
+    first = _driver(out, checkpoint, '--kill-mid', mid)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    # Micro-batches up to KILL_MID are in the path, its files without its record.
+    partial = sink.table(out)
+    assert 0 < len(partial) < len(expected) and set(partial) <= set(expected)
+    write = spark_sinks.PathSink.write
+    published = []
+
+    def failing(self, micro_batch, *args):
+        files = write(self, micro_batch, *args)
+        published.append(micro_batch)
+        if micro_batch >= sink.KILL_AFTER and files:
+            raise RuntimeError('driver lost after publishing')
+        return files
+    monkeypatch.setattr(spark_sinks.PathSink, 'write', failing)
+    runner = InProcessSparkRunner(debug=True, spark=spark)
+    with pytest.raises(Exception, match='driver lost after publishing'):
+        sink.run(runner, out, checkpoint, spark)
+    assert published[0] == sink.KILL_MID  # replayed from its commit, rewritten
+    monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
+    assert sink.run(runner, out, checkpoint, spark) == 'DONE'
+    assert sink.table(out) == expected
+
+
+# -- bad input: errors while building, naming the transform ---------------
+
+def _stream(p):
+    return (p | TestStream().add_elements([sink.Total('a', 1)])
+            .advance_watermark_to_infinity()
+            | 'Typed' >> beam.Map(lambda t: t).with_output_types(sink.Total))
+
+
+def _pipeline(spark, *flags):
+    options = PipelineOptions(list(flags))
+    options.view_as(StandardOptions).streaming = True
+    return beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                         options=options)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(table='t_stream'), r"WriteToSpark\(table='t_stream'\) on an unbounded "
+     r"PCollection: table='t_stream': in a stream WriteToSpark appends"),
+    (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
+    (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
+    (dict(path='s3a://bucket/x', mode='append'), r"renaming files in the driver"),
+    (dict(path='OUT', mode='append', window_start='key'),
+     r"window/pane column names \['key'\] must differ"),
+])
+def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs,
+                                                  message):
+    out = str(tmp_path / 'out')
+    kwargs = {k: (out if v == 'OUT' else v) for k, v in kwargs.items()}
+    with pytest.raises(SparkInteropError, match=message):
+        _stream(_pipeline(spark)) | WriteToSpark(spark=spark, **kwargs)
+    assert not os.path.exists(out)
+
+
+def test_a_path_holding_other_columns_is_refused(spark, tmp_path):
+    out = str(tmp_path / 'out')
+    spark.createDataFrame([(1, 2.0)], 'id long, other double') \
+        .write.parquet(out)
+    with pytest.raises(SparkInteropError) as info:
+        _stream(_pipeline(spark)) | WriteToSpark(path=out, mode='append',
+                                                 spark=spark)
+    message = str(info.value)
+    assert message.startswith(f'WriteToSpark(path={out!r}): ')
+    assert "field 'key' is not a column of the data at the path" in message
+    assert "column 'other' of the data at the path is not a field" in message
+
+
+def test_streaming_flag_with_a_batch_mode_is_refused_before_running(
+        spark, tmp_path):
+    """Bounded input run with --streaming: refused when run, before any
+    Spark job, naming the transform."""
+    out = str(tmp_path / 'out')
+    p = _pipeline(spark, f'--checkpoint_location={tmp_path / "ck"}')
+    _ = (p | beam.Create([sink.Total('a', 1)]).with_output_types(sink.Total)
+         | 'Write totals' >> WriteToSpark(path=out, mode='overwrite',
+                                          spark=spark))
+    with pytest.raises(UnsupportedPipelineError,
+                       match=r"'Write totals'.*mode 'overwrite' is a batch mode"):
+        p.run()
+    assert not os.path.exists(out)
