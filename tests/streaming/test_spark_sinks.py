@@ -22,7 +22,9 @@ from apache_beam.testing.test_stream import TestStream
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.errors import UnsupportedPipelineError
 from beam_spark_inproc.transforms import SparkInteropError
+from beam_spark_inproc.transforms import SparkSql
 from beam_spark_inproc.transforms import WriteToSpark
+from tests.streaming import oracle
 from tests.streaming import spark_sink_pipeline as sink
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,11 +56,55 @@ def test_windowed_totals_equal_beams_on_the_debug_engine(spark, tmp_path,
                                        'staging'))
 
 
-def test_windowed_totals_equal_beams_on_spark(spark, tmp_path, expected):
+QUERY = ('SELECT window_start, window_end, COUNT(*) AS n, SUM(total) AS s '
+         'FROM PCOLLECTION GROUP BY window_start, window_end')
+
+
+def _query(totals, spark):
+    return (totals | SparkSql(QUERY, spark=spark)
+            | 'Pair' >> beam.Map(lambda r: (r.n, r.s)))
+
+
+@pytest.fixture(scope='module')
+def expected_panes():
+    """SparkSql's result by hand from Beam's panes: per window and pane
+    firing (all keys' on-time panes of a window fire in one micro-batch,
+    each late one in its own), the count and sum of the totals."""
+    found: dict = {}
+    for (key, total, *_), window, _, timing, index, *_ in oracle.direct(
+            lambda p: sink.totals(p) | beam.ParDo(sink._Rows())):
+        n, s = found.get((window, timing, index), (0, 0))
+        found[(window, timing, index)] = (n + 1, s + total)
+    return sorted((window, n, s) for (window, _, _), (n, s) in found.items())
+
+
+def _windows(records: list) -> list:
+    """(window, n, s) of the query's records (which keep their window)."""
+    return sorted((window, n, s) for (n, s), window, *_ in records)
+
+
+def test_sql_per_pane_equals_beams_panes_on_the_debug_engine(
+        spark, tmp_path, expected_panes):
+    records = oracle.run(lambda p: _query(sink.totals(p), spark),
+                         InProcessSparkRunner(debug=True, spark=spark),
+                         f'--checkpoint_location={tmp_path / "ck"}')
+    assert _windows(records) == expected_panes
+
+
+def test_write_and_sql_equal_beams_on_spark(spark, tmp_path, expected,
+                                            expected_panes):
+    """The write and the query in one stream on Spark."""
     out = str(tmp_path / 'out')
-    assert sink.run(InProcessSparkRunner(spark=spark), out,
-                    str(tmp_path / 'ck'), spark) == 'DONE'
+
+    def build(p):
+        totals = sink.totals(p)
+        _ = totals | WriteToSpark(path=out, mode='append', spark=spark,
+                                  **sink.COLUMNS)
+        return _query(totals, spark)
+    records = oracle.run(build, InProcessSparkRunner(spark=spark),
+                         f'--checkpoint_location={tmp_path / "ck"}')
     assert sink.table(out) == expected
+    assert _windows(records) == expected_panes
 
 
 def _driver(out: str, checkpoint: str, *flags: str):
@@ -161,3 +207,23 @@ def test_streaming_flag_with_a_batch_mode_is_refused_before_running(
                        match=r"'Write totals'.*mode 'overwrite' is a batch mode"):
         p.run()
     assert not os.path.exists(out)
+
+
+def test_sql_in_a_stream_refused_where_it_means_nothing(spark):
+    from apache_beam.transforms import window
+    p = _pipeline(spark)
+    stream = _stream(p)
+    with pytest.raises(SparkInteropError,
+                       match=r"view 'PCOLLECTION' is in the global window with "
+                             r'the default trigger, whose only pane fires'):
+        stream | 'Global' >> SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
+    windowed = stream | beam.WindowInto(window.FixedWindows(10))
+    with pytest.raises(SparkInteropError,
+                       match=r"the result must have the window columns "
+                             r"'window_start' and 'window_end'"):
+        windowed | 'No window' >> SparkSql(
+            'SELECT key, SUM(total) AS t FROM PCOLLECTION GROUP BY key',
+            spark=spark)
+    with pytest.raises(SparkInteropError, match=r'one view only \(got a, b\)'):
+        {'a': windowed, 'b': stream} | 'Two' >> SparkSql(
+            'SELECT * FROM a', spark=spark)
