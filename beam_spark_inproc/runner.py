@@ -314,7 +314,7 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel, native=_native_stream)
 
 
 def _native_stage(executor, index: int, stage):
@@ -322,6 +322,13 @@ def _native_stage(executor, index: int, stage):
     transforms' own handler for its URN, loaded when a plan has one."""
     from beam_spark_inproc.transforms import runtime
     return runtime.build(executor, index, stage)
+
+
+def _native_stream(engine, coders, root: str, job):
+    """The handler of a stream's runner-native stages (WriteToSpark, SparkSql):
+    the transforms' own, loaded when a plan has one."""
+    from beam_spark_inproc.transforms import runtime
+    return runtime.stream_stages(engine, coders, root, job)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

@@ -200,8 +200,8 @@ class WriteToSpark(beam.PTransform):
                                      self._what)
         stream = pcoll.is_bounded is False
         if stream:  # the rules of a streaming write, while building
-            from beam_spark_inproc.execution.streaming import spark_sinks
-            problems = spark_sinks.write_problems(self._spec)
+            from beam_spark_inproc.planning.native_streaming import write_problems
+            problems = write_problems(self._spec)
             if problems:
                 raise SparkInteropError(
                     f'{self._what} on an unbounded PCollection: '

@@ -130,3 +130,25 @@ def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
         return (_compatible(ours.key_type, theirs.key_type) and
                 _compatible(ours.item_type, theirs.item_type))
     return ours == theirs
+
+
+def write_dataframe(session, spec: dict, dataframe, label: str) -> None:
+    """Writes the DataFrame as the WriteToSpark spec says: one Spark job."""
+    # Spark Connect knows 'error' but not its alias 'errorifexists'.
+    mode = 'error' if spec['mode'] == 'errorifexists' else spec['mode']
+    writer = dataframe.write.mode(mode).options(**spec['options'])
+    if spec['format']:
+        writer = writer.format(spec['format'])
+    if spec['partition_by']:
+        writer = writer.partitionBy(*spec['partition_by'])
+    target = spec['table'] or spec['path']
+    try:
+        if spec['table']:
+            writer.saveAsTable(spec['table'])
+        else:
+            writer.save(spec['path'])
+    except Exception as e:
+        from pyspark.errors import PythonException
+        if isinstance(e, PythonException):
+            raise  # a Beam transform upstream failed: the runner names it
+        raise spark_error(f'{label}: writing {target}', e) from None

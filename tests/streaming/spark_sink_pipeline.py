@@ -115,7 +115,7 @@ def _kill(marker: str) -> None:
 
 def _arm(kill_mid: str) -> None:
     """Test hooks: SIGKILL this driver at a point of the sink's protocol."""
-    from beam_spark_inproc.execution.streaming import spark_sinks
+    from beam_spark_inproc.transforms import stream_runtime as spark_sinks
     if kill_mid and not os.path.exists(kill_mid):
         record = spark_sinks._write_atomically
 

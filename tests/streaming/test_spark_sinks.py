@@ -121,7 +121,7 @@ def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
     fails after publishing a later micro-batch and before that micro-batch's
     commit record (the replay must not write it again); the third run
     finishes: each row once."""
-    from beam_spark_inproc.execution.streaming import spark_sinks
+    from beam_spark_inproc.transforms import stream_runtime as spark_sinks
     out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
     mid = str(tmp_path / 'mid')
     first = _driver(out, checkpoint, '--kill-mid', mid)

@@ -116,7 +116,7 @@ class StreamingExecutor:
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
                  prefetch: bool = False,
                  test_stream_values: dict | None = None,
-                 stateful_whole: bool = False):
+                 stateful_whole: bool = False, native=None):
         self.plan = plan
         # Sources encode the next micro-batch's rows, and make its engine
         # data, in a thread while this one's last job runs
@@ -180,8 +180,10 @@ class StreamingExecutor:
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.tasks = StageTasks(job_id, engine, store, attempt_channel,
                                 runtime_options, profile_dir)
-        # WriteToSpark in a stream (``spark_sinks``)
-        self.spark_stages = SparkStages(plan, engine, store, context, self._job)
+        # WriteToSpark and SparkSql (``spark_sinks``; ``native``: the
+        # runner's handler for them, ``transforms.stream_runtime``)
+        self.spark_stages = SparkStages(plan, engine, store, context,
+                                        self._job, native)
         self.micro_batch = 0
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py

@@ -27,7 +27,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                prefetch: bool = False,
                test_stream_values: dict | None = None,
                stateful_whole: bool = False,
-               cancel: Callable[[], None] | None = None) -> StreamingPipelineResult:
+               cancel: Callable[[], None] | None = None,
+               native=None) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -41,7 +42,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
-    ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
+    ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``native``: makes the handler of runner-native stages (``spark_sinks``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location)
     except BaseException:
@@ -53,7 +55,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         plan, engine, job_id, store, result.cancelled,
         result.add_reports, after_micro_batch, run_metrics.channel,
         runtime_options, profile_dir, spread, prefetch, test_stream_values,
-        stateful_whole)
+        stateful_whole, native)
     result.executor = executor
 
     def body() -> None:

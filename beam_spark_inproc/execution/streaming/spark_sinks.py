@@ -1,336 +1,73 @@
-"""Runner-native Spark transforms in a stream: WriteToSpark per micro-batch.
+"""Runner-native stages in the micro-batch loop: WriteToSpark and SparkSql.
 
-**WriteToSpark** on an unbounded PCollection appends each micro-batch's rows
-(the panes its upstream fired, the elements that reached it) to a path,
-**exactly once** across Spark task retries and driver restarts. The rows
-never pass through the driver: the micro-batch's engine data becomes a
-DataFrame (``Engine.to_dataframe`` with ``convert.ToArrow``, or
-``stream_convert.WindowedToArrow`` when the window and pane go into
-columns) that Spark's writer writes.
+The loop hands such a stage its micro-batch's input parts (``run``), after
+the keyed stages it reads from have run (it is an eager stage, like a
+side-input gate: its input must be whole). Here the input is unioned and
+cached for the micro-batch, its control rows (upstream bundles' reports)
+become the stage's result, a leaf the micro-batch's last job collects, and
+the Spark work is the runner's handler's (``transforms.stream_runtime``,
+handed over as the batch executor gets ``transforms.runtime.build``):
 
-The protocol, per sink and micro-batch N (the loop's micro-batch id, which a
-replay after a restart reuses):
+* WriteToSpark writes the input at once (a job of its own) and exactly once
+  per micro-batch id (the handler's protocol);
+* SparkSql's result (lazy rows, in the windows its columns name) is cached
+  with the control rows and read by the next stages as any stage's output.
 
-1. if N is at most the sink's **published** micro-batch (its record
-   ``<path>/_beam_spark_sink/<sink id>/published.json``), the micro-batch's
-   rows are there already: nothing is written (Spark's own file stream sink
-   skips a batch id its log has, for the same reason);
-2. else Spark writes them into a staging folder
-   (``_beam_spark_sink/<sink id>/staging/<N>``) with its commit protocol, so
-   a retried task's files are those of its committed attempt;
-3. the staging folder's data files (empty ones left out) are **renamed** into
-   the path, keeping partition folders, as ``beam-<sink>-mb<N>-<Spark's
-   name>``; then the published record says N, written atomically (a
-   temporary file renamed). The staging folder goes.
-
-A driver that dies between 3's renames and its record leaves files of a
-micro-batch the record does not cover: when the stream starts again the sink
-removes its files whose micro-batch is after the published one, and its
-staging folder, before anything runs, and the replayed micro-batch writes
-them again. Spark's readers skip folders whose names start with ``_``, so
-``spark.read.parquet(path)`` sees the data files only.
-
-The sink id is made when a checkpoint location first runs the pipeline and
-kept there (``spark_sinks.json``, by ``store.stage_key``): a stream resumed
-from it continues the same sink; a new stream (a new checkpoint) into the
-same path starts its own. Exactly once assumes a replayed micro-batch gives
-the same rows as the first attempt did, as it does for TestStream and
-event-time triggers; a processing-time trigger on the wall clock may fire
-differently on replay, and the published rows are then the first attempt's.
-
-The renames are the driver's, with ``os``: the path must be on a file system
-the driver shares with Spark's executors (a local path, a mounted volume; on
-Spark Connect, with the server). Tables are refused in a stream (an append
-to a catalog table is not idempotent by micro-batch without a transaction
-id, and the session has no Delta here); so are modes other than append
-(``write_problems``).
+What a stream cannot run is refused before it starts (``problem``, from
+``planning.native_streaming``).
 """
 from __future__ import annotations
 
-import json
-import logging
-import os
-import re
-import shutil
-import urllib.parse
-import uuid
-from typing import Any
+from typing import Any, Callable
 
 from beam_spark_inproc.errors import Problem
+from beam_spark_inproc.execution.streaming.store import stage_key
+from beam_spark_inproc.planning import native_streaming
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.planning.native import READ_URN
-from beam_spark_inproc.planning.native import SQL_URN
-from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
-
-_LOGGER = logging.getLogger(__name__)
-SINK_FOLDER = '_beam_spark_sink'
-SINK_IDS = 'spark_sinks.json'
-_LATER = 'Streaming mode does not run this yet (issue #34).'
-
-
-# -- what a stream can run (``support``) ---------------------------------
-
-def write_problems(spec: dict) -> list[str]:
-    """Why a WriteToSpark with this spec cannot run in a stream (empty: it
-    can)."""
-    found = []
-    if spec['table']:
-        found.append(
-            f"table={spec['table']!r}: in a stream WriteToSpark appends each "
-            'micro-batch exactly once to a path (its committed-batch record '
-            'beside the data); write to path= (and read it as a table with '
-            'CREATE TABLE ... USING parquet LOCATION).')
-    if spec['mode'] != 'append':
-        found.append(
-            f"mode {spec['mode']!r} is a batch mode: a stream appends every "
-            "micro-batch; use mode='append'.")
-    path = spec.get('path')
-    if path and urllib.parse.urlparse(path).scheme not in ('', 'file'):
-        found.append(
-            f'path {path!r}: a stream publishes each micro-batch by renaming '
-            "files in the driver, on a file system it shares with Spark's "
-            'executors (a local or mounted path).')
-    return found
 
 
 def problem(stage: p.StagePlan) -> Problem | None:
     """Why a runner-native stage cannot run in a stream, or None."""
-    spec = json.loads(stage.native_payload)
-    label = ', '.join(stage.labels)
-    if stage.native_urn == WRITE_URN:
-        found = write_problems(spec)
-        if not found:
-            return None
-        return Problem(label, stage.native_urn, '', ' '.join(found),
-                       'Change the write as said, or run the pipeline as a '
-                       'batch (bounded input, no --streaming).')
-    if stage.native_urn == SQL_URN and spec.get('window_columns'):
-        return None  # built for a stream (``spark_io._stream_sql_windowing``)
-    if stage.native_urn == SQL_URN:
-        return Problem(
-            label, stage.native_urn, '',
-            'SparkSql over bounded input in a stream (--streaming): in a '
-            "stream it runs over each fired pane of one windowed unbounded "
-            'input, and this one was built for a batch (the global window, '
-            'whose only pane fires at the end).',
-            'Run the pipeline as a batch, or query an unbounded windowed '
-            'PCollection.')
-    what = {READ_URN: 'ReadFromSpark'}.get(
-        stage.native_urn, 'a runner-native (Spark) transform')
-    return Problem(label, stage.native_urn, '', f'{what} in a stream. ' + _LATER,
-                   'Run it as a batch pipeline (bounded input, no --streaming).')
+    found = native_streaming.stream_problem(stage.native_urn,
+                                            stage.native_payload)
+    if found is None:
+        return None
+    return Problem(', '.join(stage.labels), stage.native_urn, '', *found)
 
-
-# -- the loop's runner-native stages -------------------------------------
 
 class SparkStages:
-    """Runs a stream's runner-native stages in the loop: ``run`` is called
-    for such a stage each micro-batch with its input parts."""
+    """Runs a stream's runner-native stages in the loop (see the module doc).
+
+    ``native(engine, coders, root, job)``: the runner's handler factory (an
+    object whose ``run(stage, key, data, micro_batch)`` does the Spark work),
+    made when a plan has such a stage."""
 
     def __init__(self, plan: p.SparkPlan, engine: Any, store: Any,
-                 context: Any, job):
-        self._plan = plan
+                 context: Any, job: Callable, native: Callable | None):
         self._engine = engine
-        self._store = store
-        self._context = context
-        self._job = job  # a context naming the micro-batch's Spark jobs
-        self._sinks: dict[int, PathSink] = {}
+        self._handler = None
+        if any(s.kind == p.NATIVE_STAGE for s in plan.stages):
+            if native is None:
+                raise ValueError('A stream with runner-native stages and no '
+                                 'handler for them given to the loop.')
+            self._handler = native(engine, context.coders, store.root, job)
 
     def run(self, index: int, stage: p.StagePlan, parts: list, batch: Any,
             micro_batch: int) -> bool:
-        """Builds (and for a write, runs) the stage for this micro-batch;
-        returns whether it had input. Its input's control rows (upstream
-        bundles' reports) become the stage's result, a leaf the micro-batch's
-        last job collects."""
+        """Builds (a write: runs) the stage for this micro-batch; returns
+        whether it had input."""
         if not parts:
             return False
         datas = [data for _, data in parts]
         data = datas[0] if len(datas) == 1 else self._engine.union(datas)
-        if stage.native_urn not in (WRITE_URN, SQL_URN):  # refused before
-            raise ValueError(f'{", ".join(stage.labels)}: {stage.native_urn} '
-                             'in a stream')
-        data = self._engine.cache(data)  # written, then its control rows read
+        data = self._engine.cache(data)  # used, then its control rows read
         batch.cached.append(data)
         control = self._engine.select(data, CONTROL_TAG, CONTROL_TAG, False)
-        if stage.native_urn == SQL_URN:
-            result = self._engine.cache(self._engine.union(
-                [self._query(stage, data), control]))
+        result = self._handler.run(stage, stage_key(stage.name), data,
+                                   micro_batch)
+        if result is not None:  # a query's rows, read by the next stages
+            result = self._engine.cache(self._engine.union([result, control]))
             batch.cached.append(result)
-            batch.produced[index] = result
-            return True
-        self._write(index, stage, data, micro_batch)
-        batch.produced[index] = control
+        batch.produced[index] = control if result is None else result
         return True
-
-    def _query(self, stage: p.StagePlan, data: Any) -> Any:
-        """SparkSql over this micro-batch's panes: the input as its view with
-        the window's bounds in columns, the result's rows back into the
-        windows their columns name (lazy, as any stage's result)."""
-        from beam_spark_inproc.transforms import specs
-        from beam_spark_inproc.transforms import types
-        from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
-        from beam_spark_inproc.transforms.stream_convert import WindowedToBeamRows
-        spec = json.loads(stage.native_payload)
-        label = ', '.join(stage.labels)
-        (name, view), = spec['views'].items()
-        view_schema = specs.decode_schema(view)
-        columns = spec['window_columns']
-        session = self._engine.spark_session()
-        coder = self._context.coders[stage.inputs[0].coder_id]
-        frame = self._engine.to_dataframe(data, WindowedToArrow(
-            coder, view_schema, columns=tuple(columns.items())), view_schema)
-        schema = specs.decode_schema(spec['schema'])
-        try:
-            # Analysed now, on the view as it stands (replaced next time).
-            frame.createOrReplaceTempView(name)
-            result = session.sql(spec['query'])
-        except Exception as e:  # pylint: disable=broad-except
-            raise specs.spark_error(label, e) from None
-        out = stage.outputs[0]
-        return self._engine.map_stage(
-            self._engine.arrow_source(result), WindowedToBeamRows(
-                self._context.coders[out.coder_id], types.row_type(schema),
-                tuple(f.name for f in schema), columns['window_start'],
-                columns['window_end'], bool(spec.get('global_window'))))
-
-    def _write(self, index: int, stage: p.StagePlan, data: Any,
-               micro_batch: int) -> None:
-        from beam_spark_inproc.transforms import specs
-        from beam_spark_inproc.transforms.convert import ToArrow
-        from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
-        spec = json.loads(stage.native_payload)
-        label = ', '.join(stage.labels)
-        sink = self._sinks.get(index)
-        if sink is None:
-            sink = self._sinks[index] = PathSink(
-                _local(spec['path']), self._sink_id(stage), label)
-            sink.recover()
-        if micro_batch <= sink.published:
-            _LOGGER.info('%s: micro-batch %d was published before the restart; '
-                         'not written again', label, micro_batch)
-            return
-        schema = specs.decode_schema(spec['schema'])
-        coder = self._context.coders[stage.inputs[0].coder_id]
-        columns = spec.get('window_columns') or {}
-        fn = (WindowedToArrow(coder, schema, columns=tuple(columns.items()))
-              if columns else ToArrow(coder, schema))
-        dataframe = self._engine.to_dataframe(data, fn, schema)
-        with self._job():
-            sink.write(micro_batch, dataframe, spec, self._engine.spark_session())
-
-    def _sink_id(self, stage: p.StagePlan) -> str:
-        """The sink's id, kept in the checkpoint (made on its first run)."""
-        from beam_spark_inproc.execution.streaming.store import CheckpointStore
-        from beam_spark_inproc.execution.streaming.store import stage_key
-        path = os.path.join(self._store.root, SINK_IDS)
-        ids: dict = {}
-        if os.path.exists(path):
-            with open(path) as f:
-                ids = json.load(f)
-        key = stage_key(stage.name)
-        if key not in ids:
-            ids[key] = uuid.uuid4().hex[:12]
-            CheckpointStore._write_json(path, ids)
-        return ids[key]
-
-
-def _local(path: str) -> str:
-    parsed = urllib.parse.urlparse(path)
-    return os.path.abspath(parsed.path if parsed.scheme == 'file' else path)
-
-
-class PathSink:
-    """One WriteToSpark's micro-batches published into its path (see the
-    module doc)."""
-
-    def __init__(self, path: str, sink_id: str, label: str):
-        self.path = path
-        self.sink_id = sink_id
-        self.label = label
-        self.folder = os.path.join(path, SINK_FOLDER, sink_id)
-        self._record = os.path.join(self.folder, 'published.json')
-        self._prefix = f'beam-{sink_id}-mb'
-        self._name = re.compile(re.escape(self._prefix) + r'(\d+)-')
-        self.published = -1
-        if os.path.exists(self._record):
-            with open(self._record) as f:
-                self.published = json.load(f)['micro_batch']
-
-    def recover(self) -> int:
-        """Removes this sink's files of micro-batches after the published
-        one (a publish the driver did not finish) and its staging folder;
-        returns how many files went."""
-        shutil.rmtree(os.path.join(self.folder, 'staging'), ignore_errors=True)
-        removed = 0
-        for path in self._data_files(self.path):
-            match = self._name.match(os.path.basename(path))
-            if match and int(match.group(1)) > self.published:
-                os.remove(path)
-                removed += 1
-        if removed:
-            _LOGGER.info('%s: removed %d files of micro-batches after the '
-                         'published %d from %s', self.label, removed,
-                         self.published, self.path)
-        return removed
-
-    def write(self, micro_batch: int, dataframe: Any, spec: dict,
-              session: Any) -> list[str]:
-        """Spark writes the micro-batch into staging, the driver renames its
-        files into the path and records it published; returns the files."""
-        from beam_spark_inproc.transforms import runtime
-        staging = os.path.join(self.folder, 'staging', str(micro_batch))
-        shutil.rmtree(staging, ignore_errors=True)
-        runtime.write(session, dict(spec, table=None, path=staging,
-                                    mode='overwrite'), dataframe, self.label)
-        published = []
-        for source in self._data_files(staging):
-            if _empty(source):
-                continue
-            folder = os.path.relpath(os.path.dirname(source), staging)
-            target = os.path.normpath(os.path.join(
-                self.path, folder,
-                f'{self._prefix}{micro_batch}-{os.path.basename(source)}'))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.replace(source, target)
-            published.append(os.path.relpath(target, self.path))
-        _write_atomically(self._record, json.dumps(
-            {'micro_batch': micro_batch, 'files': published}).encode())
-        self.published = micro_batch
-        shutil.rmtree(staging, ignore_errors=True)
-        return published
-
-    @staticmethod
-    def _data_files(root: str) -> list[str]:
-        """Files under ``root`` Spark's readers read (not under or named
-        ``_...`` or ``.``...)."""
-        found = []
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = [d for d in dirs if not d.startswith(('_', '.'))]
-            found += [os.path.join(folder, n) for n in names
-                      if not n.startswith(('_', '.'))]
-        return found
-
-
-def _empty(path: str) -> bool:
-    """Whether a written data file holds no rows (Spark writes one with the
-    schema only when a micro-batch has none)."""
-    if os.path.getsize(path) == 0:
-        return True
-    if path.endswith('.parquet'):
-        import pyarrow.parquet as pq
-        try:
-            return pq.read_metadata(path).num_rows == 0
-        except Exception:  # pylint: disable=broad-except
-            return False
-    return False
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    tmp = path + '.tmp'
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(tmp, 'wb') as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
