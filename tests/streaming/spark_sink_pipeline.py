@@ -121,7 +121,8 @@ def _arm(kill_mid: str) -> None:
 
         def killing_record(path, data):
             published = json.loads(data)
-            if published['micro_batch'] >= KILL_MID and published['files']:
+            if path.endswith('published.json') and \
+                    published['micro_batch'] >= KILL_MID and published['files']:
                 _kill(kill_mid)  # files renamed, record not written
             record(path, data)
         spark_sinks._write_atomically = killing_record

@@ -9,6 +9,7 @@ transform, nothing written.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -227,3 +228,30 @@ def test_sql_in_a_stream_refused_where_it_means_nothing(spark):
     with pytest.raises(SparkInteropError, match=r'one view only \(got a, b\)'):
         {'a': windowed, 'b': stream} | 'Two' >> SparkSql(
             'SELECT * FROM a', spark=spark)
+
+
+def test_window_columns_in_batch_equal_fnapi_runners_panes(spark, tmp_path):
+    """The same columns in a batch pipeline (``transforms.runtime``), against
+    the windows and panes FnApiRunner gives the same elements."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms import window
+    def totals(p):
+        return (p | beam.Create([(f'k{i % 3}', i) for i in range(30)])
+                | 'Stamp' >> beam.Map(
+                    lambda kv: window.TimestampedValue(kv, kv[1] % 25))
+                | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+                | beam.CombinePerKey(sum)
+                | 'Total' >> beam.Map(lambda kv: sink.Total(*kv))
+                .with_output_types(sink.Total))
+
+    out = str(tmp_path / 'out')
+    with beam.Pipeline(runner=InProcessSparkRunner(debug=True, spark=spark)) as p:
+        _ = totals(p) | WriteToSpark(path=out, spark=spark, **sink.COLUMNS)
+    folder = tmp_path / 'records'
+    folder.mkdir()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = (totals(p) | beam.ParDo(sink._Rows())
+             | beam.ParDo(oracle.Record(str(folder))))
+    records = [pickle.loads(f.read_bytes()) for f in folder.iterdir()]
+    assert len(records) == 9  # 3 keys x windows [0, 10), [10, 20), [20, 30)
+    assert sink.table(out) == sorted(r[0] for r in records)
