@@ -200,8 +200,9 @@ class PathSink:
         files into the path and records it published; returns the files."""
         staging = os.path.join(self.folder, 'staging', str(micro_batch))
         shutil.rmtree(staging, ignore_errors=True)
-        specs.write_dataframe(session, dict(spec, table=None, path=staging,
-                                    mode='overwrite'), dataframe, self.label)
+        specs.write_dataframe(
+            session, dict(spec, table=None, path=staging, mode='overwrite'),
+            dataframe, self.label)
         published = []
         for source in self._data_files(staging):
             if _empty(source):

@@ -23,6 +23,8 @@ from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 
 LATER = 'Streaming mode does not run this yet (issue #34).'
+# Formats whose tables are a log over files: renaming files in breaks them.
+TABLE_FORMATS = frozenset(['delta', 'iceberg', 'hudi'])
 
 
 def write_problems(spec: dict) -> list[str]:
@@ -39,6 +41,12 @@ def write_problems(spec: dict) -> list[str]:
         found.append(
             f"mode {spec['mode']!r} is a batch mode: a stream appends every "
             "micro-batch; use mode='append'.")
+    if (spec.get('format') or '').lower() in TABLE_FORMATS:
+        found.append(
+            f"format {spec['format']!r} keeps its own transaction log, which "
+            "the stream's file renames would bypass; idempotent appends by its "
+            'transaction ids (Delta\'s txnAppId/txnVersion) are not offered '
+            'yet: write parquet (or orc, json, csv).')
     path = spec.get('path')
     if path and urllib.parse.urlparse(path).scheme not in ('', 'file'):
         found.append(

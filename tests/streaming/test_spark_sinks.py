@@ -170,6 +170,8 @@ def _pipeline(spark, *flags):
     (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
     (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
     (dict(path='s3a://bucket/x', mode='append'), r"renaming files in the driver"),
+    (dict(path='OUT', mode='append', format='delta'),
+     r"format 'delta' keeps its own transaction log"),
     (dict(path='OUT', mode='append', window_start='key'),
      r"window/pane column names \['key'\] must differ"),
 ])
