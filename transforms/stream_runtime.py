@@ -217,7 +217,7 @@ class PathSink:
         _write_atomically(self._record, json.dumps(
             {'micro_batch': micro_batch, 'files': published}).encode())
         self.published = micro_batch
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
         return published
 
     @staticmethod

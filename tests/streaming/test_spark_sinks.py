@@ -38,25 +38,6 @@ def expected():
     return rows
 
 
-def _files(out: str) -> list[str]:
-    return sorted(n for n in os.listdir(out) if not n.startswith('_'))
-
-
-def test_windowed_totals_equal_beams_on_the_debug_engine(spark, tmp_path,
-                                                         expected):
-    out = str(tmp_path / 'out')
-    state = sink.run(InProcessSparkRunner(debug=True, spark=spark), out,
-                     str(tmp_path / 'ck'), spark)
-    assert state == 'DONE'
-    assert sink.table(out) == expected
-    # Spark's reader sees the data files only (not the sink's own folder).
-    assert spark.read.parquet(out).count() == len(expected)
-    assert not os.listdir(os.path.join(out, '_beam_spark_sink',
-                                       os.listdir(os.path.join(
-                                           out, '_beam_spark_sink'))[0],
-                                       'staging'))
-
-
 QUERY = ('SELECT window_start, window_end, COUNT(*) AS n, SUM(total) AS s '
          'FROM PCOLLECTION GROUP BY window_start, window_end')
 
@@ -147,6 +128,12 @@ def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
     monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
     assert sink.run(runner, out, checkpoint, spark) == 'DONE'
     assert sink.table(out) == expected
+    # Spark's reader sees the data files only (not the sink's own folder);
+    # no staging folder is left.
+    assert spark.read.parquet(out).count() == len(expected)
+    [sink_id] = os.listdir(os.path.join(out, '_beam_spark_sink'))
+    assert os.listdir(os.path.join(out, '_beam_spark_sink', sink_id)) == [
+        'published.json']
 
 
 # -- bad input: errors while building, naming the transform ---------------

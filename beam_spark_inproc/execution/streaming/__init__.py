@@ -16,5 +16,6 @@ have a module: the sources it steps (``source``), the per-stage watermarks
 bookkeeping (``micro_batch``), stage tasks and the side-input values they
 carry (``tasks``), side-input gates (``side_inputs``), splittable DoFns'
 residuals (``residuals``), the next micro-batch built ahead (``prebuild``),
-and the commit record and restart from it (``restart``).
+WriteToSpark and SparkSql stages (``spark_sinks``), and the commit record
+and restart from it (``restart``).
 """
