@@ -318,6 +318,7 @@ class InProcessSparkRunner(PipelineRunner):
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
                           cancel=cancel, transform_name_mapping=mapping,
+                          native=_native_stream,
                           drained_plan=functools.partial(
                               plan_pipeline, pipeline, True,
                               reshuffle_keeps_panes=not options.
@@ -331,6 +332,13 @@ def _native_stage(executor, index: int, stage):
     transforms' own handler for its URN, loaded when a plan has one."""
     from beam_spark_inproc.transforms import runtime
     return runtime.build(executor, index, stage)
+
+
+def _native_stream(engine, coders, root: str, job):
+    """The handler of a stream's runner-native stages (WriteToSpark, SparkSql):
+    the transforms' own, loaded when a plan has one."""
+    from beam_spark_inproc.transforms import runtime
+    return runtime.stream_stages(engine, coders, root, job)
 
 
 def warn_unused_environment(options: PipelineOptions) -> None:

@@ -70,6 +70,7 @@ from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.source import StreamSource
+from beam_spark_inproc.execution.streaming.spark_sinks import SparkStages
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.tasks import StageTasks
 from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
@@ -116,7 +117,7 @@ class StreamingExecutor:
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
                  prefetch: bool = False,
                  test_stream_values: dict | None = None,
-                 stateful_whole: bool = False):
+                 stateful_whole: bool = False, native=None):
         self.plan = plan
         # Sources encode the next micro-batch's rows, and make its engine
         # data, in a thread while this one's last job runs
@@ -181,6 +182,10 @@ class StreamingExecutor:
         self.drain = Drain(None if store.temporary else store.root)  # ``drain``
         self.tasks = StageTasks(job_id, engine, store, attempt_channel,
                                 runtime_options, profile_dir)
+        # WriteToSpark and SparkSql (``spark_sinks``; ``native``: the
+        # runner's handler for them, ``transforms.stream_runtime``)
+        self.spark_stages = SparkStages(plan, engine, store, context,
+                                        self._job, native)
         self.micro_batch = 0
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py
@@ -295,7 +300,8 @@ class StreamingExecutor:
                         self._prebuilder.source(index, batch.produced[index])
                 self.watermarks.settle_source(index)
                 continue
-            eager = index in self.gates or bool(stage.split_input)
+            eager = (index in self.gates or bool(stage.split_input)
+                     or stage.kind == p.NATIVE_STAGE)
             if (stage.grouped or stage.stateful or eager) and \
                     self._waits_for_pending(index):
                 self._harvest(final=False)
@@ -308,6 +314,10 @@ class StreamingExecutor:
                 parts.append((None, self._driver_rows(due, always=True)))
             if stage.grouped or stage.stateful:
                 ran |= self._keyed(index, stage, parts)
+                continue
+            if stage.kind == p.NATIVE_STAGE:
+                ran |= self.spark_stages.run(index, stage, parts, batch,
+                                             self.micro_batch)
                 continue
             if not parts:
                 continue

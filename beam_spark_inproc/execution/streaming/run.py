@@ -33,7 +33,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                cancel: Callable[[], None] | None = None,
                transform_name_mapping: dict[str, str] | None = None,
                drained_plan: Callable[[], p.SparkPlan] | None = None,
-               ) -> StreamingPipelineResult:
+               native=None) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -50,7 +50,8 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     ``cancel``: interrupts the stream's running Spark jobs (a stop).
     ``drained_plan``: the pipeline planned with ``is_drain`` (``drain``).
     ``transform_name_mapping``: old -> new labels of stateful transforms an
-    update renamed (``update``)."""
+    update renamed (``update``).
+    ``native``: makes the handler of runner-native stages (``spark_sinks``)."""
     try:
         store = CheckpointStore(plan, checkpoint_location,
                                 Owner(plan, transform_name_mapping or {}))
@@ -66,7 +67,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         plan, progress.time_jobs(engine), job_id, store, result.cancelled,
         progress.after_commit(result.add_reports), after_micro_batch,
         run_metrics.channel, runtime_options, profile_dir, spread, prefetch,
-        test_stream_values, stateful_whole)
+        test_stream_values, stateful_whole, native)
     executor.progress = progress
     result.executor = executor
     executor.drain.replan = drained_plan
