@@ -42,6 +42,7 @@ from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import files
 from beam_spark_inproc.transforms import specs
+from beam_spark_inproc.transforms.specs import write_dataframe as write
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.transforms.convert import ArrowRows
@@ -172,32 +173,16 @@ def _write(ctx: _Context, spec: dict) -> Any:
     if spec['table']:  # the table may have appeared since the pipeline was built
         schema = specs.target_schema(ctx.session, spec, schema, ctx.label)
     data, control = ctx.input(0)
-    dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
+    if spec.get('window_columns'):  # the windows and panes as columns too
+        from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
+        dataframe = ctx.engine.to_dataframe(data, WindowedToArrow(
+            ctx.coder(ctx.stage.inputs[0].coder_id), schema,
+            columns=tuple(spec['window_columns'].items())), schema)
+    else:
+        dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
     with ctx.executor.job([ctx.index], f'write {spec["table"] or spec["path"]}'):
         write(ctx.session, spec, dataframe, ctx.label)
     return control if control is not None else ctx.engine.union([])
-
-
-def write(session, spec: dict, dataframe, label: str) -> None:
-    """Writes the DataFrame as the WriteToSpark spec says: one Spark job."""
-    # Spark Connect knows 'error' but not its alias 'errorifexists'.
-    mode = 'error' if spec['mode'] == 'errorifexists' else spec['mode']
-    writer = dataframe.write.mode(mode).options(**spec['options'])
-    if spec['format']:
-        writer = writer.format(spec['format'])
-    if spec['partition_by']:
-        writer = writer.partitionBy(*spec['partition_by'])
-    target = spec['table'] or spec['path']
-    try:
-        if spec['table']:
-            writer.saveAsTable(spec['table'])
-        else:
-            writer.save(spec['path'])
-    except Exception as e:
-        from pyspark.errors import PythonException
-        if isinstance(e, PythonException):
-            raise  # a Beam transform upstream failed: the runner names it
-        raise specs.spark_error(f'{label}: writing {target}', e) from None
 
 
 def _sql(ctx: _Context, spec: dict) -> Any:
@@ -240,6 +225,12 @@ def stream_source(stage: p.StagePlan, engine, context, folder: str) -> Any:
         return None
     from beam_spark_inproc.transforms.spark_stream import SparkStreamSource
     return SparkStreamSource(stage, engine, context, folder)
+
+
+def stream_stages(engine, coders, root: str, job):
+    """What runs WriteToSpark and SparkSql in a stream (``stream_runtime``)."""
+    from beam_spark_inproc.transforms.stream_runtime import StreamStages
+    return StreamStages(engine, coders, root, job)
 
 
 HANDLERS: dict[str, Callable[[_Context, dict], Any]] = {

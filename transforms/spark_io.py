@@ -35,6 +35,7 @@ from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.specs import SparkInteropError
 from beam_spark_inproc.transforms.specs import _DATAFRAMES
 from beam_spark_inproc.transforms.specs import encode_schema
+from beam_spark_inproc.transforms.specs import path_schema
 from beam_spark_inproc.transforms.specs import spark_error
 from beam_spark_inproc.transforms.specs import target_schema
 
@@ -219,11 +220,22 @@ class WriteToSpark(beam.PTransform):
     installed). ``mode``: ``errorifexists`` (default), ``append``,
     ``overwrite``, ``ignore``. One Spark job writes it with Spark's commit
     protocol: retried tasks are written once, a failed job commits nothing.
+
+    ``window_start``, ``window_end``, ``pane_timing``, ``pane_index``: names of
+    columns to add holding each element's window bounds and pane
+    (``stream_convert``). On an unbounded PCollection (a stream) each
+    micro-batch's rows are appended exactly once, across task retries and
+    driver restarts (``execution.streaming.spark_sinks``): ``path=`` with
+    ``mode='append'``.
     """
 
     def __init__(self, table: Optional[str] = None, *, path: Optional[str] = None,
                  format: Optional[str] = None, mode: str = 'errorifexists',
-                 options: Optional[dict] = None, partition_by=(), spark=None):
+                 options: Optional[dict] = None, partition_by=(), spark=None,
+                 window_start: Optional[str] = None,
+                 window_end: Optional[str] = None,
+                 pane_timing: Optional[str] = None,
+                 pane_index: Optional[str] = None):
         super().__init__()
         if (table is None) == (path is None):
             raise SparkInteropError(
@@ -238,7 +250,13 @@ class WriteToSpark(beam.PTransform):
         self._session = spark
         self._spec = {'table': table, 'path': path, 'format': format, 'mode': mode,
                       'options': {k: str(v) for k, v in (options or {}).items()},
-                      'partition_by': list(partition_by)}
+                      'partition_by': list(partition_by),
+                      'window_columns': {
+                          role: name for role, name in (
+                              ('window_start', window_start),
+                              ('window_end', window_end),
+                              ('pane_timing', pane_timing),
+                              ('pane_index', pane_index)) if name}}
 
     def expand(self, pcoll):
         native = _native(pcoll.pipeline, self._what, WRITE_URN)
@@ -247,12 +265,29 @@ class WriteToSpark(beam.PTransform):
                 pcoll.element_type, f'The input of {self._what}'))
         except types.SchemaError as e:
             raise SparkInteropError(str(e)) from None
+        arrow = _with_window_columns(arrow, self._spec['window_columns'],
+                                     self._what)
+        stream = pcoll.is_bounded is False
+        if stream:  # the rules of a streaming write, while building
+            from beam_spark_inproc.planning.native_streaming import write_problems
+            problems = write_problems(self._spec)
+            if problems:
+                raise SparkInteropError(
+                    f'{self._what} on an unbounded PCollection: '
+                    + ' '.join(problems))
         session = active_session(self._session)
         if session is not None and self._spec['table']:
             arrow = target_schema(session, self._spec, arrow, self._what)
+        elif session is not None and self._spec['mode'] == 'append':
+            arrow = path_schema(session, self._spec, arrow, self._what)
         self._spec['schema'] = encode_schema(arrow)
         if not native:
             from beam_spark_inproc.transforms import local
+            if stream or self._spec['window_columns']:
+                raise SparkInteropError(
+                    f'{self._what}: window/pane columns and unbounded input '
+                    'need InProcessSparkRunner; this runner writes through '
+                    'the session in one batch.')
             if session is None:
                 raise SparkInteropError(
                     f'{self._what} needs a SparkSession to write with: pass '
@@ -265,6 +300,22 @@ class WriteToSpark(beam.PTransform):
         if getattr(self, '_local', False):  # a composite of Beam transforms
             return super().to_runner_api_parameter(context)
         return WRITE_URN, json.dumps(self._spec).encode()
+
+
+def _with_window_columns(arrow, columns: dict, what: str):
+    """The write's schema: the elements' fields, then the window/pane columns."""
+    from beam_spark_inproc.transforms import stream_convert
+    import pyarrow as pa
+    if not columns:
+        return arrow
+    names = {f.name.lower() for f in arrow}
+    taken = [n for n in columns.values() if n.lower() in names]
+    if taken or len({n.lower() for n in columns.values()}) != len(columns):
+        raise SparkInteropError(
+            f'{what}: window/pane column names {sorted(columns.values())} must '
+            'differ from each other and from the fields of the PCollection '
+            f'({", ".join(f.name for f in arrow)}).')
+    return pa.schema(list(arrow) + stream_convert.column_fields(columns))
 
 
 class SparkSql(beam.PTransform):
@@ -280,13 +331,23 @@ class SparkSql(beam.PTransform):
     Each input becomes a temporary view of the runner's session under its
     name. Inputs must be in the global window: Spark SQL knows nothing of
     Beam's windows (window first with Beam, or put the window in a column).
+
+    On an unbounded PCollection (a stream) the query runs over each
+    micro-batch's fired panes of its one windowed input, the window's bounds
+    in columns ``window_start`` and ``window_end`` (names of your choice);
+    the query selects them, and each result row goes back into the window
+    they name (``stream_convert.WindowedToBeamRows``).
     """
 
-    def __init__(self, query: str, spark=None):
+    def __init__(self, query: str, spark=None, *,
+                 window_start: str = 'window_start',
+                 window_end: str = 'window_end'):
         super().__init__()
         self._query = query
         self._session = spark
         self._what = f'SparkSql({query!r})'
+        self._columns = {'window_start': window_start, 'window_end': window_end}
+        self._windowing = None  # the input's, in a stream
 
     def expand(self, pcolls):
         if isinstance(pcolls, pvalue.PCollection):
@@ -296,6 +357,9 @@ class SparkSql(beam.PTransform):
                 f'{self._what} takes a PCollection or a dict of them by view name.')
         pipeline = next(iter(pcolls.values())).pipeline
         native = _native(pipeline, self._what, SQL_URN)
+        stream = any(pc.is_bounded is False for pc in pcolls.values())
+        if stream:
+            self._windowing = _stream_sql_windowing(pcolls, self._what)
         seen = {}
         views = {}
         for name, pcoll in pcolls.items():
@@ -305,7 +369,7 @@ class SparkSql(beam.PTransform):
                     'same PCollection; give it once and refer to it twice in SQL.')
             seen[id(pcoll)] = name
             windowfn = pcoll.windowing.windowfn
-            if not isinstance(windowfn, GlobalWindows):
+            if not stream and not isinstance(windowfn, GlobalWindows):
                 raise SparkInteropError(
                     f'{self._what}: view {name!r} is windowed '
                     f'({type(windowfn).__name__}); Spark SQL runs over the global '
@@ -317,6 +381,9 @@ class SparkSql(beam.PTransform):
                     pcoll.element_type, f'View {name!r} of {self._what}'))
             except types.SchemaError as e:
                 raise SparkInteropError(str(e)) from None
+            if stream:
+                views[name] = _with_window_columns(views[name], self._columns,
+                                                   self._what)
         session = active_session(self._session)
         if session is None:
             raise SparkInteropError(
@@ -325,21 +392,69 @@ class SparkSql(beam.PTransform):
         output, self._row_type = analyse(session, self._query, views, self._what)
         self._spec = {'query': self._query, 'schema': encode_schema(output),
                       'views': {n: encode_schema(s) for n, s in views.items()}}
+        if stream:
+            _check_window_output(output, self._columns, self._what)
+            self._spec['window_columns'] = self._columns
+            self._spec['global_window'] = isinstance(
+                self._windowing.windowfn, GlobalWindows)
         if not native:
+            if stream:
+                raise SparkInteropError(
+                    f'{self._what} on an unbounded PCollection needs '
+                    'InProcessSparkRunner.')
             from beam_spark_inproc.transforms import local
             self._local = True
             return local.sql(pcolls, session, self._spec, self._row_type,
                              self._what)
         return pvalue.PCollection(pipeline, element_type=self._row_type,
-                                  is_bounded=True)
+                                  is_bounded=not stream)
 
     def get_windowing(self, unused_inputs):
-        return Windowing(GlobalWindows())
+        return self._windowing or Windowing(GlobalWindows())
 
     def to_runner_api_parameter(self, context):
         if getattr(self, '_local', False):  # a composite of Beam transforms
             return super().to_runner_api_parameter(context)
         return SQL_URN, json.dumps(self._spec).encode()
+
+
+def _stream_sql_windowing(pcolls: dict, what: str) -> Windowing:
+    """The windowing of SparkSql's one input in a stream (its output's too),
+    or why a query over it would mean nothing."""
+    from apache_beam.transforms.trigger import DefaultTrigger
+    if len(pcolls) != 1:
+        raise SparkInteropError(
+            f'{what} on unbounded input: one view only (got '
+            f'{", ".join(sorted(pcolls))}). In a stream the query runs over '
+            "each micro-batch's fired panes, and two inputs' panes of a window "
+            'fire in different micro-batches; join them with Beam first '
+            '(e.g. CoGroupByKey), then query the result.')
+    (name, pcoll), = pcolls.items()
+    windowing = pcoll.windowing
+    if isinstance(windowing.windowfn, GlobalWindows) and isinstance(
+            windowing.triggerfn, DefaultTrigger):
+        raise SparkInteropError(
+            f'{what} on unbounded input: view {name!r} is in the global window '
+            'with the default trigger, whose only pane fires at the end of '
+            'the stream. Window it (beam.WindowInto(FixedWindows(...))) or '
+            'give it a trigger, so the query runs over each fired pane.')
+    return windowing
+
+
+def _check_window_output(output, columns: dict, what: str) -> None:
+    """A streaming query selects the window's bounds as timestamps: its rows
+    go back into the window they name."""
+    import pyarrow as pa
+    names = {f.name: f for f in output}
+    missing = [c for c in columns.values()
+               if c not in names or not pa.types.is_timestamp(names[c].type)]
+    if missing:
+        raise SparkInteropError(
+            f'{what} on unbounded input: the result must have the window '
+            f'columns {columns["window_start"]!r} and {columns["window_end"]!r} '
+            '(timestamps, as the view gives them), so that each row goes back '
+            f'into its window; missing or not timestamps: {missing}. Select '
+            'them (and GROUP BY them when aggregating).')
 
 
 def analyse(session, query: str, views: dict, what: str):

@@ -201,6 +201,7 @@ class SparkStreamSource:
         self._max_event: int | None = None
         self._watermark = MIN_TIMESTAMP
         self._exhausted = False
+        self._drained = False  # ``drain``: the next step ends the source
         self._query = None
         self._made = None
         self._taken = None
@@ -216,7 +217,7 @@ class SparkStreamSource:
     def checkpoint(self) -> dict:
         self._collect_garbage()
         return {'identity': self._spec['identity'], 'next_batch': self.next_batch,
-                'max_event_time': self._max_event}
+                'max_event_time': self._max_event, 'drained': self._drained}
 
     def restore(self, record: dict) -> None:
         if record.get('identity') != self._spec['identity']:
@@ -227,6 +228,7 @@ class SparkStreamSource:
                 'for a changed source.')
         self.next_batch = self._durable = int(record['next_batch'])
         self._max_event = record.get('max_event_time')
+        self._drained = bool(record.get('drained'))
         self._watermark = self._event_watermark()
         self._made = self._taken = None
 
@@ -235,6 +237,11 @@ class SparkStreamSource:
         ``POLL_SECONDS`` for one); their rows go to ``take_made`` as engine
         data made in Spark tasks, so the list returned is always empty."""
         self._made = None
+        if self._drained:  # stops at its position: staged batches stay unread
+            self.close()
+            self._exhausted = True
+            self._watermark = MAX_TIMESTAMP
+            return []
         if self._query is None:
             self._start()
         ids = self._staged(POLL_SECONDS)
@@ -264,6 +271,12 @@ class SparkStreamSource:
 
     def prefetch(self, coalesce_elements: bool = False, make=None) -> None:
         pass  # Spark's query stages ahead on its own
+
+    def drain(self) -> None:
+        """Stops at the current position (``source.StreamSource.drain``):
+        the next step stops Spark's query and ends the source."""
+        self._drained = True
+        self._made = None
 
     def close(self) -> None:
         query, self._query = self._query, None

@@ -51,25 +51,64 @@ def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema
     if mode != 'append':
         return arrow
     table_arrow = types.spark_to_arrow(session.table(table).schema)
-    ours = {f.name.lower(): f for f in arrow}
-    theirs = {f.name.lower(): f for f in table_arrow}
-    problems = []
-    for name in sorted(set(ours) | set(theirs)):
-        if name not in theirs:
-            problems.append(f'field {ours[name].name!r} is not a column of the table')
-        elif name not in ours:
-            problems.append(f'column {theirs[name].name!r} of the table is not '
-                            'a field of the PCollection')
-        elif not _compatible(ours[name].type, theirs[name].type):
-            problems.append(
-                f'field {ours[name].name!r}: Beam gives {types.arrow_to_spark(pa.schema([ours[name]])).fields[0].dataType.simpleString()}, '
-                f'the table has {types.arrow_to_spark(pa.schema([theirs[name]])).fields[0].dataType.simpleString()}')
+    problems = mismatches(arrow, table_arrow, 'the table')
     if problems:
         raise SparkInteropError(
             f'{what}: the PCollection\'s schema does not match table {table!r}: '
             + '; '.join(problems) + '. Convert the elements (e.g. with beam.Select '
             "or beam.Map), or write with mode='overwrite'.")
     return table_arrow
+
+
+def path_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
+    """For an append to a path that holds data already: its schema, checked
+    against the PCollection's (the window/pane columns included); else the
+    PCollection's. A path with nothing Spark can read is written as new."""
+    import os
+    import urllib.parse
+    parsed = urllib.parse.urlparse(spec['path'])
+    if parsed.scheme in ('', 'file') and not os.path.exists(
+            parsed.path if parsed.scheme else spec['path']):
+        return arrow  # nothing there yet (Spark would log a failed read)
+    try:
+        found = session.read.format(spec['format'] or 'parquet') \
+            .load(spec['path']).schema
+    except Exception:  # no such path, or nothing to infer a schema from
+        return arrow
+    theirs = types.spark_to_arrow(found)
+    problems = mismatches(arrow, theirs, 'the data at the path')
+    if problems:
+        raise SparkInteropError(
+            f"{what}: the PCollection's schema does not match the data "
+            f"already at {spec['path']!r}: " + '; '.join(problems) +
+            '. Convert the elements (e.g. with beam.Select or beam.Map), or '
+            'write to another path.')
+    return pa.schema([theirs.field(theirs.get_field_index(f.name))
+                      if theirs.get_field_index(f.name) >= 0 else f
+                      for f in arrow])
+
+
+def mismatches(arrow: pa.Schema, target: pa.Schema, where: str) -> list[str]:
+    """What keeps rows of schema ``arrow`` from being appended to ``target``
+    (case-insensitive names, ``_compatible`` types)."""
+    ours = {f.name.lower(): f for f in arrow}
+    theirs = {f.name.lower(): f for f in target}
+    problems = []
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in theirs:
+            problems.append(f'field {ours[name].name!r} is not a column of {where}')
+        elif name not in ours:
+            problems.append(f'column {theirs[name].name!r} of {where} is not '
+                            'a field of the PCollection')
+        elif not _compatible(ours[name].type, theirs[name].type):
+            problems.append(
+                f'field {ours[name].name!r}: Beam gives {_spark_type(ours[name])}, '
+                f'{where} has {_spark_type(theirs[name])}')
+    return problems
+
+
+def _spark_type(field: pa.Field) -> str:
+    return types.arrow_to_spark(pa.schema([field])).fields[0].dataType.simpleString()
 
 
 def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
@@ -91,3 +130,25 @@ def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
         return (_compatible(ours.key_type, theirs.key_type) and
                 _compatible(ours.item_type, theirs.item_type))
     return ours == theirs
+
+
+def write_dataframe(session, spec: dict, dataframe, label: str) -> None:
+    """Writes the DataFrame as the WriteToSpark spec says: one Spark job."""
+    # Spark Connect knows 'error' but not its alias 'errorifexists'.
+    mode = 'error' if spec['mode'] == 'errorifexists' else spec['mode']
+    writer = dataframe.write.mode(mode).options(**spec['options'])
+    if spec['format']:
+        writer = writer.format(spec['format'])
+    if spec['partition_by']:
+        writer = writer.partitionBy(*spec['partition_by'])
+    target = spec['table'] or spec['path']
+    try:
+        if spec['table']:
+            writer.saveAsTable(spec['table'])
+        else:
+            writer.save(spec['path'])
+    except Exception as e:
+        from pyspark.errors import PythonException
+        if isinstance(e, PythonException):
+            raise  # a Beam transform upstream failed: the runner names it
+        raise spark_error(f'{label}: writing {target}', e) from None

@@ -54,6 +54,14 @@ class MetricsPusher:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.pushed: list[snapshots.Snapshot] = []  # handed to the sender, in order
+        self._gauges: tuple = ()
+
+    def set_gauges(self, records) -> None:
+        """The runner's own gauges (``snapshot.MetricRecord``; a stream's
+        progress), sent with every push from now on in place of the last
+        ones; call it before ``after_job`` for them to go with its push."""
+        with self._cond:
+            self._gauges = tuple(records)
 
     def after_job(self, reports: Iterable[dict] = ()) -> None:
         """Adds a job's (or micro-batch's) committed reports; pushes if due."""
@@ -99,7 +107,7 @@ class MetricsPusher:
         self._last = self._clock()
         self._pending = False
         self._next = snapshots.take(self.metrics, self.pipeline_id, self.job_name,
-                                    state, self._sequence)
+                                    state, self._sequence, self._gauges)
         self.pushed.append(self._next)
         if self._thread is None:
             self._thread = threading.Thread(

@@ -64,7 +64,8 @@ def plan_stages(
     planned = tuple(_plan_stage(context, stage, layouts, reshuffle_keeps_panes)
                     for stage in stages)
     return p.SparkPlan(
-        stages=_arrow_inputs(planned),
+        # A stream's loop reads every stage output as rows (no ``ARROW`` mode).
+        stages=planned if streaming else _arrow_inputs(planned),
         components=context.components.SerializeToString())
 
 

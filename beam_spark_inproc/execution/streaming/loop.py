@@ -64,12 +64,14 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.buckets import BucketTable
+from beam_spark_inproc.execution.streaming.drain import Drain
 from beam_spark_inproc.execution.streaming.micro_batch import MicroBatch
 from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.source import StreamSource
+from beam_spark_inproc.execution.streaming.spark_sinks import SparkStages
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.execution.streaming.tasks import StageTasks
@@ -117,7 +119,7 @@ class StreamingExecutor:
                  profile_dir: str = '', spread: tuple[int, int] = (1, 0),
                  prefetch: bool = False,
                  test_stream_values: dict | None = None,
-                 stateful_whole: bool = False,
+                 stateful_whole: bool = False, native=None,
                  native_source: Callable | None = None):
         self.plan = plan
         # Sources encode the next micro-batch's rows, and make its engine
@@ -191,8 +193,13 @@ class StreamingExecutor:
                                      self._hold)
         self.buckets = BucketTable([stage.name for stage in plan.stages])
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
+        self.drain = Drain(None if store.temporary else store.root)  # ``drain``
         self.tasks = StageTasks(job_id, engine, store, attempt_channel,
                                 runtime_options, profile_dir)
+        # WriteToSpark and SparkSql (``spark_sinks``; ``native``: the
+        # runner's handler for them, ``transforms.stream_runtime``)
+        self.spark_stages = SparkStages(plan, engine, store, context,
+                                        self._job, native)
         self.micro_batch = 0
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py
@@ -245,6 +252,7 @@ class StreamingExecutor:
 
     def _loop(self) -> None:
         while not self.cancelled.is_set():
+            self.drain.check(self)  # at the micro-batch boundary (``drain``)
             source_rows = {i: source.step_micro_batch(self._coalesce)
                            for i, source in self.sources.items()
                            if not source.exhausted}
@@ -274,7 +282,8 @@ class StreamingExecutor:
                 source.clock = max(source.clock, due)
             return
         due = min(due, self.buckets.next_processing_timer(due))
-        while not self.cancelled.is_set() and time.time() < due:
+        while (not self.cancelled.is_set() and not self.drain.waiting()
+               and time.time() < due):
             self.cancelled.wait(min(due - time.time(), 0.1))
 
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
@@ -309,7 +318,8 @@ class StreamingExecutor:
                         self._prebuilder.source(index, batch.produced[index])
                 self.watermarks.settle_source(index)
                 continue
-            eager = index in self.gates or bool(stage.split_input)
+            eager = (index in self.gates or bool(stage.split_input)
+                     or stage.kind == p.NATIVE_STAGE)
             if (stage.grouped or stage.stateful or eager) and \
                     self._waits_for_pending(index):
                 self._harvest(final=False)
@@ -322,6 +332,10 @@ class StreamingExecutor:
                 parts.append((None, self._driver_rows(due, always=True)))
             if stage.grouped or stage.stateful:
                 ran |= self._keyed(index, stage, parts)
+                continue
+            if stage.kind == p.NATIVE_STAGE:
+                ran |= self.spark_stages.run(index, stage, parts, batch,
+                                             self.micro_batch)
                 continue
             if not parts:
                 continue
@@ -397,7 +411,8 @@ class StreamingExecutor:
         # Cached even when nothing reads it (a leaf): the leaves' job would
         # run the DoFn again, and the stage's side effects twice.
         result = self.engine.cache(self.engine.map_stage(
-            data, self.tasks.task(stage, self.watermarks.step(index, batch.now),
+            data, self.tasks.task(self.drain.stage(index, stage),
+                                  self.watermarks.step(index, batch.now),
                                   gate=self.gates.get(index))))
         batch.cached.append(result)
         with self._job():

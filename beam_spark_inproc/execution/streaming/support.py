@@ -7,8 +7,8 @@ from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_spark_inproc.errors import Problem
 from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.execution.streaming import spark_sinks
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.planning.native import READ_STREAM_URN
 
 _LATER = 'Streaming mode does not run this yet (issue #13).'
 
@@ -41,11 +41,10 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
                 f'({payload.endpoint.url}). ' + _LATER,
                 'Give the TestStream its events in the pipeline.'))
     for stage in plan.stages:
-        if stage.kind == p.NATIVE_STAGE and stage.native_urn != READ_STREAM_URN:
-            found.append(Problem(
-                ', '.join(stage.labels), stage.native_urn, '',
-                'a runner-native (Spark) transform. ' + _LATER,
-                'Run it as a batch pipeline (bounded input, no --streaming).'))
+        if stage.kind == p.NATIVE_STAGE:
+            native = spark_sinks.problem(stage)
+            if native is not None:
+                found.append(native)
         for side_input in stage.side_inputs if stage.grouped else ():
             found.append(Problem(
                 side_input.transform_id, urn(side_input.transform_id), '',

@@ -1,0 +1,246 @@
+"""WriteToSpark on an unbounded PCollection (issue #34,
+``execution.streaming.spark_sinks``): each micro-batch's panes appended to a
+path exactly once, the window and pane in columns; equal to Beam's
+BundleBasedDirectRunner on the same TestStream, across a driver SIGKILLed in
+the middle of publishing a micro-batch and after publishing one (before its
+commit record). Bad input fails while the pipeline is built, naming the
+transform, nothing written.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.test_stream import TestStream
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.errors import UnsupportedPipelineError
+from beam_spark_inproc.transforms import SparkInteropError
+from beam_spark_inproc.transforms import SparkSql
+from beam_spark_inproc.transforms import WriteToSpark
+from tests.streaming import oracle
+from tests.streaming import spark_sink_pipeline as sink
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope='module')
+def expected():
+    rows = sink.expected()
+    assert {r[4] for r in rows} == {'ON_TIME', 'LATE'}  # late panes too
+    return rows
+
+
+QUERY = ('SELECT window_start, window_end, COUNT(*) AS n, SUM(total) AS s '
+         'FROM PCOLLECTION GROUP BY window_start, window_end')
+
+
+def _query(totals, spark):
+    return (totals | SparkSql(QUERY, spark=spark)
+            | 'Pair' >> beam.Map(lambda r: (r.n, r.s)))
+
+
+@pytest.fixture(scope='module')
+def expected_panes():
+    """SparkSql's result by hand from Beam's panes: per window and pane
+    firing (all keys' on-time panes of a window fire in one micro-batch,
+    each late one in its own), the count and sum of the totals."""
+    found: dict = {}
+    for (key, total, *_), window, _, timing, index, *_ in oracle.direct(
+            lambda p: sink.totals(p) | beam.ParDo(sink._Rows())):
+        n, s = found.get((window, timing, index), (0, 0))
+        found[(window, timing, index)] = (n + 1, s + total)
+    return sorted((window, n, s) for (window, _, _), (n, s) in found.items())
+
+
+def _windows(records: list) -> list:
+    """(window, n, s) of the query's records (which keep their window)."""
+    return sorted((window, n, s) for (n, s), window, *_ in records)
+
+
+def test_sql_per_pane_equals_beams_panes_on_the_debug_engine(
+        spark, tmp_path, expected_panes):
+    records = oracle.run(lambda p: _query(sink.totals(p), spark),
+                         InProcessSparkRunner(debug=True, spark=spark),
+                         f'--checkpoint_location={tmp_path / "ck"}')
+    assert _windows(records) == expected_panes
+
+
+def test_write_and_sql_equal_beams_on_spark(spark, tmp_path, expected,
+                                            expected_panes):
+    """The write and the query in one stream on Spark."""
+    out = str(tmp_path / 'out')
+
+    def build(p):
+        totals = sink.totals(p)
+        _ = totals | WriteToSpark(path=out, mode='append', spark=spark,
+                                  **sink.COLUMNS)
+        return _query(totals, spark)
+    records = oracle.run(build, InProcessSparkRunner(spark=spark),
+                         f'--checkpoint_location={tmp_path / "ck"}')
+    assert sink.table(out) == expected
+    assert _windows(records) == expected_panes
+
+
+def _driver(out: str, checkpoint: str, *flags: str):
+    return subprocess.run(
+        [sys.executable, '-m', 'tests.streaming.spark_sink_pipeline', out,
+         checkpoint, *flags], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True, text=True, timeout=600)
+
+
+def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
+                                                  monkeypatch):
+    """A driver SIGKILLed after renaming a micro-batch's files into the path
+    and before its published record; restarted (here, in this process), it
+    fails after publishing a later micro-batch and before that micro-batch's
+    commit record (the replay must not write it again); the third run
+    finishes: each row once."""
+    from beam_spark_inproc.transforms import stream_runtime as spark_sinks
+    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
+    mid = str(tmp_path / 'mid')
+    first = _driver(out, checkpoint, '--kill-mid', mid)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    # Micro-batches up to KILL_MID are in the path, its files without its record.
+    partial = sink.table(out)
+    assert 0 < len(partial) < len(expected) and set(partial) <= set(expected)
+    write = spark_sinks.PathSink.write
+    published = []
+
+    def failing(self, micro_batch, *args):
+        files = write(self, micro_batch, *args)
+        published.append(micro_batch)
+        if micro_batch >= sink.KILL_AFTER and files:
+            raise RuntimeError('driver lost after publishing')
+        return files
+    monkeypatch.setattr(spark_sinks.PathSink, 'write', failing)
+    runner = InProcessSparkRunner(debug=True, spark=spark)
+    with pytest.raises(Exception, match='driver lost after publishing'):
+        sink.run(runner, out, checkpoint, spark)
+    assert published[0] == sink.KILL_MID  # replayed from its commit, rewritten
+    monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
+    assert sink.run(runner, out, checkpoint, spark) == 'DONE'
+    assert sink.table(out) == expected
+    # Spark's reader sees the data files only (not the sink's own folder);
+    # no staging folder is left.
+    assert spark.read.parquet(out).count() == len(expected)
+    [sink_id] = os.listdir(os.path.join(out, '_beam_spark_sink'))
+    assert os.listdir(os.path.join(out, '_beam_spark_sink', sink_id)) == [
+        'published.json']
+
+
+# -- bad input: errors while building, naming the transform ---------------
+
+def _stream(p):
+    return (p | TestStream().add_elements([sink.Total('a', 1)])
+            .advance_watermark_to_infinity()
+            | 'Typed' >> beam.Map(lambda t: t).with_output_types(sink.Total))
+
+
+def _pipeline(spark, *flags):
+    options = PipelineOptions(list(flags))
+    options.view_as(StandardOptions).streaming = True
+    return beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
+                         options=options)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(table='t_stream'), r"WriteToSpark\(table='t_stream'\) on an unbounded "
+     r"PCollection: table='t_stream': in a stream WriteToSpark appends"),
+    (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
+    (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
+    (dict(path='s3a://bucket/x', mode='append'), r"renaming files in the driver"),
+    (dict(path='OUT', mode='append', format='delta'),
+     r"format 'delta' keeps its own transaction log"),
+    (dict(path='OUT', mode='append', window_start='key'),
+     r"window/pane column names \['key'\] must differ"),
+])
+def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs,
+                                                  message):
+    out = str(tmp_path / 'out')
+    kwargs = {k: (out if v == 'OUT' else v) for k, v in kwargs.items()}
+    with pytest.raises(SparkInteropError, match=message):
+        _stream(_pipeline(spark)) | WriteToSpark(spark=spark, **kwargs)
+    assert not os.path.exists(out)
+
+
+def test_a_path_holding_other_columns_is_refused(spark, tmp_path):
+    out = str(tmp_path / 'out')
+    spark.createDataFrame([(1, 2.0)], 'id long, other double') \
+        .write.parquet(out)
+    with pytest.raises(SparkInteropError) as info:
+        _stream(_pipeline(spark)) | WriteToSpark(path=out, mode='append',
+                                                 spark=spark)
+    message = str(info.value)
+    assert message.startswith(f'WriteToSpark(path={out!r}): ')
+    assert "field 'key' is not a column of the data at the path" in message
+    assert "column 'other' of the data at the path is not a field" in message
+
+
+def test_streaming_flag_with_a_batch_mode_is_refused_before_running(
+        spark, tmp_path):
+    """Bounded input run with --streaming: refused when run, before any
+    Spark job, naming the transform."""
+    out = str(tmp_path / 'out')
+    p = _pipeline(spark, f'--checkpoint_location={tmp_path / "ck"}')
+    _ = (p | beam.Create([sink.Total('a', 1)]).with_output_types(sink.Total)
+         | 'Write totals' >> WriteToSpark(path=out, mode='overwrite',
+                                          spark=spark))
+    with pytest.raises(UnsupportedPipelineError,
+                       match=r"'Write totals'.*mode 'overwrite' is a batch mode"):
+        p.run()
+    assert not os.path.exists(out)
+
+
+def test_sql_in_a_stream_refused_where_it_means_nothing(spark):
+    from apache_beam.transforms import window
+    p = _pipeline(spark)
+    stream = _stream(p)
+    with pytest.raises(SparkInteropError,
+                       match=r"view 'PCOLLECTION' is in the global window with "
+                             r'the default trigger, whose only pane fires'):
+        stream | 'Global' >> SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
+    windowed = stream | beam.WindowInto(window.FixedWindows(10))
+    with pytest.raises(SparkInteropError,
+                       match=r"the result must have the window columns "
+                             r"'window_start' and 'window_end'"):
+        windowed | 'No window' >> SparkSql(
+            'SELECT key, SUM(total) AS t FROM PCOLLECTION GROUP BY key',
+            spark=spark)
+    with pytest.raises(SparkInteropError, match=r'one view only \(got a, b\)'):
+        {'a': windowed, 'b': stream} | 'Two' >> SparkSql(
+            'SELECT * FROM a', spark=spark)
+
+
+def test_window_columns_in_batch_equal_fnapi_runners_panes(spark, tmp_path):
+    """The same columns in a batch pipeline (``transforms.runtime``), against
+    the windows and panes FnApiRunner gives the same elements."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms import window
+    def totals(p):
+        return (p | beam.Create([(f'k{i % 3}', i) for i in range(30)])
+                | 'Stamp' >> beam.Map(
+                    lambda kv: window.TimestampedValue(kv, kv[1] % 25))
+                | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+                | beam.CombinePerKey(sum)
+                | 'Total' >> beam.Map(lambda kv: sink.Total(*kv))
+                .with_output_types(sink.Total))
+
+    out = str(tmp_path / 'out')
+    with beam.Pipeline(runner=InProcessSparkRunner(debug=True, spark=spark)) as p:
+        _ = totals(p) | WriteToSpark(path=out, spark=spark, **sink.COLUMNS)
+    folder = tmp_path / 'records'
+    folder.mkdir()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = (totals(p) | beam.ParDo(sink._Rows())
+             | beam.ParDo(oracle.Record(str(folder))))
+    records = [pickle.loads(f.read_bytes()) for f in folder.iterdir()]
+    assert len(records) == 9  # 3 keys x windows [0, 10), [10, 20), [20, 30)
+    assert sink.table(out) == sorted(r[0] for r in records)
