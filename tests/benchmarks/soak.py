@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -226,6 +227,12 @@ def main() -> None:
     parser.add_argument('--conf', action='append', default=[],
                         help='KEY=VALUE Spark settings for the session')
     args = parser.parse_args()
+    # Where the restarted stream resumes, and how many micro-batches each ran.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter('# %(message)s'))
+    log = logging.getLogger('beam_spark_inproc.execution.streaming.run')
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
     location = args.checkpoint or tempfile.mkdtemp(prefix='bench-soak-')
     from beam_spark_inproc.spark import session
     spark, _ = session.get_or_create(
