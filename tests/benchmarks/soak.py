@@ -233,6 +233,7 @@ def main() -> None:
     log = logging.getLogger('beam_spark_inproc.execution.streaming.run')
     log.addHandler(handler)
     log.setLevel(logging.INFO)
+    log.propagate = False
     location = args.checkpoint or tempfile.mkdtemp(prefix='bench-soak-')
     from beam_spark_inproc.spark import session
     spark, _ = session.get_or_create(
