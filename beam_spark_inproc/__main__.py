@@ -4,6 +4,13 @@
   plan (fused stages, shuffles, side inputs, the Beam transforms each Spark step
   runs) instead of executing it.
 * ``run``: runs SCRIPT on InProcessSparkRunner (adds ``--runner`` unless given).
+* ``status CHECKPOINT_LOCATION [--watch [SECONDS]] [--html FILE] [--json]``: a
+  stream's progress from its commit records, running or stopped
+  (``beam_spark_inproc.status``).
+
+``python -m beam_spark_inproc drain CHECKPOINT_LOCATION [--wait SECONDS]``
+drains the stream running on that checkpoint location
+(``execution.streaming.drain``).
 
 ``--help`` after SCRIPT lists the runner's pipeline options with their help
 (``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
@@ -20,8 +27,16 @@ RUNNER_FLAG = '--runner=beam_spark_inproc.InProcessSparkRunner'
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['status']:
+        from beam_spark_inproc.status import main as status
+        return status(argv[1:])
+    if argv[:1] == ['drain']:
+        from beam_spark_inproc.execution.streaming import drain
+        return drain.main(argv[1:])
     parser = argparse.ArgumentParser(
-        prog='python -m beam_spark_inproc', description=__doc__.splitlines()[0],
+        prog='python -m beam_spark_inproc',
+        description=__doc__.splitlines()[0].replace('explain|run', 'explain|run|status'),
         epilog=options_help('python -m beam_spark_inproc explain|run SCRIPT'),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('command', choices=['explain', 'run'])

@@ -90,6 +90,18 @@ class SparkRunnerOptions(PipelineOptions):
             'key hash); default a private temporary folder removed at the end. '
             'A folder holding another pipeline\'s state is refused.')
         parser.add_argument(
+            '--spark_transform_name_mapping', default=None, metavar='JSON',
+            help='Streaming, updating a stream: run changed code on a '
+            '--checkpoint_location written by an earlier version. A JSON '
+            'object of old transform label -> new label for each renamed '
+            'transform that holds state (GroupByKey, stateful or splittable '
+            'DoFn, side-input reader, source); a key also maps the labels '
+            'under it ("Count" maps "Count/Group"); an empty new label drops '
+            'that transform\'s state. Beam\'s --transform_name_mapping '
+            '(Dataflow\'s) is read the same way. An update that would lose '
+            'or misread state is refused before any Spark job, naming each '
+            'transform and why (see docs/streaming.md).')
+        parser.add_argument(
             '--spark_stream_spread_kb', type=float, default=STREAM_SPREAD_KB,
             help='Streaming: a micro-batch\'s rows from the driver (a '
             'TestStream\'s events, main-input rows released by a side-input '

@@ -11,6 +11,7 @@ import uuid
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PortableOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
@@ -190,9 +191,6 @@ class InProcessSparkRunner(PipelineRunner):
                                spark_session.local_parallelism(opts.spark_master))
                 get_spark = lazy.get
                 attempt_host = '127.0.0.1'
-                from beam_spark_inproc.spark.small import always_on_spark
-                if any(always_on_spark(s) for s in plan.stages):
-                    lazy.start()
 
             def diagnose(error):
                 if lazy is not None and not lazy.created:
@@ -216,7 +214,7 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = SmallDataEngine(
                     get_spark, make_engine, parallelism,
                     max_bytes=int(opts.spark_small_data_kb * 1024),
-                    settings=settings)
+                    settings=settings, spark_start=lazy)
                 settings = contextlib.nullcontext  # entered by the engine
             else:
                 engine = make_engine()
@@ -226,7 +224,8 @@ class InProcessSparkRunner(PipelineRunner):
                 if lazy is None or lazy.created:
                     get_spark().interruptTag(tag)
         if streaming:
-            return self._run_stream(plan, engine, job_id, options, attempt_host,
+            return self._run_stream(pipeline, plan, engine, job_id, options,
+                                    attempt_host,
                                     settings, parallelism, spark, cancel)
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING,
@@ -292,14 +291,18 @@ class InProcessSparkRunner(PipelineRunner):
         thread.start()
         return result
 
-    def _run_stream(self, plan, engine, job_id: str, options,
+    def _run_stream(self, pipeline, plan, engine, job_id: str, options,
                     attempt_host: str | None, settings, parallelism: int,
                     spark=None, cancel=None):
         """A stream: the micro-batch loop on a driver thread (returns at once),
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
+        from beam_spark_inproc.execution.streaming.update import parse_mapping
         opts = options.view_as(SparkRunnerOptions)
+        mapping = parse_mapping(  # Beam's (Dataflow's) option, then ours
+            options.view_as(GoogleCloudOptions).transform_name_mapping,
+            opts.spark_transform_name_mapping)
         return run_stream(plan, engine, job_id,
                           options.view_as(SparkRunnerOptions).checkpoint_location,
                           lambda e: translate_error(e, plan),
@@ -314,7 +317,13 @@ class InProcessSparkRunner(PipelineRunner):
                           test_stream_values=getattr(
                               _ASIDE, 'values', None),
                           stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel)
+                          cancel=cancel, transform_name_mapping=mapping,
+                          drained_plan=functools.partial(
+                              plan_pipeline, pipeline, True,
+                              reshuffle_keeps_panes=not options.
+                              is_compat_version_prior_to(
+                                  RESHUFFLE_PANES_VERSION),
+                              streaming=True))
 
 
 def _native_stage(executor, index: int, stage):

@@ -27,6 +27,8 @@ For a driver loop other than the batch executor (the streaming loop), per run::
     # run_metrics.channel -> StageTask(attempt_channel=...) of every stage
     # after each micro-batch, with the reports (decoded control rows) it returned:
     run_metrics.pusher.after_job(reports)
+    # (a stream's progress as gauges, sent with every push from then on:
+    # run_metrics.pusher.set_gauges(records) before after_job)
     # result.metrics() may read run_metrics.live.results() at any time
     run_metrics.finish('DONE')   # or 'FAILED' / 'CANCELLED': final push, channel closed
 

@@ -60,6 +60,14 @@ class MetricsPusher:
         # The last snapshots handed to the sender, in order.
         self.pushed: collections.deque[snapshots.Snapshot] = collections.deque(
             maxlen=PUSHED_KEPT)
+        self._gauges: tuple = ()
+
+    def set_gauges(self, records) -> None:
+        """The runner's own gauges (``snapshot.MetricRecord``; a stream's
+        progress), sent with every push from now on in place of the last
+        ones; call it before ``after_job`` for them to go with its push."""
+        with self._cond:
+            self._gauges = tuple(records)
 
     def after_job(self, reports: Iterable[dict] = ()) -> None:
         """Adds a job's (or micro-batch's) committed reports; pushes if due."""
@@ -105,7 +113,7 @@ class MetricsPusher:
         self._last = self._clock()
         self._pending = False
         self._next = snapshots.take(self.metrics, self.pipeline_id, self.job_name,
-                                    state, self._sequence)
+                                    state, self._sequence, self._gauges)
         self.pushed.append(self._next)
         if self._thread is None:
             self._thread = threading.Thread(

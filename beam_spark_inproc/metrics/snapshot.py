@@ -76,8 +76,9 @@ def plain(kind: str, value: Any) -> Any:
 
 
 def take(metrics: LiveMetrics, pipeline_id: str, job_name: str, state: str,
-         sequence: int) -> Snapshot:
-    """The user metrics of ``metrics`` now."""
+         sequence: int, gauges: tuple[MetricRecord, ...] = ()) -> Snapshot:
+    """The user metrics of ``metrics`` now, and the runner's ``gauges``
+    (a stream's progress, ``execution.streaming.progress.gauges``)."""
     results = metrics.results(user_metrics_only=True).query()
     records = []
     for query_kind in KINDS:
@@ -88,5 +89,6 @@ def take(metrics: LiveMetrics, pipeline_id: str, job_name: str, state: str,
                 step=result.key.step, kind=kind,
                 attempted=plain(kind, result.attempted),
                 committed=plain(kind, result.committed)))
+    records.extend(gauges)
     records.sort(key=lambda r: (r.step, r.namespace, r.name, r.kind))
     return Snapshot(pipeline_id, job_name, state, time.time(), sequence, tuple(records))

@@ -42,6 +42,9 @@ class StateFiles:
     current: tuple = ()  # (bucket, Parquet file of its current version) pairs
     folder: str = ''  # where this micro-batch's new versions go
     buckets: int = STATE_BUCKETS  # the stage's state buckets (a power of two)
+    # (old, new) transform ids a stateful stage's state rows may name: its
+    # stateful DoFn was renamed by an update (``execution.streaming.update``)
+    aliases: tuple = ()
 
 
 @dataclasses.dataclass

@@ -343,46 +343,65 @@ class LazySession:
     """The SparkSession a run creates when a stage first needs Spark.
 
     A JVM takes seconds to start: a pipeline whose stages all run in the
-    driver (``spark.small``) never starts one, and one that surely needs Spark
-    (a read) starts it in the background (``start``) while it plans and runs
-    its first stages in the driver. ``get`` returns the session, waiting for
-    a creation under way or creating it in the calling thread; a creation that
-    failed raises its error there (and the next ``get`` tries again)."""
+    driver (``spark.small``) never starts one, and one whose work outgrows
+    the driver's limits starts it in the background (``start``) while its
+    stages go on in the driver until the session is ``ready``. ``get``
+    returns the session, waiting for a creation under way or creating it in
+    the calling thread; a creation that failed raises its error there (and the
+    next ``get`` tries again).
+
+    The creating thread is not a daemon: a process whose run ended in the
+    driver while the JVM was starting waits for it at exit (interpreter
+    shutdown joins it) instead of tearing down a half-made gateway."""
 
     def __init__(self, create):
         self._create = create
         self._session = None
         self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+        self._done: Optional[threading.Event] = None
         self._error: Optional[BaseException] = None
 
     @property
     def created(self) -> bool:
         return self._session is not None
 
+    @property
+    def ready(self) -> bool:
+        """Whether ``get`` would return without waiting for a JVM to start."""
+        return self._session is not None
+
+    @property
+    def starting(self) -> bool:
+        return self._done is not None and not self._done.is_set()
+
     def start(self) -> None:
         """Creates the session in a background thread (once)."""
         with self._lock:
-            if self._session is not None or self._thread is not None:
+            if self._session is not None or self._done is not None:
                 return
-            self._thread = threading.Thread(
-                target=self._create_in_background, daemon=True,
-                name='beam-spark-session-start')
-            self._thread.start()
+            self._done = threading.Event()
+            threading.Thread(target=self._create_in_background,
+                             args=(self._done,),
+                             name='beam-spark-session-start').start()
 
-    def _create_in_background(self) -> None:
+    def _create_in_background(self, done: threading.Event) -> None:
         try:
             self._session = self._create()
         except BaseException as error:  # raised by ``get`` in the run's thread
             self._error = error
+        finally:
+            done.set()
 
     def get(self):
-        thread = self._thread
-        if thread is not None:
-            thread.join()
+        done = self._done
+        if done is not None:
+            # An event's wait, not ``Thread.join``: a Ctrl-C in a join can
+            # leave CPython 3.11 taking the live thread for ended.
+            while not done.wait(0.5):
+                pass
         with self._lock:
             if self._error is not None:
-                error, self._error, self._thread = self._error, None, None
+                error, self._error, self._done = self._error, None, None
                 raise error
             if self._session is None:
                 self._session = self._create()

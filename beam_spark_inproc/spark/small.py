@@ -48,6 +48,19 @@ else is Spark's:
   and gets the job's description, so a run that stays in the driver makes no
   call to Spark at all.
 
+* **while Spark starts** (``spark_start``: the session the runner makes,
+  ``session.LazySession``, not yet ready): a stage begun then is not handed
+  over by the limits; passing them starts the session in the background and
+  the stage goes on here, its output held up to ``COLD_MAX_BYTES``, so that a
+  new process's first run works while the JVM starts instead of waiting for
+  it. A splittable stage may run here then, its restrictions cut into
+  ``COLD_PIECES`` equal pieces (``execution.initial_split``) fed one at a
+  time. Once the session is ready, a stage whose input rows are independent
+  elements or restrictions (``_element_wise``) is fed no more: its bundle
+  ends as usual, its output so far is kept and the input not fed runs on
+  Spark, as further bundles of the same stage; a stage reading rows grouped
+  or sorted by key (which cannot be cut between two inputs) ends here.
+
 What stays in the driver runs on one core, for about ``max_seconds`` a stage
 (plus the element under way when they pass): the price of a stage handed over
 late is that much driver time. Off with
@@ -109,6 +122,12 @@ COLLECTED_SECONDS = 0.6
 # The largest piece of input rows fed to a bundle in the driver between two
 # checks of its limits.
 _PIECE_ROWS = 256
+# While Spark starts (``Cold``): the bytes a stage's output (and a shuffle's
+# input) may hold in the driver, and the pieces a splittable stage's
+# restrictions are cut into, fed one at a time, so that what is left when the
+# session is ready goes to Spark in equal shares.
+COLD_MAX_BYTES = 256 << 20
+COLD_PIECES = 256
 
 
 @dataclasses.dataclass
@@ -142,7 +161,8 @@ class SmallDataEngine:
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
                  settings=contextlib.nullcontext,
                  max_seconds: Optional[float] = None,
-                 max_elements: Optional[int] = None):
+                 max_elements: Optional[int] = None,
+                 spark_start=None):
         # The SparkEngine (it ships the driver's code) is made on first use.
         self._make_spark_engine = make_spark_engine
         self._spark_engine = None
@@ -163,8 +183,12 @@ class SmallDataEngine:
         self._max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
         self._max_elements = MAX_ELEMENTS if max_elements is None else max_elements
         self._handovers = 0  # runs here that passed the limits
+        # The session still to be made (``session.LazySession``: ``ready``,
+        # ``start``), or None: the session is there.
+        self._spark_start = spark_start
         self.stages_in_driver = 0
         self.stages_on_spark = 0
+        self.stages_split = 0  # begun here, the rest of their input on Spark
 
     @property
     def _spark(self):
@@ -175,6 +199,10 @@ class SmallDataEngine:
     # -- hand-over -------------------------------------------------------------
     def _fits(self, rows: int, nbytes: int) -> bool:
         return rows <= self._max_rows and nbytes <= self._max_bytes
+
+    def _cold(self) -> bool:
+        """Whether Spark is not there yet (its session to be made or starting)."""
+        return self._spark_start is not None and not self._spark_start.ready
 
     def to_spark(self, data):
         """Spark's DataFrame of ``data`` (a DataFrame as it is).
@@ -251,7 +279,9 @@ class SmallDataEngine:
         return self._spark.select(data, tag, new_tag, control)
 
     def shuffle(self, data, how: str):
-        if isinstance(data, Local) and self._fits(data.rows, data.nbytes):
+        if isinstance(data, Local) and (
+                self._fits(data.rows, data.nbytes)
+                or (self._cold() and data.nbytes <= COLD_MAX_BYTES)):
             return Local(self._local.shuffle(data.partitions, how), how)
         return self._spark.shuffle(self.to_spark(data), how)
 
@@ -261,17 +291,41 @@ class SmallDataEngine:
         return self._spark.cache(data)
 
     def map_stage(self, data, task):
-        if (self._handovers < MAX_HANDOVERS and isinstance(data, Local)
-                and self._fits(data.rows, data.nbytes) and _may_run_here(task)):
+        cold = self._cold()
+        if cold:
+            here = (isinstance(data, Local) and data.nbytes <= COLD_MAX_BYTES
+                    and _may_run_here(task, cold=True))
+        else:
+            here = (self._handovers < MAX_HANDOVERS and isinstance(data, Local)
+                    and self._fits(data.rows, data.nbytes) and _may_run_here(task))
+        if here:
+            if cold and _splittable(task):
+                data = self._pieces(data, task.stage)
             try:
-                result = self._run_here(data, task)
+                result, rest = self._run_here(data, task, cold)
             except _TooBig:
                 self._handovers += 1
             else:
                 self.stages_in_driver += 1
-                return result
+                if rest is None:
+                    return result
+                # Begun here while Spark started: the input not yet fed runs
+                # there, as further bundles of the same stage.
+                self._handovers += 1
+                self.stages_split += 1
+                return self._spark.union([
+                    self.to_spark(result),
+                    self._spark.map_stage(self.to_spark(rest), task)])
         self.stages_on_spark += 1
         return self._spark.map_stage(self.to_spark(data), task)
+
+    def _pieces(self, data: Local, stage) -> Local:
+        """A splittable stage's restrictions cut into ``COLD_PIECES`` of equal
+        size, in one partition (one bundle, fed a piece at a time)."""
+        spread = self._local.spread_restrictions(
+            [[b for part in data.partitions for b in part]], stage, COLD_PIECES)
+        partitions = data.partitions if spread is None else spread[0]
+        return Local([[b for part in partitions for b in part]])
 
     def spread_restrictions(self, data, stage, ways: int):
         """Rows the driver holds cut into one part per core
@@ -317,65 +371,94 @@ class SmallDataEngine:
             self._exit.close()
 
     # -- running a stage here ----------------------------------------------------
-    def _run_here(self, data: Local, task) -> Local:
+    def _run_here(self, data: Local, task, cold: bool = False
+                  ) -> tuple[Local, Optional[Local]]:
         """Each partition through the task Spark would run, unpickled from the
-        bytes Spark would ship; ``_TooBig`` once the output passes the limits
-        or the limits pass between two inputs (a ``collected`` task's: time
-        only, ``COLLECTED_SECONDS``, whatever its output)."""
+        bytes Spark would ship: (its output, None); ``_TooBig`` once the output
+        passes the limits or the limits pass between two inputs (a
+        ``collected`` task's: time only, ``COLLECTED_SECONDS``, whatever its
+        output). Begun ``cold`` (Spark not there yet), the run goes on past
+        the limits (starting the session in the background) while Spark
+        starts, its output held up to ``COLD_MAX_BYTES``; a stage whose input
+        rows are independent elements (``_element_wise``) then stops being fed
+        once the session is ready and returns (its output so far, the input
+        rows not fed)."""
         from pyspark.serializers import CloudPickleSerializer
         serializer = CloudPickleSerializer()
         shipped = serializer.dumps(task)
         collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
-        if collected:
-            limits = _Limits(COLLECTED_SECONDS, 1 << 62)
-        else:
-            limits = _Limits(self._max_seconds, self._max_elements)
+        limits = _Limits(
+            COLLECTED_SECONDS if collected else self._max_seconds,
+            1 << 62 if collected else self._max_elements,
+            (lambda rows, nbytes: True) if collected else self._fits,
+            spark_start=self._spark_start if cold else None,
+            splits=cold and _element_wise(task),
+            piece_rows=1 if _splittable(task) else _PIECE_ROWS)
         stage_task.started.callback = limits.started
         _BEAM_LOGGER.addFilter(_not_a_bundle_failure)
         rows = nbytes = 0
-        partitions = []
+        partitions, rest = [], []
         try:
             for partition in data.partitions:
+                if limits.remainder is not None:  # split: the rest is Spark's
+                    rest.extend(partition)
+                    continue
                 out = []
                 outputs = serializer.loads(shipped)(limits.feed(partition))
                 try:
                     for batch in outputs:
                         rows += batch.num_rows
                         nbytes += batch.nbytes
-                        if not collected and not self._fits(rows, nbytes):
-                            raise _TooBig()
-                        if limits.late():
-                            raise _TooBig()
+                        limits.check_output(rows, nbytes)
                         out.append(batch)
                 finally:
                     close = getattr(outputs, 'close', None)
                     if close is not None:
                         close()  # a dropped run: its bundle stops here
                 partitions.append(out)
+                if limits.remainder is not None:
+                    rest.extend(limits.remainder)
         except _TooBig:
             raise _TooBig() from None
         finally:
             stage_task.started.callback = None
             _BEAM_LOGGER.removeFilter(_not_a_bundle_failure)
-        return Local(partitions)
+        if limits.remainder is None or not any(b.num_rows for b in rest):
+            return Local(partitions), None
+        return Local(partitions), Local([rest])
 
 
 class _Limits:
     """A run in the driver's limits, checked cooperatively: by the bundle's
     own helper thread between its inputs (``feed``), and by the consumer at
-    each output batch (``_run_here``). Nothing interrupts a running element:
-    a stage is handed over between two inputs (or when its output passes the
-    limits), and an element already started ends first, in the driver."""
+    each output batch (``check_output``). Nothing interrupts a running
+    element: a stage is handed over between two inputs (or when its output
+    passes the limits), and an element already started ends first, in the
+    driver.
 
-    def __init__(self, seconds: float, max_elements: int):
+    With ``spark_start`` (the run began before Spark was there), passing the
+    limits starts the session in the background and the run goes on; once
+    the session is ready a ``splits`` run stops being fed (``remainder``: the
+    input not fed, for Spark) and any other run ends here, its output bounded
+    by ``COLD_MAX_BYTES``."""
+
+    def __init__(self, seconds: float, max_elements: int, fits, *,
+                 spark_start=None, splits: bool = False,
+                 piece_rows: int = _PIECE_ROWS):
         self._seconds = seconds
         # Set when the first bundle starts: building its BundleProcessor
         # (in a new process: importing Beam's worker modules, unpickling the
         # DoFns and their setup) is no measure of the data's size.
         self._deadline: Optional[float] = None
         self._max_elements = max_elements
+        self._fits = fits
+        self._spark_start = spark_start
+        self._splits = splits
+        self._piece_rows = piece_rows
+        self._stop = False  # the output is too big: feed no more
         self._processor = None
         self._before = 0
+        self.remainder: Optional[list] = None  # set when a split run stops
 
     def started(self, processor) -> None:
         """A bundle's BundleProcessor, before its helper thread starts
@@ -388,27 +471,58 @@ class _Limits:
     def late(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
 
-    def passed(self) -> bool:
+    def _over(self) -> bool:
         return self.late() or (
             self._processor is not None and
             _elements(self._processor) - self._before > self._max_elements)
 
+    def passed(self) -> bool:
+        """Whether to feed no more (checked before each piece of input)."""
+        if self._stop:
+            return True
+        if not self._over():
+            return False
+        if self._spark_start is None:
+            return True
+        if not self._spark_start.ready:
+            self._spark_start.start()  # the work outgrew the driver
+            return False
+        return self._splits
+
+    def check_output(self, rows: int, nbytes: int) -> None:
+        """At each output batch: ``_TooBig`` past the limits (a split run:
+        feed no more, its output so far is kept)."""
+        if self._spark_start is not None:
+            if nbytes <= COLD_MAX_BYTES:
+                return
+            self._spark_start.start()
+        elif self._fits(rows, nbytes) and not self.late():
+            return
+        if not self._splits:
+            raise _TooBig()
+        self._stop = True
+
     def feed(self, partition: list) -> Iterator[pa.RecordBatch]:
         """The partition's batches in pieces of 1, 2, 4, ... rows (at most
-        ``_PIECE_ROWS``), the limits checked before each: a few seeds that
+        ``piece_rows``), the limits checked before each: a few seeds that
         expand are caught after the first, and rows fed in bulk cost a check
         per few hundred. Runs in the bundle's helper thread, where
-        ``_TooBig`` ends the bundle as any exception from its input would."""
+        ``_TooBig`` ends the bundle as any exception from its input would; a
+        split run's input ends there instead (its bundle finishes as usual)."""
         size = 1
-        for batch in partition:
+        for index, batch in enumerate(partition):
             start = 0
             while start < batch.num_rows:
                 if self.passed():
+                    if self._splits:
+                        self.remainder = ([batch.slice(start)]
+                                          + list(partition[index + 1:]))
+                        return
                     raise _TooBig()
                 piece = batch.slice(start, size)
                 start += piece.num_rows
                 yield piece
-                size = min(size * 2, _PIECE_ROWS)
+                size = min(size * 2, self._piece_rows)
 
 
 def _elements(processor) -> int:
@@ -434,14 +548,28 @@ def _not_a_bundle_failure(record: logging.LogRecord) -> bool:
     return not (record.exc_info and record.threadName.startswith('beam-bundle-'))
 
 
-def _may_run_here(task) -> bool:
-    """Not a splittable DoFn's stage (a read: little input, much work), nor a
-    task carrying a side input shipped as a file."""
+def _may_run_here(task, cold: bool = False) -> bool:
+    """Not a splittable DoFn's stage (a read: little input, much work) unless
+    Spark is still starting (``cold``: its restrictions are then fed in
+    pieces), nor a task carrying a side input shipped as a file."""
     stage = getattr(task, 'stage', None)
-    if stage is not None and always_on_spark(stage):
+    if stage is not None and always_on_spark(stage) and not cold:
         return False
     return not any(isinstance(part, ShippedFile)
                    for part in getattr(task, 'side_input_state', ()))
+
+
+def _splittable(task) -> bool:
+    stage = getattr(task, 'stage', None)
+    return stage is not None and always_on_spark(stage)
+
+
+def _element_wise(task) -> bool:
+    """Whether the stage's input rows are independent elements (or
+    restrictions), any subset of which is a bundle: not rows grouped or
+    sorted by key."""
+    stage = getattr(task, 'stage', None)
+    return stage is not None and stage.input_mode in (p.PLAIN, p.SPLITTABLE)
 
 
 def always_on_spark(stage: p.StagePlan) -> bool:

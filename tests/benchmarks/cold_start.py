@@ -16,8 +16,11 @@ both runs; the cold figure is the first run plus the process's imports (what
 - ``direct``: Beam's ``DirectRunner`` (what ``beam.Pipeline()`` runs by default);
 - ``fnapi``: Beam's ``FnApiRunner`` in memory.
 
-Prints each runner's median cold and warm seconds, their ratios to ``direct``,
-and the load average (targets: cold <= 1.5x DirectRunner, warm <= 0.5x).
+A third process per round runs the pipeline once: its wall seconds from start
+to exit are the ``process`` figure (the interpreter's start, and anything a
+runner leaves to finish at exit, included). Prints each runner's median cold,
+warm and process seconds, their ratios to ``direct``, and the load average
+(targets: cold <= 1.5x DirectRunner, warm <= 0.5x).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 RUNNERS = {
     'inproc': 'beam_spark_inproc.InProcessSparkRunner',
@@ -54,8 +58,9 @@ def once():
 
 imports = time.monotonic() - start
 first = once()
-second = once()
-print(json.dumps({'imports': imports, 'first': first, 'second': second}))
+second = once() if sys.argv[4] == '2' else None
+print(json.dumps({'imports': imports, 'first': first, 'second': second}),
+      flush=True)
 '''
 
 WORDS = ('the quick brown fox jumps over a lazy dog while seven wizards quietly '
@@ -69,13 +74,20 @@ def make_input(path: str, lines: int) -> None:
             f.write(' '.join(rng.choice(WORDS) for _ in range(8)) + '\n')
 
 
-def one_run(runner: str, path: str) -> dict:
+def one_run(runner: str, path: str, runs: int = 2) -> dict:
+    """The child's figures, and ``process``: its wall seconds from start to
+    exit (a process that ran once: what ``time python my_pipeline.py`` shows,
+    whatever the runner leaves to do after its run, such as a JVM it started
+    finishing its start)."""
     examples = os.path.join(os.path.dirname(__file__), '..', '..', 'examples')
+    start = time.monotonic()
     out = subprocess.run(
         [sys.executable, '-c', _CHILD, RUNNERS[runner], path,
-         os.path.abspath(examples)],
+         os.path.abspath(examples), str(runs)],
         check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures['process'] = time.monotonic() - start
+    return figures
 
 
 def main() -> None:
@@ -91,19 +103,23 @@ def main() -> None:
         runs: dict[str, list[dict]] = {r: [] for r in runners}
         for _ in range(args.rounds):  # interleaved: load drifts alike
             for runner in runners:
-                runs[runner].append(one_run(runner, path))
+                run = one_run(runner, path)
+                run['process'] = one_run(runner, path, runs=1)['process']
+                runs[runner].append(run)
     print(f'word count, {args.lines} lines, {args.rounds} rounds, '
           f'load average {os.getloadavg()[0]:.2f}')
     medians = {}
     for runner, got in runs.items():
         cold = statistics.median(r['imports'] + r['first'] for r in got)
         warm = statistics.median(r['second'] for r in got)
-        medians[runner] = (cold, warm)
+        process = statistics.median(r['process'] for r in got)
+        medians[runner] = (cold, warm, process)
     base = medians.get('direct')
-    for runner, (cold, warm) in medians.items():
-        ratio = (f'  cold {cold / base[0]:.2f}x, warm {warm / base[1]:.2f}x direct'
-                 if base else '')
-        print(f'{runner:7s} cold {cold:6.2f} s  warm {warm:6.2f} s{ratio}')
+    for runner, (cold, warm, process) in medians.items():
+        ratio = (f'  cold {cold / base[0]:.2f}x, warm {warm / base[1]:.2f}x, '
+                 f'process {process / base[2]:.2f}x direct' if base else '')
+        print(f'{runner:7s} cold {cold:6.2f} s  warm {warm:6.2f} s  process '
+              f'{process:6.2f} s{ratio}')
 
 
 if __name__ == '__main__':

@@ -32,7 +32,14 @@ from tests.streaming.test_mode import Boom
 def test_same_panes_as_direct_runner_on_spark(spark, build):
     expected = oracle.direct(build)
     assert expected
-    assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
+    results = []
+    assert oracle.run(build, InProcessSparkRunner(spark=spark),
+                      results=results) == expected
+    # On Spark a micro-batch's time splits into its Spark jobs and the
+    # driver's work (``progress.JobClock``; issue #33).
+    recent = results[0].recent_progress()
+    assert any(r['job_seconds'] > 0 for r in recent)
+    assert all(0 <= r['job_seconds'] <= r['duration_seconds'] for r in recent)
 
 
 @pytest.mark.parametrize('debug', [True, False], ids=['debug', 'spark'])

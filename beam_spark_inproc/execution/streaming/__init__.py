@@ -16,5 +16,7 @@ have a module: the sources it steps (``source``), the per-stage watermarks
 bookkeeping (``micro_batch``), stage tasks and the side-input values they
 carry (``tasks``), side-input gates (``side_inputs``), splittable DoFns'
 residuals (``residuals``), the next micro-batch built ahead (``prebuild``),
-and the commit record and restart from it (``restart``).
+the commit record and restart from it (``restart``), draining
+(``drain``), and the progress each micro-batch reports (``progress``; read
+back from a checkpoint by ``beam_spark_inproc.status``).
 """

@@ -47,14 +47,18 @@ class BucketTable:
         self.versions: list[dict[int, str]] = [{} for _ in range(n)]
         # Each keyed stage's state bucket count (``worker.streaming``).
         self.counts: list[int] = [STATE_BUCKETS] * n
+        # Per stage: [(old, new)] transform ids its state may still name
+        # (a stateful DoFn renamed by an update, ``update``).
+        self.aliases: list[list] = [[] for _ in range(n)]
 
     def restore(self, index: int, count: int | None,
                 summaries: dict[int, Summary],
-                versions: dict[int, str]) -> None:
+                versions: dict[int, str], aliases=()) -> None:
         """A stage's buckets as a commit record holds them (``count`` None:
         the default count)."""
         self.summaries[index] = summaries
         self.versions[index] = versions
+        self.aliases[index] = [tuple(a) for a in aliases]
         if count is not None:
             self.counts[index] = count
 
@@ -80,7 +84,8 @@ class BucketTable:
         buckets' current versions, new ones into ``folder``."""
         return StateFiles(stage=stage,
                           current=tuple(sorted(self.versions[index].items())),
-                          folder=folder, buckets=self.counts[index])
+                          folder=folder, buckets=self.counts[index],
+                          aliases=tuple(self.aliases[index]))
 
     def apply(self, reports: list[dict]) -> None:
         """The state reports of a job's tasks (decoded control rows): the

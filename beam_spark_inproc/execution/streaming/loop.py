@@ -63,6 +63,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.buckets import BucketTable
+from beam_spark_inproc.execution.streaming.drain import Drain
 from beam_spark_inproc.execution.streaming.micro_batch import MicroBatch
 from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
@@ -177,6 +178,7 @@ class StreamingExecutor:
                                      self._hold)
         self.buckets = BucketTable([stage.name for stage in plan.stages])
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
+        self.drain = Drain(None if store.temporary else store.root)  # ``drain``
         self.tasks = StageTasks(job_id, engine, store, attempt_channel,
                                 runtime_options, profile_dir)
         self.micro_batch = 0
@@ -231,6 +233,7 @@ class StreamingExecutor:
 
     def _loop(self) -> None:
         while not self.cancelled.is_set():
+            self.drain.check(self)  # at the micro-batch boundary (``drain``)
             source_rows = {i: source.step_micro_batch(self._coalesce)
                            for i, source in self.sources.items()
                            if not source.exhausted}
@@ -260,7 +263,8 @@ class StreamingExecutor:
                 source.clock = max(source.clock, due)
             return
         due = min(due, self.buckets.next_processing_timer(due))
-        while not self.cancelled.is_set() and time.time() < due:
+        while (not self.cancelled.is_set() and not self.drain.waiting()
+               and time.time() < due):
             self.cancelled.wait(min(due - time.time(), 0.1))
 
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
@@ -379,7 +383,8 @@ class StreamingExecutor:
         # Cached even when nothing reads it (a leaf): the leaves' job would
         # run the DoFn again, and the stage's side effects twice.
         result = self.engine.cache(self.engine.map_stage(
-            data, self.tasks.task(stage, self.watermarks.step(index, batch.now),
+            data, self.tasks.task(self.drain.stage(index, stage),
+                                  self.watermarks.step(index, batch.now),
                                   gate=self.gates.get(index))))
         batch.cached.append(result)
         with self._job():

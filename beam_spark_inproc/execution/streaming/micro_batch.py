@@ -19,6 +19,7 @@ Nothing here outlives the micro-batch: the loop makes a new one each time.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from beam_spark_inproc.execution.executor import CarryOnce
@@ -31,6 +32,8 @@ class MicroBatch:
     """The scratch of one micro-batch."""
 
     now: float  # processing time (``StreamingExecutor.now``)
+    started: float = dataclasses.field(
+        default_factory=time.perf_counter)  # for its duration (``progress``)
     produced: dict[int, Any] = dataclasses.field(
         default_factory=dict)  # stage -> its data (lazy)
     pending: list[int] = dataclasses.field(

@@ -68,6 +68,13 @@ class ResidualSchedule:
         return min((r.watermark for r in self._pending.get(stage, [])),
                    default=MAX_TIMESTAMP)
 
+    def expedite(self, now: float) -> None:
+        """Every pending residual is due at ``now`` (a drain truncates them:
+        ``drain``)."""
+        for residuals in self._pending.values():
+            for r in residuals:
+                r.due = min(r.due, now)
+
     @property
     def pending(self) -> bool:
         return any(self._pending.values())
@@ -75,6 +82,11 @@ class ResidualSchedule:
     def next_due(self) -> float:
         return min((r.due for rs in self._pending.values() for r in rs),
                    default=float('inf'))
+
+    def waiting(self, stage: int, now: float) -> tuple[int, int]:
+        """(pending, of which due at ``now``) residuals of a stage."""
+        pending = self._pending.get(stage, [])
+        return len(pending), sum(1 for r in pending if r.due <= now)
 
     def checkpoint(self, stage: int) -> list:
         return [(r.due, r.input_transform, r.element, r.watermark.micros)
@@ -84,6 +96,13 @@ class ResidualSchedule:
         self._pending[stage] = [
             Residual(due, transform, element, Timestamp(micros=micros))
             for due, transform, element, micros in saved]
+
+    def rename(self, inputs: dict[int, str]) -> None:
+        """Pending residuals re-enter their stage at ``inputs[stage]`` (its
+        splittable DoFn's data input, named anew by an updated plan)."""
+        for stage, pending in self._pending.items():
+            for r in pending:
+                r.input_transform = inputs.get(stage, r.input_transform)
 
     def counts(self) -> dict[str, int]:
         """For the commit record: pending residuals per stage."""

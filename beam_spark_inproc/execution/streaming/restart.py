@@ -29,6 +29,11 @@ again with the same ``--checkpoint_location`` resumes after the newest one
   commit record, which names it. Due times are processing times: TestStream's
   clock, restored with its position, or the wall clock (a residual due while
   the driver was down runs at once).
+* **the drain** (``drain``), once one has begun: who asked, where the
+  sources stopped, whether it is done; a restart drains on.
+
+Changed code on the same checkpoint (an update) finds an old stage's record by
+the labels of the transforms holding its state (``update``).
 
 The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
@@ -63,6 +68,10 @@ class CommittedMetrics:
             if infos:
                 self._by_stage[r['stage']] = consolidate(
                     self._by_stage.get(r['stage'], []) + infos)
+
+    def by_stage(self) -> dict[str, list]:
+        """Stage name -> its consolidated MonitoringInfos so far."""
+        return self._by_stage
 
     def record(self) -> dict:
         return {stage: [base64.b64encode(i.SerializeToString()).decode('ascii')
@@ -101,10 +110,12 @@ def _restore_driver_state(executor: Any, index_of: dict, path: str) -> None:
     with open(path, 'rb') as f:
         stages = pickle.load(f)
     for key, kept in stages.items():
-        i = index_of[key]
-        if 'gate' in kept:
+        i = index_of.get(key)
+        if i is None:  # a stage whose state an update dropped
+            continue
+        if 'gate' in kept and i in executor.gates:
             executor.gates[i].restore(kept['gate'])
-        if 'residuals' in kept:
+        if 'residuals' in kept and executor.plan.stages[i].split_input:
             executor.residuals.restore(i, kept['residuals'])
 
 
@@ -141,6 +152,7 @@ def commit(executor: Any) -> None:
             'input_watermark': watermarks.input[i].micros,
             'output_watermark': watermarks.output[i].micros,
             'state_buckets': buckets.counts[i],
+            'aliases': buckets.aliases[i],
             'buckets': {str(b): {'path': store.relative(buckets.versions[i][b]),
                                  'keys': s.keys, 'hold': s.hold.micros,
                                  'event_timer': s.event_timer.micros,
@@ -151,6 +163,8 @@ def commit(executor: Any) -> None:
         'sources': {str(i): s.checkpoint()
                     for i, s in executor.sources.items()},
         'metrics': executor.committed_metrics.record(),
+        'drain': executor.drain.record(executor),  # ``drain``
+        'progress': executor.progress.record(executor),  # ``progress``
     })
 
 
@@ -160,11 +174,16 @@ def restore(executor: Any, record: dict) -> None:
     index_of = {stage_key(stage.name): i
                 for i, stage in enumerate(executor.plan.stages)}
     stages = record['stages']
-    if sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
+    update = executor.store.update  # another pipeline's state (``update``)
+    if update is not None:  # the old stages whose state moved, by label
+        update.index(index_of)
+    elif sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
         raise ValueError(f'commit record {record["micro_batch"]} does not '
                          'match the pipeline\'s stages')
     for stage in stages:
-        i = index_of[stage_key(stage['name'])]
+        i = index_of.get(stage_key(stage['name']))
+        if i is None:  # a stateless stage an update changed
+            continue
         executor.watermarks.restore(
             i, Timestamp(micros=stage['input_watermark']),
             Timestamp(micros=stage['output_watermark']))
@@ -175,11 +194,16 @@ def restore(executor: Any, record: dict) -> None:
                              float(s['processing_timer']))
              for b, s in stage['buckets'].items()},
             {int(b): executor.store.absolute(s['path'])
-             for b, s in stage['buckets'].items()})
+             for b, s in stage['buckets'].items()},
+            stage.get('aliases', ()))
     for old, position in record['sources'].items():
-        executor.sources[index_of[stage_key(stages[int(old)]['name'])]].restore(
-            position)
+        i = index_of.get(stage_key(stages[int(old)]['name']))
+        if i is not None:
+            executor.sources[i].restore(position)
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of,
                               executor.store.absolute(record['driver_state']))
+    executor.drain.restore(record.get('drain'), executor.job_id)
+    if update is not None:
+        update.after_restore(executor, record)
     executor.resume_after(record['micro_batch'])

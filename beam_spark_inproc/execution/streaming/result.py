@@ -9,6 +9,8 @@ and SIGTERM stop the stream the same way before the process goes on to exit
 (``SparkPipelineResult.stop_on_interrupt``): the interpreter never finalizes
 under a loop thread still inside a Py4J call, and the last commit record is
 whole, so a rerun on the same checkpoint resumes after it.
+``drain()`` ends it DONE once everything read so far has fired
+(``execution.streaming.drain``).
 Metrics are the run's ``metrics.RunMetrics``: each micro-batch's reports go to
 its pusher (``after_job``), so ``metrics()`` answers while the pipeline runs and
 ``--metrics_sink`` gets them; the final push carries the final state.
@@ -38,6 +40,7 @@ class StreamingPipelineResult(SparkPipelineResult):
         # stream ends (``report.rewarn``): a stream keeps no micro-batch's
         # reports after taking them, or its driver would grow with its age.
         self._warnings: dict[tuple, tuple] = {}
+        self.executor = None  # the loop's ``StreamingExecutor`` (``run``)
 
     def start(self, body: Callable[[], None],
               translate: Callable[[BaseException], BaseException],
@@ -80,6 +83,41 @@ class StreamingPipelineResult(SparkPipelineResult):
                 self.stop_on_interrupt()
             os.kill(os.getpid(), signal.SIGTERM)
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    def drain(self, duration=None) -> str:
+        """Drains the stream (``execution.streaming.drain``): from its next
+        micro-batch boundary it reads nothing more, splittable DoFns truncate
+        their restrictions, every pending window and timer fires. Waits for
+        the run to end (``duration``: at most that many milliseconds, as
+        ``wait_until_finish``) and returns its state: DONE, or DRAINING while
+        it is still draining; raises the run's error as
+        ``wait_until_finish`` does if the drain fails. A run that already
+        ended is left as it is: its final state is returned."""
+        if self.ended:
+            return self._state
+        self.executor.drain.request('result.drain()')
+        self.wait_until_finish(duration)
+        return self.state
+
+    @property
+    def state(self) -> str:
+        """RUNNING, DRAINING once a drain has begun, then the final state."""
+        if (self._state == PipelineState.RUNNING and self.executor is not None
+                and self.executor.drain.active):
+            return PipelineState.DRAINING
+        return self._state
+
+    def progress(self) -> dict | None:
+        """The last committed micro-batch's progress (None before the
+        first): per stage its watermarks, their lag, elements, state; the
+        micro-batch's duration and backlog (``progress``). As Spark's
+        ``StreamingQuery.lastProgress``."""
+        return self.executor.progress.latest()
+
+    def recent_progress(self) -> list[dict]:
+        """The progress of the recent micro-batches, oldest first (as
+        ``recentProgress``; up to ``progress.RECENT``)."""
+        return self.executor.progress.recent()
 
     @property
     def reports(self) -> list[dict]:

@@ -5,10 +5,13 @@ import contextlib
 import logging
 from typing import Any, Callable
 
+from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
+from beam_spark_inproc.execution.streaming.progress import StreamProgress
 from beam_spark_inproc.execution.streaming.result import StreamingPipelineResult
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
+from beam_spark_inproc.execution.streaming.update import Owner
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol import report
 
@@ -27,7 +30,10 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                prefetch: bool = False,
                test_stream_values: dict | None = None,
                stateful_whole: bool = False,
-               cancel: Callable[[], None] | None = None) -> StreamingPipelineResult:
+               cancel: Callable[[], None] | None = None,
+               transform_name_mapping: dict[str, str] | None = None,
+               drained_plan: Callable[[], p.SparkPlan] | None = None,
+               ) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -41,20 +47,29 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
-    ``cancel``: interrupts the stream's running Spark jobs (a stop)."""
+    ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``drained_plan``: the pipeline planned with ``is_drain`` (``drain``).
+    ``transform_name_mapping``: old -> new labels of stateful transforms an
+    update renamed (``update``)."""
     try:
-        store = CheckpointStore(plan, checkpoint_location)
+        store = CheckpointStore(plan, checkpoint_location,
+                                Owner(plan, transform_name_mapping or {}))
+        drain.refuse_drained(store.resume, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()
         raise
     result = StreamingPipelineResult(run_metrics)
+    # Taken at each commit, published after it (``progress``).
+    progress = StreamProgress(plan, job_id, run_metrics.pusher.set_gauges)
     executor = StreamingExecutor(
-        plan, engine, job_id, store, result.cancelled,
-        result.add_reports, after_micro_batch, run_metrics.channel,
-        runtime_options, profile_dir, spread, prefetch, test_stream_values,
-        stateful_whole)
+        plan, progress.time_jobs(engine), job_id, store, result.cancelled,
+        progress.after_commit(result.add_reports), after_micro_batch,
+        run_metrics.channel, runtime_options, profile_dir, spread, prefetch,
+        test_stream_values, stateful_whole)
+    executor.progress = progress
     result.executor = executor
+    executor.drain.replan = drained_plan
 
     def body() -> None:
         try:
@@ -62,10 +77,12 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
                 restart.restore(executor, store.resume)
                 result.add_reports(executor.committed_metrics.restore(
                     store.resume.get('metrics', {})))
+                progress.resume(executor, store.resume)
                 _LOGGER.info('Stream %s: %s', job_id[:8],
                              restart.describe(store.resume, store.root))
             with settings():
                 executor.run()
+            executor.drain.finish()
         finally:
             try:
                 engine.release()

@@ -70,6 +70,11 @@ class StreamSource(Protocol):
     def close(self) -> None:
         """Stops any prefetch; the loop calls it once, at its end."""
 
+    def drain(self) -> None:
+        """Stops reading at the current position: the next step ends the
+        source (``exhausted``, its watermarks +inf), and so does a restore
+        of a checkpoint taken from then on (``drain``)."""
+
     def checkpoint(self) -> dict:
         """Where the source stands after the last step (JSON-able)."""
 

@@ -3,8 +3,10 @@
 Layout under ``--checkpoint_location`` (default: a private temporary folder,
 removed when the pipeline ends)::
 
-    pipeline.json              which pipeline owns the folder (stage names and
-                               transforms); another pipeline is refused
+    pipeline.json              which pipeline owns the folder: its stages and
+                               transforms, those holding state with their
+                               coders (``update``); a pipeline that cannot
+                               take that state over is refused
     sinks.json                 file sinks' temporary folders of every run
                                (``file_sinks``: a restart removes what
                                uncommitted micro-batches wrote there)
@@ -24,6 +26,9 @@ removed when the pipeline ends)::
                                the workers; removed after the commit of a
                                micro-batch that no longer reads them, and all
                                at a restart (the driver state holds the values)
+    drain-request.json         a drain asked for by ``python -m beam_spark_inproc
+                               drain`` (``drain``), removed once a commit
+                               record carries the drain
     commits/N.json             the commit record of micro-batch N: watermarks,
                                source positions, clock, committed metrics, and
                                for each stage and bucket the file holding its
@@ -45,7 +50,9 @@ newest commit record that reads whole (``resume``): what a micro-batch after it
 left behind (state folders of micro-batch N+1 and later, a ``*.tmp`` commit, a
 torn or unreadable commit file) was never committed and is removed first, so
 the replayed micro-batch writes where its dead attempt did. A pipeline whose
-stages differ is refused with the differences named (``describe_changes``).
+stages differ is an update: it resumes if it keeps every transform holding
+state with its label and coders (``update.check``), else it is refused with
+every problem named, before anything in the folder is touched.
 
 **Garbage.** After commit N, commit records older than the newest ``RETAIN``
 are deleted, and state folders none of the retained records refers to (the
@@ -57,13 +64,17 @@ the same at once for every folder up to the commit it resumes from.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+from typing import Any
 
 from beam_spark_inproc.execution.streaming import file_sinks
 from beam_spark_inproc.planning import plan as p
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class CheckpointOwnedError(ValueError):
@@ -116,19 +127,31 @@ _MB = re.compile(r'mb-(\d+)$')
 class CheckpointStore:
     RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
 
-    def __init__(self, plan: p.SparkPlan, location: str | None):
+    def __init__(self, plan: p.SparkPlan, location: str | None,
+                 owner: Any = None):
+        """``owner``: what ``pipeline.json`` says of ``plan`` and how it takes
+        another pipeline's state over (``update.Owner``); None: the stages
+        only, and another pipeline's state is refused."""
         self.temporary = not location
         self.root = os.path.abspath(
             location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
-        os.makedirs(self.root, exist_ok=True)
-        owner = os.path.join(self.root, 'pipeline.json')
-        mine = {'stages': fingerprint(plan)}
+        path = os.path.join(self.root, 'pipeline.json')
+        mine = (owner.description if owner is not None
+                else {'stages': fingerprint(plan)})
         self.resume: dict | None = None
+        # How this pipeline takes over the state of another (``update``).
+        self.update = None
+        self._owner: dict | None = None  # pipeline.json at the first commit
         self._driver_written: tuple[bytes, str] | None = None  # data, path
-        if os.path.exists(owner):
-            with open(owner) as f:
+        if os.path.exists(path):
+            with open(path) as f:
                 theirs = json.load(f)
-            if sorted(theirs.get('stages', [])) != mine['stages']:
+            if owner is not None and 'holders' in theirs:
+                # Checked before anything is touched.
+                self.update = owner.take_over(theirs, self.root)
+                if theirs != mine:
+                    self._owner = mine
+            elif sorted(theirs.get('stages', [])) != mine['stages']:
                 raise CheckpointOwnedError(
                     f'--checkpoint_location {self.root!r} holds the state of '
                     'another pipeline (or of an earlier version of this one): '
@@ -136,10 +159,17 @@ class CheckpointStore:
                     '. Its state cannot be restored into this pipeline and '
                     'nothing was overwritten. Run the pipeline as it was to '
                     'resume, or give this one its own checkpoint location.')
+            elif theirs != mine:  # written before it named state's holders
+                self._owner = mine
             os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
             self.resume = self._recover()
         else:
-            self._write_json(owner, mine)
+            if owner is not None and owner.mapping:
+                _LOGGER.warning(
+                    '--transform_name_mapping is ignored: %s holds no '
+                    'earlier run\'s state', self.root)
+            os.makedirs(self.root, exist_ok=True)
+            self._write_json(path, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
         self.side_input_folder = os.path.join(self.root, 'side-inputs')
         shutil.rmtree(self.side_input_folder, ignore_errors=True)  # a dead run's
@@ -233,6 +263,10 @@ class CheckpointStore:
     def commit(self, micro_batch: int, record: dict) -> None:
         self._write_json(
             os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
+        if self._owner is not None:  # an updated pipeline's first commit
+            self._write_json(os.path.join(self.root, 'pipeline.json'),
+                             self._owner)
+            self._owner = None
         self._collect_garbage(micro_batch, record)
 
     def _collect_garbage(self, micro_batch: int, record: dict,

@@ -158,6 +158,13 @@ class TestStreamSource:
     def watermark(self, port: int) -> Timestamp:
         return self.watermarks[self.stage.output_tags[port]]
 
+    def drain(self) -> None:
+        """Stops at the current position: the events not replayed yet are
+        dropped, the next step moves every watermark to +inf (``drain``)."""
+        self._prefetched.clear()
+        self._made = self._taken_made = None
+        self.position = max(self.position, len(self.events))
+
     def _next_is(self, position: int, kind: str) -> bool:
         return (position < len(self.events)
                 and self.events[position].HasField(kind))

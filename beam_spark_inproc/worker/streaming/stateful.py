@@ -78,6 +78,24 @@ def _summary(queue) -> Summary:
     return summary
 
 
+def renamed(aliases: dict[str, str], state: dict, ordered: dict,
+            pending: dict) -> tuple[dict, dict, dict]:
+    """A key's state and timers as written under an earlier transform id of
+    the stage's stateful DoFn (``aliases``: old id -> current id; an update
+    renamed it), named by the current one."""
+    def key(k: bytes) -> bytes:
+        state_key = beam_fn_api_pb2.StateKey.FromString(k)
+        inner = getattr(state_key, state_key.WhichOneof('type'))
+        if getattr(inner, 'transform_id', None) in aliases:
+            inner.transform_id = aliases[inner.transform_id]
+            return state_key.SerializeToString()
+        return k
+    return ({key(k): v for k, v in state.items()},
+            {key(k): v for k, v in ordered.items()},
+            {(aliases.get(slot[0], slot[0]),) + tuple(slot[1:]): timer
+             for slot, timer in pending.items()})
+
+
 def streaming_keyed_input_elements(task, entry, batches,
                                    forward: Callable) -> Iterator:
     """Elements and due timers for a streaming stateful stage (see module doc)."""
@@ -86,6 +104,8 @@ def streaming_keyed_input_elements(task, entry, batches,
     buckets = (task.state_files.buckets if task.state_files is not None
                else STATE_BUCKETS)
     routing = entry.routing_state
+    aliases = (dict(task.state_files.aliases) if task.state_files is not None
+               else {})
     queue = entry.timer_queue
     summaries: dict[int, Summary] = {}
     if entry.state_expiry is None:
@@ -116,6 +136,9 @@ def streaming_keyed_input_elements(task, entry, batches,
             if tag == STATE_TAG:
                 for _, _, data in port_rows:
                     state, ordered, pending = pickle.loads(data)
+                    if aliases:
+                        state, ordered, pending = renamed(
+                            aliases, state, ordered, pending)
                     servicer._state.update(state)
                     servicer._ordered_list_keys.update(ordered)
                     if queue is not None:

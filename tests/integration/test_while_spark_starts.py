@@ -1,0 +1,167 @@
+"""Stages run in the driver while Spark's session starts (``spark.small``,
+``Cold``): a run with a session still to be made begins in the driver, starts
+the session in the background when its work outgrows the driver's limits, and
+hands the input not yet fed to Spark once the session is ready. Results as
+computed by hand, whichever way the race goes.
+
+The session's start is simulated on the test run's shared session
+(``_SlowStart``: ready only a number of checks after ``start``), so that
+each case decides when Spark becomes ready."""
+from __future__ import annotations
+
+import collections
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.spark import session as spark_session
+from beam_spark_inproc.spark import small
+
+
+# Set by a DoFn running in the driver: the session is ready from then on.
+_READY_NOW = {'flag': False}
+
+
+class _SlowStart:
+    """A ``LazySession`` stand-in: ``ready`` turns true ``checks`` looks
+    after ``start`` (never, with None) or once ``_READY_NOW`` is set, and
+    ``get`` makes it ready at once."""
+
+    def __init__(self, spark, checks):
+        self._spark = spark
+        self._checks = checks
+        self.started = False
+        self._looks = 0
+        self.got = False
+
+    @property
+    def ready(self) -> bool:
+        if self.got or _READY_NOW['flag']:
+            return True
+        if self.started and self._checks is not None:
+            self._looks += 1
+            return self._looks > self._checks
+        return False
+
+    created = ready
+
+    def start(self) -> None:
+        self.started = True
+
+    def get(self):
+        self.got = True
+        return self._spark
+
+
+@pytest.fixture
+def slow_start(spark, monkeypatch):
+    """Runs a pipeline with a session that starts slowly; returns
+    (the start, the engine) after the run. Each run in the driver is
+    recorded in the engine's ``runs``: (stage input mode, 'whole', 'split'
+    or 'dropped')."""
+    made = {}
+    original = small.SmallDataEngine.__init__
+    run_here = small.SmallDataEngine._run_here
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.runs = []
+        made['engine'] = self
+
+    def recorded(self, data, task, cold=False):
+        try:
+            result, rest = run_here(self, data, task, cold)
+        except BaseException:
+            self.runs.append((task.stage.input_mode, 'dropped'))
+            raise
+        self.runs.append((task.stage.input_mode,
+                          'whole' if rest is None else 'split'))
+        return result, rest
+
+    monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
+    monkeypatch.setattr(small.SmallDataEngine, '_run_here', recorded)
+    monkeypatch.setitem(_READY_NOW, 'flag', False)
+
+    def run(build, checks):
+        start = _SlowStart(spark, checks)
+        monkeypatch.setattr(spark_session, 'lazy_local_session',
+                            lambda *args: start)
+        with beam.Pipeline(runner=InProcessSparkRunner(),
+                           argv=['--spark_master=local[2]']) as p:
+            build(p)
+        return start, made['engine']
+    return run
+
+
+def _lines(tmp_path, n: int):
+    rng = random.Random(3)
+    words = 'a quick brown fox jumps over the lazy dog'.split()
+    lines = [' '.join(rng.choice(words) for _ in range(6)) for _ in range(n)]
+    path = tmp_path / 'lines.txt'
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path), collections.Counter(w for line in lines for w in line.split())
+
+
+def _word_count(path, expected):
+    def build(p):
+        counts = (p | beam.io.ReadFromText(path) | beam.FlatMap(str.split)
+                  | beam.combiners.Count.PerElement())
+        assert_that(counts, equal_to(list(expected.items())))
+    return build
+
+
+def test_a_tiny_read_stays_in_the_driver_and_starts_nothing(slow_start, tmp_path):
+    path, expected = _lines(tmp_path, 200)
+    start, engine = slow_start(_word_count(path, expected), checks=None)
+    assert not start.started and not start.got
+    assert engine.stages_on_spark == 0 and engine.stages_split == 0
+
+
+def test_a_read_begun_in_the_driver_hands_the_rest_to_spark_once_ready(
+        slow_start, tmp_path, monkeypatch):
+    # Past the limits after a few pieces; ready a few pieces after that.
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    path, expected = _lines(tmp_path, 40_000)
+    start, engine = slow_start(_word_count(path, expected), checks=3)
+    assert start.started and start.got
+    assert engine.stages_split >= 1
+
+
+def test_a_read_finished_before_spark_is_ready_never_waits_for_it(
+        slow_start, tmp_path, monkeypatch):
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    path, expected = _lines(tmp_path, 40_000)
+    start, engine = slow_start(_word_count(path, expected), checks=None)
+    # The work outgrew the limits, so the session was started, but the run
+    # ended in the driver: no stage waited for it.
+    assert start.started and not start.got
+    assert engine.stages_on_spark == 0 and engine.stages_split == 0
+
+
+def _ready_at_key_5(kv):
+    if kv[0] == 5:
+        _READY_NOW['flag'] = True  # Spark is ready mid-stage
+    return range(kv[0] * 1000, kv[0] * 1000 + 1000)
+
+
+def test_a_grouped_stage_begun_cold_ends_in_the_driver(slow_start, monkeypatch):
+    """Rows grouped by key cannot be cut between two inputs: a GroupByKey's
+    reading stage begun before Spark was ready runs to its end here although
+    the session became ready meanwhile (its output within COLD_MAX_BYTES),
+    past the (zero) time limit that hands over a stage begun with Spark
+    ready."""
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+
+    def build(p):
+        sums = (p | beam.Create([(k, k) for k in range(30)]) | beam.GroupByKey()
+                | beam.FlatMap(_ready_at_key_5) | beam.CombineGlobally(sum))
+        assert_that(sums, equal_to([sum(range(30_000))]))
+    start, engine = slow_start(build, checks=None)
+    assert start.started and _READY_NOW['flag']
+    grouped = [outcome for mode, outcome in engine.runs if mode == 'grouped']
+    assert grouped[0] == 'whole'  # GroupByKey, FlatMap: begun cold
+    assert engine.stages_split == 0
