@@ -13,10 +13,13 @@ Policy:
   Only the newest snapshot waits to be sent: a slow sink skips stale ones;
 * a failing sink is logged once (a WARNING naming the sink and the error), and
   again at INFO when it recovers; the pipeline never fails for it. Every push
-  carries cumulative values, so a missed push is made up by the next one.
+  carries cumulative values, so a missed push is made up by the next one;
+* ``pushed`` keeps the last ``PUSHED_KEPT`` snapshots handed to the sender (a
+  stream pushes for as long as it runs: its driver must not grow with that).
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -27,6 +30,7 @@ from beam_spark_inproc.metrics.live import LiveMetrics
 from beam_spark_inproc.metrics.sinks import Sink
 
 _LOGGER = logging.getLogger('beam_spark_inproc.metrics')
+PUSHED_KEPT = 16
 
 
 class MetricsPusher:
@@ -53,7 +57,9 @@ class MetricsPusher:
         self._sending = False
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.pushed: list[snapshots.Snapshot] = []  # handed to the sender, in order
+        # The last snapshots handed to the sender, in order.
+        self.pushed: collections.deque[snapshots.Snapshot] = collections.deque(
+            maxlen=PUSHED_KEPT)
         self._gauges: tuple = ()
 
     def set_gauges(self, records) -> None:

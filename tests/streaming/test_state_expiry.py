@@ -73,3 +73,48 @@ def test_state_of_an_expired_window_is_dropped(tmp_path, monkeypatch):
     # then watermark 15: [0, 10) expired, nothing held; k1 in [20, 30): 1 key,
     # still after the clock step; watermark 40: expired; +inf: nothing.
     assert held[:6] == [3, 0, 1, 1, 0, 0], held
+
+
+def test_expiry_of_windows_is_cached_boundedly(monkeypatch):
+    """A worker's processor meets new windows for as long as the stream runs:
+    the expiries it decoded are kept up to ``CACHED_WINDOWS`` windows, and
+    each window's state is still dropped once its expiry passed (window end
+    + 5 s of lateness), whatever the cache held."""
+    from apache_beam.coders.coders import IntervalWindowCoder
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.portability.api import beam_runner_api_pb2
+    from apache_beam.utils.timestamp import Timestamp
+
+    from beam_spark_inproc.worker.streaming import state_expiry
+
+    monkeypatch.setattr(state_expiry, 'CACHED_WINDOWS', 8)
+    p = beam.Pipeline()
+    _ = (p | beam.Create([('k', 1)])
+         | beam.WindowInto(window.FixedWindows(10),
+                           allowed_lateness=Duration(seconds=5))
+         | beam.ParDo(_Seen()))
+    components = p.to_runner_api().components
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
+        transforms=components.transforms, pcollections=components.pcollections,
+        windowing_strategies=components.windowing_strategies,
+        coders=components.coders)
+    [stateful] = [
+        tid for tid, t in components.transforms.items()
+        if t.spec.urn == 'beam:transform:pardo:v1'
+        and beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).state_specs]
+    expiry = state_expiry.StateExpiry(descriptor)
+    coder = IntervalWindowCoder()
+
+    def entry(start: int) -> bytes:
+        return beam_fn_api_pb2.StateKey(
+            bag_user_state=beam_fn_api_pb2.StateKey.BagUserState(
+                transform_id=stateful, user_state_id='seen', key=b'k',
+                window=coder.encode(window.IntervalWindow(start, start + 10)))
+        ).SerializeToString()
+
+    for n in range(50):  # window [10n, 10n + 10) expires at 10n + 15
+        state = {entry(10 * m): [b'x'] for m in range(n, n + 3)}
+        earliest = expiry.drop(state, {}, Timestamp(10 * n + 15))
+        assert sorted(state) == sorted(entry(10 * m) for m in (n + 1, n + 2))
+        assert earliest == Timestamp(10 * n + 25)
+        assert len(expiry._cache) <= 8

@@ -7,6 +7,7 @@ from apache_beam.metrics import monitoring_infos
 
 from beam_spark_inproc.metrics.attempts import AttemptReceiver
 from beam_spark_inproc.metrics.live import LiveMetrics
+from beam_spark_inproc.metrics.pusher import PUSHED_KEPT
 from beam_spark_inproc.metrics.pusher import MetricsPusher
 from beam_spark_inproc.metrics.sinks import HttpJsonSink
 from beam_spark_inproc.worker import attempts
@@ -68,3 +69,25 @@ def test_attempt_channel_counts_into_attempted_only():
     [counter] = live.results().query()['counters']
     assert (counter.committed, counter.attempted) == (5, 8)
     assert live.failed_attempts == 1
+
+
+def test_a_long_run_keeps_only_the_last_snapshots():
+    """A stream pushes for as long as it runs: the pusher keeps the last
+    ``PUSHED_KEPT`` snapshots it handed over, not one per push."""
+    sent = []
+
+    class Sink:
+        url = 'memory:'
+
+        def push(self, snapshot, timeout):
+            sent.append(snapshot.sequence)
+
+    pusher = MetricsPusher([Sink()], LiveMetrics(), 'p' * 32, period=0.0)
+    for _ in range(3 * PUSHED_KEPT):
+        pusher.after_job([_report(1)])
+        assert pusher.flush(30)
+    pusher.finish('DONE')
+    assert [s.sequence for s in pusher.pushed] == list(
+        range(2 * PUSHED_KEPT + 2, 3 * PUSHED_KEPT + 2))
+    assert pusher.pushed[-1].state == 'DONE'
+    assert sent[-1] == 3 * PUSHED_KEPT + 1  # each push was sent

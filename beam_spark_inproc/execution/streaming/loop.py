@@ -471,6 +471,8 @@ class StreamingExecutor:
         (a keyed stage's; a splittable stage's is always cached,
         ``_splittable``), is cached for the micro-batch."""
         stage = self.plan.stages[index]
+        if stage.split_input:  # cached already (Spark warns of a second time)
+            return result
         if self._uses[index] > 1 or (self._uses[index] and (
                 stage.grouped or stage.stateful)):
             result = self.engine.cache(result)

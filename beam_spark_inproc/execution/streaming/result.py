@@ -36,7 +36,10 @@ class StreamingPipelineResult(SparkPipelineResult):
         super().__init__(PipelineState.RUNNING, live=run_metrics.live)
         self._run_metrics = run_metrics
         self.cancelled = self.cancel_requested
-        self.reports: list[dict] = []
+        # Workers' warnings, one per (category, message), re-issued when the
+        # stream ends (``report.rewarn``): a stream keeps no micro-batch's
+        # reports after taking them, or its driver would grow with its age.
+        self._warnings: dict[tuple, tuple] = {}
         self.executor = None  # the loop's ``StreamingExecutor`` (``run``)
 
     def start(self, body: Callable[[], None],
@@ -116,9 +119,18 @@ class StreamingPipelineResult(SparkPipelineResult):
         ``recentProgress``; up to ``progress.RECENT``)."""
         return self.executor.progress.recent()
 
+    @property
+    def reports(self) -> list[dict]:
+        """What the stream keeps of its reports: one report holding each
+        distinct warning of its workers, once."""
+        return [{'warnings': list(self._warnings.values())}]
+
     def add_reports(self, reports: list[dict]) -> None:
         """A committed micro-batch's reports (its workers' log records are
-        logged on the driver now)."""
-        self.reports.extend(reports)
+        logged on the driver now, their metrics go to the run's metrics,
+        their warnings are kept for ``reports``)."""
+        for r in reports:
+            for warning in r.get('warnings', ()):
+                self._warnings.setdefault(warning[:2], warning)
         report.relog(reports)
         self._run_metrics.pusher.after_job(reports)

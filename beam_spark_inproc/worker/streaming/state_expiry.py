@@ -14,7 +14,10 @@ no element or timer touches the key again: the checkpoint follows live state.
 The window of an entry is the ``window`` field of its StateKey (bag, multimap,
 ordered-list user state), decoded with the window coder of the ParDo's main
 input; the global window never expires before +inf (where the loop keeps
-nothing anyway).
+nothing anyway). Each window's expiry is decoded once and kept, up to
+``CACHED_WINDOWS`` windows: a processor lives as long as its Python worker,
+and a stream meets new windows for as long as it runs (the cache starts
+again when full).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 _STATEFUL_URNS = ('beam:transform:pardo:v1',)
+CACHED_WINDOWS = 4096
 
 
 class StateExpiry:
@@ -63,6 +67,8 @@ class StateExpiry:
             return None
         cached = (part.transform_id, part.window)
         if cached not in self._cache:
+            if len(self._cache) >= CACHED_WINDOWS:
+                self._cache.clear()
             coder, lateness = found
             window = coder.decode(part.window)
             self._cache[cached] = (None if isinstance(window, GlobalWindow)
