@@ -1,4 +1,4 @@
-"""Kafka into a Beam stream through Spark's Kafka source: clicks per page and minute.
+"""Kafka into a Beam stream into a Parquet table: clicks per page and minute.
 
     # Kafka (the cluster needs Spark's Kafka connector, fetched here by
     # spark.jars.packages; runs until Ctrl-C, restartable from the checkpoint):
@@ -20,12 +20,15 @@ event time is the record's ``timestamp`` column. The pipeline
    restart reads each record once;
 2. counts clicks per page in one-minute windows with Beam (a window fires once
    the watermark passes its end);
-3. writes ``<minute> <page> <clicks>`` lines with Beam's ``fileio.WriteToFiles``
-   (written once per window, across restarts).
+3. appends ``(window_start, page, clicks)`` rows to the Parquet folder ``--out``
+   with ``WriteToSpark(path=..., mode='append', window_start='window_start')``:
+   each micro-batch's fired windows once, across restarts (read it as a table:
+   ``CREATE TABLE ... USING parquet LOCATION '<out>'``).
 
 With ``--landing`` the source is Spark's file source over the folder
 (``maxFilesPerTrigger=1``, ``trigger='available_now'``): the rest of the
-pipeline is the same, and the script prints the lines written.
+pipeline is the same, and the script prints the table's rows
+(``<minute> <page> <clicks>``) once the stream has read what was there.
 Runs on InProcessSparkRunner only (the read is Spark work).
 """
 from __future__ import annotations
@@ -38,9 +41,9 @@ import random
 import sys
 
 import apache_beam as beam
-from apache_beam.io import fileio
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import FixedWindows
+from apache_beam.typehints.row_type import RowTypeConstraint
 
 PAGES = ('home', 'search', 'cart', 'checkout')
 START = datetime.datetime(2026, 11, 23, 9, 0, tzinfo=datetime.timezone.utc)
@@ -77,11 +80,7 @@ def land(folder: str, files: list[list[dict]]) -> None:
         os.utime(path, (stamp, stamp))
 
 
-class Line(beam.DoFn):
-    def process(self, page_count, window=beam.DoFn.WindowParam):
-        page, clicks = page_count
-        minute = window.start.to_utc_datetime().strftime('%H:%M')
-        yield f'{minute} {page} {clicks}'
+PER_PAGE = RowTypeConstraint.from_fields([('page', str), ('clicks', int)])
 
 
 def clicks_per_minute(records: beam.PCollection) -> beam.PCollection:
@@ -89,7 +88,8 @@ def clicks_per_minute(records: beam.PCollection) -> beam.PCollection:
             | 'Page' >> beam.Map(lambda r: json.loads(r.value)['page'])
             | 'Minutes' >> beam.WindowInto(FixedWindows(60))
             | 'PerPage' >> beam.combiners.Count.PerElement()
-            | 'Line' >> beam.ParDo(Line()))
+            | 'AsRow' >> beam.Map(lambda kv: beam.Row(page=kv[0], clicks=kv[1])
+                                  ).with_output_types(PER_PAGE))
 
 
 def source(args, spark):
@@ -110,6 +110,7 @@ def source(args, spark):
 
 def run(argv: list[str] | None = None) -> list[str]:
     from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import WriteToSpark
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--bootstrap_servers')
@@ -127,17 +128,18 @@ def run(argv: list[str] | None = None) -> list[str]:
     runner = InProcessSparkRunner()
     spark = runner.session(options)
     p = beam.Pipeline(runner=runner, options=options)
-    _ = clicks_per_minute(p | 'Read' >> source(args, spark)) | fileio.WriteToFiles(
-        path=args.out, file_naming=fileio.default_file_naming('clicks', '.txt'))
+    _ = clicks_per_minute(p | 'Read' >> source(args, spark)) | 'Write' >> WriteToSpark(
+        path=os.path.abspath(args.out), mode='append',
+        window_start='window_start', spark=spark)
     p.run().wait_until_finish()
-    lines = []
-    for name in sorted(os.listdir(args.out)):
-        if name.startswith('clicks'):
-            with open(os.path.join(args.out, name)) as f:
-                lines += [line.rstrip('\n') for line in f if line.strip()]
-    for line in sorted(lines):
+    spark.conf.set('spark.sql.session.timeZone', 'UTC')  # minutes in UTC
+    rows = spark.read.parquet(os.path.abspath(args.out)).selectExpr(
+        "date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks') \
+        .orderBy('minute', 'page').collect()
+    lines = [f'{r.minute} {r.page} {r.clicks}' for r in rows]
+    for line in lines:
         print(line)
-    return sorted(lines)
+    return lines
 
 
 if __name__ == '__main__':

@@ -6,7 +6,7 @@ A Spark query of ``rate`` (``rowsPerSecond``; each row's ``timestamp`` is
 when Spark generated it) staged by ``ReadFromSpark``'s source, the loop on
 classic Spark (``local[2]``): each row's latency (wall clock when a Beam DoFn
 sees it minus its ``timestamp``) into a Beam distribution, then 10-second
-windowed counts written with ``fileio.WriteToFiles``. Runs ``--seconds``
+windowed counts appended to a Parquet folder with ``WriteToSpark``. Runs ``--seconds``
 after the first row arrives, then cancels; prints rows read, rows/s over that
 time, latency min/mean/max and the micro-batches run.
 """
@@ -19,11 +19,11 @@ import tempfile
 import time
 
 import apache_beam as beam
-from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
+from apache_beam.typehints.row_type import RowTypeConstraint
 
 
 class Latency(beam.DoFn):
@@ -46,6 +46,7 @@ def main(argv=None) -> dict:
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session
     from beam_spark_inproc.transforms import ReadFromSpark
+    from beam_spark_inproc.transforms import WriteToSpark
     spark, _ = session.get_or_create('local[2]', None, {
         'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'})
     base = tempfile.mkdtemp(prefix='bench-spark-source-')
@@ -58,8 +59,10 @@ def main(argv=None) -> dict:
          | beam.ParDo(Latency())
          | beam.WindowInto(window.FixedWindows(10))
          | beam.Map(lambda r: ('rows', 1)) | beam.CombinePerKey(sum)
-         | beam.Map(json.dumps)
-         | fileio.WriteToFiles(path=os.path.join(base, 'out')))
+         | beam.Map(lambda kv: beam.Row(rows=kv[1])).with_output_types(
+             RowTypeConstraint.from_fields([('rows', int)]))
+         | WriteToSpark(path=os.path.join(base, 'out'), mode='append',
+                        window_start='window_start', spark=spark))
     result = p.run()
 
     def counters():

@@ -180,9 +180,10 @@ def test_spark_tables(tmp_path):
 def test_kafka_stream_over_landing_files(tmp_path):
     """examples/kafka_stream.py with ``--landing``: the Kafka pipeline's code
     path (ReadFromSpark.stream, event time from the record's timestamp) over
-    Spark's file source; the lines equal the counts per page and minute
-    computed here from the same records (no record is later than the
-    example's 10 s of out-of-orderness)."""
+    Spark's file source, into a Parquet folder with WriteToSpark in the
+    stream; the table's rows equal the counts per page and minute computed
+    here from the same records (no record is later than the example's 10 s
+    of out-of-orderness)."""
     import json as _json
     example = load_example('kafka_stream')
     files = example.generate_clicks(4, 25, seed=5)
