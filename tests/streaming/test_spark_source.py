@@ -111,7 +111,8 @@ def test_rate_stream_fires_windows_while_running(spark, tmp_path):
     """Spark's rate source (``rate-micro-batch``: 10 rows a batch, event time
     one second further each batch) read by a query that never ends by
     itself: 5-second windows fire as the watermark passes them, each with
-    its 50 rows, while the stream runs; ``cancel`` stops it and its query."""
+    its 50 rows, while the stream runs; a drain stops the source at its
+    position (and Spark's query), fires the last window and ends DONE."""
     import time
     read = ReadFromSpark.stream(
         format='rate-micro-batch', options={
@@ -135,8 +136,12 @@ def test_rate_stream_fires_windows_while_running(spark, tmp_path):
     deadline = time.monotonic() + 300
     while len(os.listdir(out)) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
-    result.cancel()
+    assert result.drain() == 'DONE'
     got = cases.collected(out)
     assert len(got) >= 3, got
-    assert got[:3] == [(0, 50), (5, 50), (10, 50)]
+    # Every window fired once, the last (drained) one with what was read
+    # of it: whole Spark batches of 10 rows.
+    assert [start for start, _ in got] == list(range(0, 5 * len(got), 5))
+    assert all(n == 50 for _, n in got[:-1]), got
+    assert 0 < got[-1][1] <= 50 and got[-1][1] % 10 == 0, got
     assert not spark.streams.active
