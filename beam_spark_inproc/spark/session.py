@@ -1,6 +1,8 @@
 """Finding or creating the SparkSession a pipeline runs on."""
 from __future__ import annotations
 
+import atexit
+
 import contextlib
 import logging
 import os
@@ -331,12 +333,40 @@ def lazy_local_session(create, master: Optional[str],
                        remote: Optional[str]) -> Optional['LazySession']:
     """A ``LazySession`` of ``create`` where the session to be made is a local
     one (no Connect URL, a local master) and none is active; else None."""
-    if remote or local_parallelism(master) is None:
+    cores = local_parallelism(master)
+    if remote or cores is None:
         return None
     from pyspark.sql import SparkSession
     if SparkSession.getActiveSession() is not None:
         return None
-    return LazySession(create)
+    return LazySession(create, warm_up=cores)
+
+
+_WARM_UP_TAG = 'beam-spark-inproc-warm-up'
+
+
+def _import_worker(batches):
+    """A warm-up task: the worker's modules (Beam's SDK worker among them)
+    imported in a Python worker Spark keeps for the next tasks."""
+    import beam_spark_inproc.worker.stage_task  # noqa: F401
+    for _ in batches:
+        pass
+    return iter(())
+
+
+def warm_up(session, ways: int) -> None:
+    """One task per core importing the worker's modules, as a job of its own:
+    a new session's first job costs seconds more than the next (Spark's
+    Python workers starting and importing Beam, the JVM's first query)."""
+    session.addTag(_WARM_UP_TAG)
+    try:
+        (session.range(ways, numPartitions=ways)
+         .mapInArrow(_import_worker, 'id long').write.format('noop')
+         .mode('overwrite').save())
+    except Exception:  # interrupted at exit, or the session stopped
+        pass
+    finally:
+        session.removeTag(_WARM_UP_TAG)
 
 
 class LazySession:
@@ -352,10 +382,16 @@ class LazySession:
 
     The creating thread is not a daemon: a process whose run ended in the
     driver while the JVM was starting waits for it at exit (interpreter
-    shutdown joins it) instead of tearing down a half-made gateway."""
+    shutdown joins it) instead of tearing down a half-made gateway. A session
+    made in the background is ``ready`` once a warm-up job (``warm_up``, one
+    task per core) has run on it: until then its first job would cost more
+    than the driver's work it takes over. The warm-up runs in a daemon thread
+    whose job is interrupted at exit."""
 
-    def __init__(self, create):
+    def __init__(self, create, warm_up: int = 0):
         self._create = create
+        self._warm_up = warm_up
+        self._warmed = threading.Event()
         self._session = None
         self._lock = threading.Lock()
         self._done: Optional[threading.Event] = None
@@ -367,8 +403,10 @@ class LazySession:
 
     @property
     def ready(self) -> bool:
-        """Whether ``get`` would return without waiting for a JVM to start."""
-        return self._session is not None
+        """Whether a stage handed to Spark now would run without waiting for
+        the session to start or warm up."""
+        return self._session is not None and (
+            not self._warm_up or self._warmed.is_set())
 
     @property
     def starting(self) -> bool:
@@ -386,11 +424,34 @@ class LazySession:
 
     def _create_in_background(self, done: threading.Event) -> None:
         try:
-            self._session = self._create()
+            session = self._create()
         except BaseException as error:  # raised by ``get`` in the run's thread
             self._error = error
+            return
+        else:
+            self._session = session
         finally:
             done.set()
+        if not self._warm_up:
+            return
+        warming = threading.Thread(target=self._warm, args=(session,),
+                                   daemon=True, name='beam-spark-session-warm-up')
+        warming.start()
+
+        def interrupt() -> None:
+            if warming.is_alive():
+                try:
+                    session.interruptTag(_WARM_UP_TAG)
+                except Exception:
+                    pass
+                warming.join(10)
+        atexit.register(interrupt)
+
+    def _warm(self, session) -> None:
+        try:
+            warm_up(session, self._warm_up)
+        finally:
+            self._warmed.set()
 
     def get(self):
         done = self._done
