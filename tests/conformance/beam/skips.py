@@ -35,7 +35,7 @@ INTEGRATION: dict[str, str] = {
 # process. Proven, each of them: it fails the same way on Beam's FnApiRunner
 # with --direct_num_workers=2 --direct_running_mode=multi_processing
 # (``BEAM_CONFORMANCE_REFERENCE=fnapi-multi BEAM_CONFORMANCE_RUN_SKIPPED=1
-# BEAM_CONFORMANCE=full``, docs/conformance.md). A test that builds a
+# BEAM_SPARK_INPROC_FULL_CONFORMANCE=1``, docs/conformance.md). A test that builds a
 # TestStream (FnApiRunner does not run one) cannot be proven there: it skips
 # as streaming instead.
 _PROVEN = ('; proven: fails the same way on Beam\'s FnApiRunner with '
@@ -147,22 +147,20 @@ STREAMING_TESTS: set[str] = {
     'snippets_test__SnippetsTest::test_model_setting_trigger',
 }
 
-# Tests that cannot hold on a multi-process runner but pass on the debug
-# engine, which runs in the driver (and runner gaps seen on Spark only: none
-# left).
-SPARK_ONLY: dict[str, str] = _proven({
+# Tests that keep what they check in the driver's globals (they pass when the
+# pipeline runs in the driver's process).
+MULTI_PROCESS.update(_proven({
     'snippets_test__TypeHintsTest::test_deterministic_key': (
         'cannot hold on any multi-process runner: the test defines class Player '
         'at run time into its module\'s globals (`global Player`); a worker '
         'process imports the module without it ("Can\'t get attribute '
-        '\'Player\'"): driver globals (passes on the debug engine)'),
+        '\'Player\'"): driver globals'),
     'util_test__WaitOnTest::test_find': (
         'cannot hold on any multi-process runner: numbers the elements with a '
         'counter kept as an attribute of the apache_beam module in the process '
         'running each Map; worker processes each count from 0 (FnApiRunner '
-        'with two workers: [(None, \'x\', 0), (None, \'x\', 0)]); passes on '
-        'the debug engine'),
-})
+        'with two workers: [(None, \'x\', 0), (None, \'x\', 0)])'),
+}))
 
 
 def uses_test_stream(function) -> bool:
@@ -173,18 +171,16 @@ def uses_test_stream(function) -> bool:
         return False
 
 
-# BEAM_CONFORMANCE_RUN_SKIPPED=1 runs the tests the MULTI_PROCESS,
-# RUNNER_GAPS and SPARK_ONLY tables skip (to check whether a skip still holds);
+# BEAM_CONFORMANCE_RUN_SKIPPED=1 runs the tests the MULTI_PROCESS and
+# RUNNER_GAPS tables skip (to check whether a skip still holds);
 # streaming and integration tests stay skipped.
 RUN_SKIPPED = os.environ.get('BEAM_CONFORMANCE_RUN_SKIPPED', '') == '1'
 
 
-def reason(test_id: str, engine: str) -> str:
+def reason(test_id: str) -> str:
     tables = [(STREAMING_TESTS, STREAMING), (INTEGRATION, None)]
     if not RUN_SKIPPED:
         tables += [(MULTI_PROCESS, None), (RUNNER_GAPS, None)]
-        if engine == 'spark':
-            tables.append((SPARK_ONLY, None))
     for table, fixed in tables:
         for key in table:
             if test_id == key or test_id.startswith(key + '::'):

@@ -1,5 +1,5 @@
-"""Beam's DataFrame API tests on the debug engine (``conftest``: runner selection)."""
+"""Beam's DataFrame API tests with the runner's defaults (``conftest``: runner selection)."""
 from tests.conformance.beam import tier
 
-ENGINE = 'debug'
+ENGINE = 'spark'
 MODULES = tier.load(globals(), 'apache_beam.dataframe')

@@ -1,7 +1,7 @@
-"""Beam's examples tests on the debug engine (``conftest``: runner selection)."""
+"""Beam's examples tests with the runner's defaults (``conftest``: runner selection)."""
 from tests.conformance.beam import tier
 
-ENGINE = 'debug'
+ENGINE = 'spark'
 MODULES = tier.load(
     globals(),
     'apache_beam.examples.complete', 'apache_beam.examples.cookbook',

@@ -1,5 +1,5 @@
-"""Beam's snippets tests on the debug engine (``conftest``: runner selection)."""
+"""Beam's snippets tests with the runner's defaults (``conftest``: runner selection)."""
 from tests.conformance.beam import tier
 
-ENGINE = 'debug'
+ENGINE = 'spark'
 MODULES = tier.load(globals(), 'apache_beam.examples.snippets')

@@ -1,11 +1,11 @@
-"""Beam's transforms tests on the debug engine (``conftest``: runner selection).
+"""Beam's transforms tests with the runner's defaults (``conftest``: runner selection).
 
 ``ptransform_test`` and ``util_test`` (365 tests, most of them pipelines) run
 with ``BEAM_CONFORMANCE=full`` only: CI time (docs/conformance.md).
 """
 from tests.conformance.beam import tier
 
-ENGINE = 'debug'
+ENGINE = 'spark'
 NAMES = ['combiners', 'core', 'sideinputs', 'stats', 'trigger', 'userstate',
          'window', 'deduplicate']
 if tier.FULL:
