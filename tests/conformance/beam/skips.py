@@ -117,6 +117,12 @@ MULTI_PROCESS: dict[str, str] = _proven({
         'same worker; over two bundles the timed-out one may get none and the '
         'file is not written by the end (FileNotFoundError on FnApiRunner with '
         'two workers too)'),
+    'distribopt_test__DistribOptimizationTest::test_basics': (
+        'assumes one process: the test stands a mock in for scipy in the '
+        'driver\'s sys.modules (mock.patch.dict) and the pipeline\'s DoFns '
+        'import scipy where they run; a worker process has no scipy '
+        '(ModuleNotFoundError: No module named \'scipy\', on FnApiRunner with '
+        'two workers too)'),
     'textio_test__CsvTest::test_csv_read_with_filename': (
         'asserts one bundle: expects WriteToCsv to write one file (one shard '
         'per bundle), 2 != 1 on FnApiRunner with two workers too'),

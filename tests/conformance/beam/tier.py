@@ -43,8 +43,13 @@ def short_name(module: str) -> str:
     return module.split('.')[-1]
 
 
+def chosen(ci: list[str], full: list[str]) -> list[str]:
+    """The modules a run loads: ``ci`` always, ``full`` too in a full run."""
+    return ci + full if FULL else ci
+
+
 def load(namespace: dict, *names: str) -> list[str]:
-    modules = [m for name in names for m in test_modules(name)]
+    modules = list(dict.fromkeys(m for name in names for m in test_modules(name)))
     for module_name in modules:
         prefix = short_name(module_name)
         try:
