@@ -20,6 +20,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.spark import engine
 
 
 def _run():
@@ -31,10 +32,16 @@ def _run():
         assert_that(out, equal_to([(0, [0, 2, 4, 6, 8]), (1, [1, 3, 5, 7, 9])]))
 
 
+def _key_class(spark):
+    return type(engine._parts(spark, engine.functions_for(spark)).key)
+
+
 def test_runs_after_pyspark_modules_are_imported_again(spark):
-    _run()
+    from pyspark.sql.classic.column import Column
+    assert _key_class(spark) is Column  # the session's parts, as a run makes them
     with mock.patch.dict(sys.modules):
         for name in [n for n in sys.modules if n.startswith('pyspark.sql.classic')]:
             del sys.modules[name]
         _run()  # PySpark's classic modules imported again: another Column
-    _run()  # the first modules back
+        assert _key_class(spark) is not Column
+    assert _key_class(spark) is Column  # the first modules back
