@@ -123,6 +123,15 @@ MULTI_PROCESS: dict[str, str] = _proven({
         'import scipy where they run; a worker process has no scipy '
         '(ModuleNotFoundError: No module named \'scipy\', on FnApiRunner with '
         'two workers too)'),
+    **{f'doctests_test__DoctestTest::{name}': (
+        'assumes one process: Beam\'s doctest checker computes each frame with '
+        'a pipeline whose FlatMap records the results in a class attribute '
+        '(_InMemoryResultRecorder._ALL_RESULTS) of the process running it and '
+        'reads them in the driver; here the stage runs in the driver while it '
+        'is small and fast and in a Spark worker when handed over (under CPU '
+        'load: the doctest then fails with Expected and Got equal, as the '
+        'report computes again); fails on FnApiRunner with two workers too') for name in (
+        'test_file', 'test_good', 'test_failure')},
     'textio_test__CsvTest::test_csv_read_with_filename': (
         'asserts one bundle: expects WriteToCsv to write one file (one shard '
         'per bundle), 2 != 1 on FnApiRunner with two workers too'),
