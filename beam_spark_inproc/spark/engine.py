@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import pickle
+import sys
 import tempfile
 import threading
 import weakref
@@ -55,7 +56,14 @@ class _Parts:
     On classic Spark each column expression costs Py4J round trips (PySpark 4
     also records its call site in the JVM, a few more each): a 10-element
     pipeline made about 900 of them building its plan. Columns and DataFrames
-    are immutable, so one of each serves every plan of the session.
+    are immutable, so one of each serves every plan of the session, as long
+    as PySpark's modules are the ones they were made with: code that removes
+    modules from ``sys.modules`` (``mock.patch.dict('sys.modules', ...)``
+    drops every module first imported inside it, as Beam's ``distribopt_test``
+    does around a pipeline) makes PySpark import its classic modules again,
+    whose ``Column`` is another class; a DataFrame of the new module rejects
+    a column of the old one ("should be Column or str, got Column"). ``stale``
+    tells, and the parts are made again.
     """
 
     def __init__(self, session, f):
@@ -76,6 +84,13 @@ class _Parts:
         self._keep: dict[tuple[int, bool], object] = {}
         self._retag: dict[int, object] = {}
         self._impulse = self._empty = None
+
+    def stale(self) -> bool:
+        """PySpark's module of the columns' class no longer holds that class
+        (removed from ``sys.modules`` or imported again)."""
+        cls = type(self.key)
+        module = sys.modules.get(cls.__module__)
+        return getattr(module, cls.__name__, None) is not cls
 
     def shard_target(self, partitions: int):
         """A column that ``repartition(partitions, column)`` hashes so that
@@ -225,7 +240,7 @@ def _convert(gateway, value):
 
 def _parts(session, f) -> _Parts:
     parts = _PARTS.get(session)
-    if parts is None:
+    if parts is None or parts.stale():
         parts = _PARTS[session] = _Parts(session, f)
     return parts
 

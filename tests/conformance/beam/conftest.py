@@ -23,8 +23,8 @@ from tests.conformance.beam import reference
 from tests.conformance.beam import skips
 
 RUNNERS = {
-    'debug': ('--runner=beam_spark_inproc.InProcessSparkRunner --inproc_debug',
-              'beam_spark_inproc.testing.runners.InProcessDebugRunner'),
+    # The runner with the options a user gets (small stages in the driver,
+    # the rest handed over to Spark: ``spark.small``).
     'spark': ('--runner=beam_spark_inproc.InProcessSparkRunner',
               'beam_spark_inproc.InProcessSparkRunner'),
     # Beam's FnApiRunner over two SDK worker processes (``reference``): set
@@ -89,7 +89,7 @@ def pytest_collection_modifyitems(config, items):
         engine = getattr(item.module, 'ENGINE', None)
         if engine is None:
             continue
-        reason = skips.reason(item.nodeid.split('::', 1)[-1], engine)
+        reason = skips.reason(item.nodeid.split('::', 1)[-1])
         if not reason and skips.uses_test_stream(getattr(item, 'function', None)):
             reason = skips.STREAMING
         marked = INTEGRATION_MARKERS.intersection(m.name for m in item.iter_markers())

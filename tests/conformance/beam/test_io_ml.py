@@ -9,7 +9,7 @@ in the driver's working directory (``worker.directory``), and ``RunInference``
 with models loaded in Spark's Python workers.
 
 ``watch_test`` and ``utils_test`` run in CI; ``textio_test`` and ``base_test``
-(208 tests, most of them pipelines) with ``BEAM_CONFORMANCE=full`` only: CI
+(208 tests, most of them pipelines) with ``BEAM_SPARK_INPROC_FULL_CONFORMANCE=1`` only: CI
 time (docs/conformance.md).
 """
 from tests.conformance.beam import tier
