@@ -242,3 +242,20 @@ def test_protocol_imports_only_protocol():
     for name in names:
         bad = [n for n in _module_imports(name) if not _in(n, 'protocol')]
         assert not bad, f'{name}: {bad}'
+
+
+def test_every_package_is_installed():
+    """``setup.cfg`` lists its packages by name: a package missing there is
+    absent from the installed distribution (as CI installs it), though an
+    editable install still finds it."""
+    import configparser
+    setup = configparser.ConfigParser()
+    setup.read(PACKAGE.parent / 'setup.cfg')
+    listed = set(setup['options']['packages'].split())
+    found = {'.'.join(init.parent.relative_to(PACKAGE.parent).parts)
+             for init in PACKAGE.rglob('__init__.py')}
+    found |= {'beam_spark_inproc.transforms.' + '.'.join(init.parent.relative_to(
+        PACKAGE.parent / 'transforms').parts)
+        for init in (PACKAGE.parent / 'transforms').rglob('__init__.py')
+        if init.parent != PACKAGE.parent / 'transforms'}
+    assert found - listed == set()
