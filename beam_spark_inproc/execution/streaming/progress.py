@@ -77,6 +77,7 @@ from typing import Any, Callable
 
 from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
@@ -92,13 +93,22 @@ RECENT = 100  # micro-batches kept (Spark's numRecentProgressUpdates)
 GAUGE_NAMESPACE = 'beam_spark_inproc.stream'
 
 
+# Timers and holds at the end of the global window lie past datetime's range.
+_GLOBAL_WINDOW_END = GlobalWindow().max_timestamp()
+
+
 def instant(ts: Timestamp) -> str:
     """A watermark as RFC 3339, or ``-inf``/``+inf`` at the ends."""
     if ts >= MAX_TIMESTAMP:
         return '+inf'
     if ts <= MIN_TIMESTAMP:
         return '-inf'
-    return ts.to_rfc3339()
+    if ts >= _GLOBAL_WINDOW_END:
+        return 'end of global window'
+    try:
+        return ts.to_rfc3339()
+    except (OverflowError, ValueError):  # past datetime's year 9999
+        return f'{ts.micros} us'
 
 
 def _lag(now: float, ts: Timestamp) -> float | None:
