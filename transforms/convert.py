@@ -125,6 +125,20 @@ class ArrowRows:
         return map(user_type._make, zip(*columns))
 
 
+def encoded_batches(rows: Iterator[tuple[int, None, bytes]]
+                    ) -> Iterator[pa.RecordBatch]:
+    """Encoded rows ``(tag, key, data)`` as the row batches of
+    ``protocol.rows``, each yielded as soon as it is full."""
+    out: list[pa.RecordBatch] = []
+    builder = BatchBuilder(out.append)
+    for tag, key, data in rows:
+        builder.add(tag, key, data)
+        yield from out
+        out.clear()
+    builder.flush()
+    yield from out
+
+
 @dataclasses.dataclass(frozen=True)
 class ToBeamRows:
     """mapInArrow function: Spark rows -> encoded Beam rows (``protocol.rows``)."""
@@ -134,14 +148,7 @@ class ToBeamRows:
     files: Optional[ParquetFiles] = None  # see ArrowRows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out: list[pa.RecordBatch] = []
-        builder = BatchBuilder(out.append)
-        for tag, key, data in self.rows(batches):
-            builder.add(tag, key, data)
-            yield from out
-            out.clear()
-        builder.flush()
-        yield from out
+        return encoded_batches(self.rows(batches))
 
     def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
         convert = ArrowRows(self.row_type, self.names, self.files)
@@ -185,14 +192,17 @@ class ToArrow:
             for tag, chunk in zip(tags, batch.column(DATA).to_pylist()):
                 if tag == CONTROL_TAG or not chunk:
                     continue
-                stream = create_InputStream(chunk)
-                while stream.size() > 0:
-                    pending.append(impl.decode_from_stream(stream, True).value)
+                self.decode(create_InputStream(chunk), impl, pending)
                 if len(pending) >= self.max_rows:
                     yield self.batch(pending)
                     pending = []
         if pending:
             yield self.batch(pending)
+
+    def decode(self, stream, impl, pending: list) -> None:
+        """Appends the elements of one encoded chunk to ``pending``."""
+        while stream.size() > 0:
+            pending.append(impl.decode_from_stream(stream, True).value)
 
     def batch(self, elements: list) -> pa.RecordBatch:
         return arrow_batch(elements, self.schema)
@@ -220,14 +230,7 @@ class ToTimestampedRows:
     tag: int = 0  # the output port the rows are for
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out: list[pa.RecordBatch] = []
-        builder = BatchBuilder(out.append)
-        for tag, key, data in self.rows(batches):
-            builder.add(tag, key, data)
-            yield from out
-            out.clear()
-        builder.flush()
-        yield from out
+        return encoded_batches(self.rows(batches))
 
     def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
         from apache_beam.transforms.window import GlobalWindow

@@ -24,7 +24,6 @@ import dataclasses
 from typing import Iterator
 
 import pyarrow as pa
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.transforms.window import IntervalWindow
@@ -34,11 +33,9 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.convert import ArrowRows
+from beam_spark_inproc.transforms.convert import encoded_batches
 from beam_spark_inproc.transforms.convert import ToArrow
 from beam_spark_inproc.protocol.rows import CHUNK_BYTES
-from beam_spark_inproc.protocol.rows import CONTROL_TAG
-from beam_spark_inproc.protocol.rows import DATA
-from beam_spark_inproc.protocol.rows import TAG
 
 # What each window/pane column holds, by its role, and its Arrow type.
 WINDOW_COLUMNS = {
@@ -72,24 +69,12 @@ class WindowedToArrow(ToArrow):
     fields are the window/pane ``columns`` ({role: name})."""
     columns: tuple[tuple[str, str], ...] = ()  # (role, column name)
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        impl = self.windowed_coder.get_impl()
-        pending: list = []
-        for batch in batches:
-            tags = batch.column(TAG).to_pylist()
-            for tag, chunk in zip(tags, batch.column(DATA).to_pylist()):
-                if tag == CONTROL_TAG or not chunk:
-                    continue
-                stream = create_InputStream(chunk)
-                while stream.size() > 0:
-                    wv = impl.decode_from_stream(stream, True)
-                    for window in wv.windows:
-                        pending.append((wv.value, window, wv.pane_info))
-                if len(pending) >= self.max_rows:
-                    yield self.batch(pending)
-                    pending = []
-        if pending:
-            yield self.batch(pending)
+    def decode(self, stream, impl, pending: list) -> None:
+        """An element in each of its windows, with its pane."""
+        while stream.size() > 0:
+            wv = impl.decode_from_stream(stream, True)
+            for window in wv.windows:
+                pending.append((wv.value, window, wv.pane_info))
 
     def batch(self, elements: list) -> pa.RecordBatch:
         roles = {name: role for role, name in self.columns}
@@ -121,9 +106,9 @@ class WindowedToBeamRows:
     global_window: bool = False  # the input was in the global window
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from beam_spark_inproc.protocol.rows import BatchBuilder
-        out: list[pa.RecordBatch] = []
-        builder = BatchBuilder(out.append)
+        return encoded_batches(self.rows(batches))
+
+    def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
         impl = self.windowed_coder.get_impl()
         convert = ArrowRows(self.row_type, self.names)
         stream = create_OutputStream()
@@ -141,11 +126,7 @@ class WindowedToBeamRows:
                 impl.encode_to_stream(WindowedValue(
                     row, window.max_timestamp(), (window,)), stream, True)
                 if stream.size() >= CHUNK_BYTES:
-                    builder.add(0, None, stream.get())
+                    yield 0, None, stream.get()
                     stream = create_OutputStream()
-                    yield from out
-                    out.clear()
         if stream.size():
-            builder.add(0, None, stream.get())
-        builder.flush()
-        yield from out
+            yield 0, None, stream.get()
