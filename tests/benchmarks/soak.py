@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -58,6 +57,8 @@ from tests.benchmarks.streaming_scale import _is_jvm
 from tests.benchmarks.streaming_scale import _jvm_role
 from tests.benchmarks.streaming_scale import _pss_kb
 from tests.benchmarks.streaming_scale import _rss_kb
+from tests.benchmarks.streaming_scale import heap_used_kb
+from tests.benchmarks.streaming_scale import jstat_gc
 
 
 class Durations:
@@ -87,13 +88,8 @@ class Durations:
 
 def heap_used_mb(pid: int) -> float:
     """Heap used by a JVM (``jstat -gc``: survivors, eden, old), MB."""
-    try:
-        out = subprocess.run(['jstat', '-gc', str(pid)], capture_output=True,
-                             text=True, timeout=20).stdout.split('\n')
-        stats = dict(zip(out[0].split(), map(float, out[1].split())))
-    except Exception:  # jstat missing, the JVM gone
-        return float('nan')
-    return sum(stats.get(k, 0) for k in ('S0U', 'S1U', 'EU', 'OU')) / 1024
+    stats = jstat_gc(pid)
+    return float('nan') if stats is None else heap_used_kb(stats) / 1024
 
 
 def checkpoint_figures(root: str) -> dict:

@@ -158,21 +158,38 @@ def _jvm_role(pid: int) -> str:
     return 'driver'
 
 
+def jstat_gc(pid: int) -> dict | None:
+    """A JVM's ``jstat -gc`` figures (KB, counts), or None (jstat missing,
+    the JVM gone)."""
+    import subprocess
+    try:
+        out = subprocess.run(['jstat', '-gc', str(pid)], capture_output=True,
+                             text=True, timeout=20).stdout.split('\n')
+        return dict(zip(out[0].split(), map(float, out[1].split())))
+    except Exception:
+        return None
+
+
+def heap_used_kb(stats: dict) -> float:
+    """Heap used (survivors, eden, old) of ``jstat_gc``'s figures, KB."""
+    return sum(stats.get(k, 0) for k in ('S0U', 'S1U', 'EU', 'OU'))
+
+
 def _heap_mb(pid: int, live: bool) -> str:
     """``jstat -gc``: heap used/committed and metaspace used, MB (what the
     JVM holds on its heap vs what its RSS shows); with ``live``, after a full
     GC (``jcmd PID GC.run``): the live set."""
     import subprocess
-    try:
-        if live:
+    if live:
+        try:
             subprocess.run(['jcmd', str(pid), 'GC.run'], capture_output=True,
                            timeout=60)
-        out = subprocess.run(['jstat', '-gc', str(pid)], capture_output=True,
-                             text=True, timeout=20).stdout.split('\n')
-        stats = dict(zip(out[0].split(), map(float, out[1].split())))
-    except Exception:  # jstat missing, the JVM gone
+        except Exception:
+            pass
+    stats = jstat_gc(pid)
+    if stats is None:
         return 'heap ?'
-    used = sum(stats.get(k, 0) for k in ('S0U', 'S1U', 'EU', 'OU'))
+    used = heap_used_kb(stats)
     committed = sum(stats.get(k, 0) for k in ('S0C', 'S1C', 'EC', 'OC'))
     return (f'heap {used / 1024:.0f}/{committed / 1024:.0f} '
             f'meta {stats.get("MU", 0) / 1024:.0f} '
