@@ -21,7 +21,7 @@ from beam_spark_inproc.planning.phases import PANES_BOUNDARY
 from beam_spark_inproc.planning.phases import boundary_before
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
-from beam_spark_inproc.worker import text_lines
+from beam_spark_inproc.io import text_lines
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 # A descriptor's ports need a non-empty URL; the worker's data channel factory

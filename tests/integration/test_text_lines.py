@@ -1,4 +1,4 @@
-"""ReadFromText read by ``worker.text_lines`` (Python's line iteration) on the
+"""ReadFromText read by ``io.text_lines`` (Python's line iteration) on the
 debug engine and on Spark gives FnApiRunner's lines: ``\\r\\n``, lone ``\\r``,
 empty lines, no final newline, multi-byte UTF-8, several files, cut by the
 initial split (small data on) or read whole from Spark's rows (small data
@@ -13,7 +13,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.worker import text_lines
+from beam_spark_inproc.io import text_lines
 from tests.integration.test_semantics import run_on
 
 SMALL = {'spark_small_data_kb': 64}

@@ -198,8 +198,6 @@ TASK_BUILDING = {
     'beam_spark_inproc.worker.recode': {'Recode'},  # a Reshuffle's task
     'beam_spark_inproc.worker.shipped': {'ShippedFile'},  # a task's side input file
     'beam_spark_inproc.worker.logs': {'logs'},  # the task's log level
-    # the DoFn the planner puts in a text read's stage
-    'beam_spark_inproc.worker.text_lines': {'text_lines'},
 }
 
 
@@ -231,6 +229,16 @@ def test_driver_imports_worker_only_to_build_a_task():
             continue
         bad = [f'{module}.{n}' for module, n in _worker_names(path)
                if n not in TASK_BUILDING.get(module, ())]
+        assert not bad, f'{name}: {bad}'
+
+
+def test_io_imports_no_module_of_the_package():
+    """The readers the planner puts into stages (``io/``) are loaded by the
+    planner and by workers alike: they import Beam only."""
+    names = [n for n in MODULES if _in(n, 'io')]
+    assert names
+    for name in names:
+        bad = [n for n in _module_imports(name) if not _in(n, 'io')]
         assert not bad, f'{name}: {bad}'
 
 

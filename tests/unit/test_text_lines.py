@@ -1,4 +1,4 @@
-"""``worker.text_lines.read_lines`` against Beam's own ``_TextSource.read_records``:
+"""``io.text_lines.read_lines`` against Beam's own ``_TextSource.read_records``:
 the same lines from the same ranges, the same claims on the range tracker, at
 every split point of files with ``\\n``, ``\\r\\n``, lone ``\\r``, empty lines,
 no final newline, multi-byte UTF-8 and empty files; and which sources it
@@ -12,7 +12,7 @@ import pytest
 from apache_beam.io import textio
 from apache_beam.io.range_trackers import OffsetRangeTracker
 
-from beam_spark_inproc.worker import text_lines
+from beam_spark_inproc.io import text_lines
 
 
 def _files() -> dict[str, bytes]:
