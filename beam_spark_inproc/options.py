@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 INLINE_SIDE_INPUT_MB = 8.0
 INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # Stages whose input and output are at most this many KB run in the driver
-# (``spark.small``); the environment variable sets another default, 0 turns it
+# (``execution.small``); the environment variable sets another default, 0 turns it
 # off. A stage that grows past the limits is handed to Spark with its rows
 # spread over every core, so a large pipeline starting from tiny data keeps
 # Spark's parallelism and pays at most ``small.MAX_SECONDS`` of driver work.

@@ -210,9 +210,10 @@ class InProcessSparkRunner(PipelineRunner):
                     get_spark(), keep=parse_conf(opts.spark_conf),
                     shuffle_partitions=parallelism)
             if small:
-                from beam_spark_inproc.spark.small import SmallDataEngine
+                from beam_spark_inproc.execution.small import SmallDataEngine
+                from beam_spark_inproc.spark.hand_over import SparkHandOver
                 engine = SmallDataEngine(
-                    get_spark, make_engine, parallelism,
+                    SparkHandOver(get_spark, make_engine, parallelism),
                     max_bytes=int(opts.spark_small_data_kb * 1024),
                     settings=settings, spark_start=lazy)
                 settings = contextlib.nullcontext  # entered by the engine
@@ -423,7 +424,7 @@ def translate_error(error: Exception, plan) -> Exception:
     if isinstance(error, PythonException):
         text = str(error)
     elif getattr(error, '__notes__', None):
-        # A stage run in the driver (``spark.small``): the same record, on the
+        # A stage run in the driver (``execution.small``): the same record, on the
         # exception itself.
         text = '\n'.join(error.__notes__)
     else:

@@ -11,7 +11,7 @@ os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
 logging.getLogger('py4j').setLevel(logging.WARNING)
 
 # The suite runs with the options users get: tiny stages run in the driver
-# (``spark.small``); a test that checks Spark's own execution (jobs, task
+# (``execution.small``); a test that checks Spark's own execution (jobs, task
 # retries, shipping, workers) passes ``--spark_small_data_kb=0`` itself.
 
 SPARK_MASTER = os.environ.get('BEAM_SPARK_TEST_MASTER', 'local[2]')

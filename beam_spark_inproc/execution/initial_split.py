@@ -10,7 +10,7 @@ bundle (``worker.sdf``) only starts after ``--spark_split_after_seconds``, and
 its residuals run as a second round after the first has ended (P2 at 4M on
 this machine: round one 1.3 s, then a 2:3 round two of 4.2 and 5.6 s).
 
-When the driver holds the stage's input (``spark.small``, the debug engine),
+When the driver holds the stage's input (``execution.small``, the debug engine),
 ``spread`` reads each element's restriction and size and cuts the
 restrictions, taken in order, into ``ways`` parts of equal total size, one per
 partition: a restriction that straddles a boundary is split there by its own

@@ -3,7 +3,7 @@
 Two engines keep rows in the driver: the debug engine runs whole pipelines
 here (``debug.engine.LocalEngine``: dask's ``get_sync`` to the Spark engine's
 ``get_async``), and the small-data engine keeps tiny data here and hands the
-rest to Spark (``spark.small.SmallDataEngine``). Both hold data as a list of
+rest to Spark (``execution.small.SmallDataEngine``). Both hold data as a list of
 partitions, each a list of RecordBatches in the row format of ``protocol.rows``,
 and move it with the same code: ``LocalPartitions`` has every primitive of the
 engine contract (``execution.engine``) that moves rows (impulse, driver rows,

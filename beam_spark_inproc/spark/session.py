@@ -373,7 +373,7 @@ class LazySession:
     """The SparkSession a run creates when a stage first needs Spark.
 
     A JVM takes seconds to start: a pipeline whose stages all run in the
-    driver (``spark.small``) never starts one, and one whose work outgrows
+    driver (``execution.small``) never starts one, and one whose work outgrows
     the driver's limits starts it in the background (``start``) while its
     stages go on in the driver until the session is ``ready``. ``get``
     returns the session, waiting for a creation under way or creating it in

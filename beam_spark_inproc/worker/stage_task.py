@@ -65,7 +65,7 @@ from beam_spark_inproc.worker.streaming.state_io import with_state_io
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5
 _instruction_ids = itertools.count()
-# A driver-side caller (``spark.small``) may set ``started.callback`` on its
+# A driver-side caller (``execution.small``) may set ``started.callback`` on its
 # own thread: it is called with each bundle's BundleProcessor before the
 # bundle's helper thread starts (the caller counts the elements the bundle
 # moves, between the inputs it feeds it).
@@ -106,7 +106,7 @@ class StageTask:
     state_files: Optional[StateFiles] = None
     # Batch: every output of the stage is read only as a side input, i.e.
     # collected to the driver whole (``execution.executor``); small data in
-    # the driver (``spark.small``) then limits its run there by time only.
+    # the driver (``execution.small``) then limits its run there by time only.
     collected: bool = False
     # The driver's working directory: relative local paths read and written by
     # the stage resolve there (``worker.directory``).

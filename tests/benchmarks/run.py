@@ -810,7 +810,7 @@ class Harness:
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
-        from beam_spark_inproc.spark import small
+        from beam_spark_inproc.execution import small
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
         # A/B of the small-data watchdog's element limit: before it, a stage
@@ -818,12 +818,12 @@ class Harness:
         max_elements = small.MAX_ELEMENTS
         if engine == 'inproc_timeonly':
             small.MAX_ELEMENTS = 1 << 62
-        # A/B of later driver stages after a hand-over (spark.small.MAX_HANDOVERS).
+        # A/B of later driver stages after a hand-over (execution.small.MAX_HANDOVERS).
         handovers = small.MAX_HANDOVERS
         if engine == 'inproc_handover1':
             small.MAX_HANDOVERS = 1
         # A/B of side-input stages in the driver by time only
-        # (spark.small.COLLECTED_SECONDS): the limits of any other stage.
+        # (execution.small.COLLECTED_SECONDS): the limits of any other stage.
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0

@@ -6,7 +6,7 @@
 Run by hand, never by pytest. One warm ``local[2]`` session (as ``run.py``);
 engines interleaved, ``--repeats`` runs each. Per run: wall seconds and each job
 the runner logged with its time; a job "done in 0.00 s" ran in the driver
-(small data: no Spark job). Used for ``spark.small.MAX_HANDOVERS``'s A/B.
+(small data: no Spark job). Used for ``execution.small.MAX_HANDOVERS``'s A/B.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from tests.conformance import test_fn_api_runner_suite as suite
 from tests.conftest import shared_session
 
 # Separate executors are the point here: every stage on Spark, none of these
-# small stages in the driver (``spark.small``).
+# small stages in the driver (``execution.small``).
 ON_SPARK = ['--spark_small_data_kb=0']
 
 SUBSET = {

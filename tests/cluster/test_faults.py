@@ -27,7 +27,7 @@ from beam_spark_inproc import PipelineExecutionError
 
 N, KEYS = 2000, 20
 # Faults in Spark's tasks and their retries: every stage on Spark, none of
-# these small stages in the driver (``spark.small``).
+# these small stages in the driver (``execution.small``).
 ON_SPARK = ['--spark_small_data_kb=0']
 
 

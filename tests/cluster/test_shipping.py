@@ -15,7 +15,7 @@ from beam_spark_inproc import InProcessSparkRunner
 
 
 # What executors import: every stage on Spark, none of these tiny stages in
-# the driver (``spark.small``), which has the driver's modules.
+# the driver (``execution.small``), which has the driver's modules.
 ON_SPARK = ['--spark_small_data_kb=0']
 
 

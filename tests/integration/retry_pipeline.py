@@ -43,7 +43,7 @@ def main() -> None:
             f'--metrics_sink={http.url}/beam', f'--metrics_sink={graphite.url}',
             '--job_name=retry',
             # Spark's task retry is under test: every stage on Spark, none of
-            # these small stages in the driver (``spark.small``).
+            # these small stages in the driver (``execution.small``).
             '--spark_small_data_kb=0'])
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
                            options=options) as p:

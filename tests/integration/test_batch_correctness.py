@@ -431,7 +431,7 @@ def test_workers_without_beam_get_a_clear_error(tmp_path):
         from apache_beam.options.pipeline_options import PipelineOptions
         from beam_spark_inproc import InProcessSparkRunner
         # The workers are under test: this tiny stage on Spark, not in the
-        # driver (spark.small).
+        # driver (execution.small).
         on_spark = PipelineOptions(['--spark_small_data_kb=0'])
         for attempt in range(2):
             try:

@@ -3,8 +3,8 @@
 fugue's shared ``ExecutionEngineTests``: one class of tests over the primitives,
 run on every engine the runner may use: the in-driver engine
 (``debug.engine.LocalEngine``), the Spark engine (the session-scoped ``spark``
-fixture), the small-data engine (``spark.small.SmallDataEngine``: tiny data in
-the driver, the rest on Spark) and the streaming loop's prefetching wrapper
+fixture), the small-data engine (``execution.small.SmallDataEngine``: tiny data
+in the driver, the rest on Spark) and the streaming loop's prefetching wrapper
 (``execution.streaming.prebuild.Prebuilder`` over the in-driver engine). Rows
 are compared as the contract promises them: partitions' contents where it says
 where rows go, multisets where it does not. What an engine leaves out of the
@@ -69,12 +69,13 @@ def engine(request):
             from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
             made = Prebuilder(made, lambda task: True)
     elif request.param == 'small':
+        from beam_spark_inproc.execution.small import SmallDataEngine
         from beam_spark_inproc.spark.engine import SparkEngine
-        from beam_spark_inproc.spark.small import SmallDataEngine
+        from beam_spark_inproc.spark.hand_over import SparkHandOver
         spark = request.getfixturevalue('spark')
-        made = SmallDataEngine(
+        made = SmallDataEngine(SparkHandOver(
             lambda: spark, lambda: SparkEngine(spark, PARALLELISM, 'contract'),
-            PARALLELISM)
+            PARALLELISM))
     else:
         from beam_spark_inproc.spark.engine import SparkEngine
         made = SparkEngine(request.getfixturevalue('spark'), PARALLELISM,

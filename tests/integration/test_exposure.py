@@ -56,7 +56,7 @@ def _pipeline(p, fail=False):
 
 def _shipping_options():
     # Every side input shipped as a file, however small, to tasks on Spark
-    # (none of these small stages in the driver, ``spark.small``).
+    # (none of these small stages in the driver, ``execution.small``).
     return PipelineOptions(['--spark_inline_side_input_mb=0',
                             '--spark_small_data_kb=0'])
 

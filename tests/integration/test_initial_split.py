@@ -23,7 +23,7 @@ from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution import initial_split
 from tests.integration.test_semantics import run_on as _run_on
 
-# Small data in the driver on (``spark.small``), whatever the default.
+# Small data in the driver on (``execution.small``), whatever the default.
 SMALL = {'spark_small_data_kb': 64}
 
 
@@ -45,7 +45,7 @@ def no_clock(monkeypatch):
     """Stages leave the driver by size only, not by the 0.3 s clock: on a
     loaded machine a tiny stage before the read can pass it, and the read's
     input is then Spark's (no initial split)."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 

@@ -42,7 +42,7 @@ def test_stage_ranges():
 def test_spark_jobs_carry_beam_stage_names(spark):
     before = set(_job_descriptions(spark))
     # Spark's jobs are under test: every stage on Spark, none of these small
-    # stages in the driver (``spark.small``).
+    # stages in the driver (``execution.small``).
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
                        options=PipelineOptions(['--spark_small_data_kb=0'])) as p:
         _side_input_pipeline(p)

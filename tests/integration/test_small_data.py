@@ -1,4 +1,4 @@
-"""Small data in the driver (``spark.small``): results as Beam's FnApiRunner
+"""Small data in the driver (``execution.small``): results as Beam's FnApiRunner
 gives them, no Spark job while data is tiny, Spark as soon as it is not, the
 pickling round trip and the user's error as on Spark."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ def unhurried(monkeypatch):
     (``small.MAX_SECONDS``): on a loaded machine a tiny stage's first run can
     pass 0.3 s (it did once in CI), and a test that says "no Spark job while
     data is tiny" must not depend on the machine's load."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 
@@ -183,7 +183,7 @@ def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
     once its operations have moved ``MAX_ELEMENTS`` elements, not
     only when ``MAX_SECONDS`` have passed (here an hour: before, the whole
     stage ran in the driver, no Spark job); the result is FnApiRunner's."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy(p)
@@ -270,7 +270,7 @@ def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatc
     input in the driver and runs there: one Spark job fewer than when the first
     hand-over made the rest of the run Spark's (``MAX_HANDOVERS`` 1); the
     result is FnApiRunner's. Hand-over by element count only (``unhurried``)."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy_total(p)
     _, jobs = _jobs(spark, _heavy_total)
@@ -302,7 +302,7 @@ def test_side_input_stage_stays_in_the_driver_past_the_size_limits(
     usual limits and is handed over by its 20,000 rows. The result is
     FnApiRunner's (``assert_that``) both ways. The clock is lifted (a loaded
     machine may pass 0.6 s)."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _large_side_input(p)
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 3600.0)
@@ -323,7 +323,7 @@ class _Slow(beam.DoFn):
 def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
     """Time still hands a side-input stage over: here after its first element
     (1 s, past the 0.3 s allowed), before its second."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0.3)
 
     def build(p):
@@ -365,7 +365,7 @@ def test_a_driver_run_stops_between_elements_never_inside_one(spark, monkeypatch
     inputs: every element it started there ran to its end (nothing is raised
     into a running element), it stopped before its last input, and the result
     is FnApiRunner's."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.1)
     _DRIVER_ELEMENTS.clear()
 

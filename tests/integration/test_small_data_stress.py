@@ -1,6 +1,6 @@
 """Many pipelines back to back with the options users get, under CPU load.
 
-With the defaults, tiny stages run in the driver (``spark.small``) and stages
+With the defaults, tiny stages run in the driver (``execution.small``) and stages
 whose data grows past its limits are handed over to Spark. This test runs a
 mix of both in one process, one after another, while another process keeps a
 core busy: text-file reads (a read is a splittable DoFn stage), a user's

@@ -50,7 +50,7 @@ def reads(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_clock(monkeypatch):
     """Stages leave the driver by size only (see test_initial_split.py)."""
-    from beam_spark_inproc.spark import small
+    from beam_spark_inproc.execution import small
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 

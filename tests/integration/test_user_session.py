@@ -61,7 +61,7 @@ def test_settings_named_in_spark_conf_are_left_alone(spark, monkeypatch):
         return collect(self, data, elements, started)
 
     monkeypatch.setattr(SparkEngine, 'collect', spying)
-    # Spark's collect is under test: on Spark, not in the driver (``spark.small``).
+    # Spark's collect is under test: on Spark, not in the driver (``execution.small``).
     options = PipelineOptions([f'--spark_conf={key}=555', '--spark_small_data_kb=0'])
     try:
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),

@@ -1,4 +1,4 @@
-"""Stages run in the driver while Spark's session starts (``spark.small``,
+"""Stages run in the driver while Spark's session starts (``execution.small``,
 ``Cold``): a run with a session still to be made begins in the driver, starts
 the session in the background when its work outgrows the driver's limits, and
 hands the input not yet fed to Spark once the session is ready. Results as
@@ -19,7 +19,7 @@ from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.spark import session as spark_session
-from beam_spark_inproc.spark import small
+from beam_spark_inproc.execution import small
 
 
 # Set by a DoFn running in the driver: the session is ready from then on.

@@ -34,7 +34,7 @@ def test_workers_freeze_and_sample_at_the_runners_period(spark, tmp_path):
                    | beam.ParDo(_Probe())),
         str(tmp_path / 'out'),
         # Spark's Python workers are under test: every stage on Spark, none
-        # of these small stages in the driver (``spark.small``).
+        # of these small stages in the driver (``execution.small``).
         PipelineOptions(['--spark_small_data_kb=0']))
     assert lines == [repr((i, True, True, processors.SAMPLING_MS))
                      for i in range(4)]

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import pickletools
 import signal
 import subprocess
 import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -59,6 +62,43 @@ def fault_free(tmp_path_factory):
     return files, counters
 
 
+def _package_classes(checkpoint: str) -> set[str]:
+    """The modules of this package that the pickles in a checkpoint name: the
+    driver's state files and the state buckets' values. None, so that a
+    checkpoint outlives the package's modules moving (it holds Beam's and
+    Python's types only: windows, timestamps, bytes, numbers)."""
+    found = set()
+
+    def scan(data: bytes) -> None:
+        if not data.startswith(b'\x80'):
+            return  # a coder's bytes, not a pickle
+        strings = []
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == 'GLOBAL':
+                strings.append(arg.split(' ')[0])
+            elif isinstance(arg, str):
+                strings.append(arg)
+        found.update(s for s in strings if s.startswith('beam_spark_inproc'))
+
+    scanned = 0
+    for folder, _, names in os.walk(checkpoint):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith('.pickle'):
+                with open(path, 'rb') as f:
+                    scan(f.read())
+            elif name.endswith('.parquet'):
+                for column in pq.read_table(path).columns:
+                    if pa.types.is_binary(column.type):
+                        for value in column.to_pylist():
+                            scan(value or b'')
+            else:
+                continue
+            scanned += 1
+    assert scanned, checkpoint
+    return found
+
+
 def _tear(checkpoint: str) -> None:
     """Makes the newest micro-batch half-written: a torn commit record after
     the last whole one, a temporary record, and state without a record."""
@@ -86,6 +126,7 @@ def test_driver_killed_mid_micro_batch_then_restarted(tmp_path, fault_free, tear
     partial = restart_pipeline.outputs(out)
     assert partial and len(partial) < len(fault_free[0])  # window [20, 30) is out
     assert any('T00:00:20-' in name for name in partial)
+    assert _package_classes(checkpoint) == set()
     if tear:
         _tear(checkpoint)
     second = _driver(out, checkpoint, marker, 3)
@@ -269,6 +310,7 @@ def test_driver_held_state_survives_a_restart(tmp_path, variant):
     else:
         [residuals] = [kept['residuals'] for kept in held.values()]
         assert len(residuals) == 1
+    assert _package_classes(checkpoint) == set()
     second = _driver(out, checkpoint, marker, 3, '--variant', variant)
     assert second.returncode == 0, second.stderr[-3000:]
     got = restart_pipeline.outputs(out)

@@ -24,7 +24,7 @@ from tests.conformance.beam import skips
 
 RUNNERS = {
     # The runner with the options a user gets (small stages in the driver,
-    # the rest handed over to Spark: ``spark.small``).
+    # the rest handed over to Spark: ``execution.small``).
     'spark': ('--runner=beam_spark_inproc.InProcessSparkRunner',
               'beam_spark_inproc.InProcessSparkRunner'),
     # Beam's FnApiRunner over two SDK worker processes (``reference``): set

@@ -4,10 +4,13 @@ A Spark job costs about 0.3-0.6 s however little it moves (scheduling each
 stage and task, a Python worker unpickling the task, Arrow in and out of the
 JVM): a 10-element pipeline (Create, Map, GroupByKey, Map, Count) spent 1.2 of
 its 1.7 s in two such jobs, and a pipeline test suite pays that per test.
-``SmallDataEngine`` wraps ``SparkEngine`` and keeps data the driver holds
-(``Local``: partitions of Arrow batches, moved by ``execution.local`` as the
-debug engine's are) as long as it is tiny, running stages on it here; anything
-else is Spark's:
+``SmallDataEngine`` is an engine of its own (``execution.engine``'s contract)
+that keeps data the driver holds (``Local``: partitions of Arrow batches,
+moved by ``execution.local`` as the debug engine's are) as long as it is tiny,
+running stages on it here; anything else it hands over to Spark through a
+``HandOver`` (``spark.hand_over.SparkHandOver``: the ``SparkEngine``, rows the
+driver holds as a DataFrame, a task's pickling round trip), so this module
+knows no backend:
 
 * ``impulse()`` is ``Local``; ``select``, ``union``, ``cache`` and the shuffles
   of ``Local`` data stay ``Local`` (a shuffle into one partition: small input,
@@ -73,16 +76,15 @@ import contextlib
 import dataclasses
 import logging
 import time
+from typing import Any
 from typing import Iterator
 from typing import Optional
+from typing import Protocol
 
 import pyarrow as pa
 
-from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.local import LocalPartitions
-from beam_spark_inproc.execution.local import rows_batch
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.worker import stage_task
 from beam_spark_inproc.worker.shipped import ShippedFile
 
@@ -149,6 +151,27 @@ class Local:
         return sum(b.nbytes for part in self.partitions for b in part)
 
 
+class HandOver(Protocol):
+    """What the small-data engine asks of the backend that runs the rest
+    (``spark.hand_over.SparkHandOver``)."""
+
+    @property
+    def engine(self) -> Any:
+        """The backend's engine (made on first use)."""
+
+    def data(self, local: Local) -> Any:
+        """The backend's data of rows the driver holds (``to_spark``)."""
+
+    def dumps(self, task: Any) -> bytes:
+        """A task as the backend would ship it to its workers."""
+
+    def loads(self, shipped: bytes) -> Any:
+        """A task from ``dumps``'s bytes, as a worker would unpickle it."""
+
+    def release(self) -> None:
+        """Releases the backend's engine if it was made."""
+
+
 class _TooBig(BaseException):
     """Raised where a run in the driver passes its limits (a BaseException, so
     no ``except Exception`` of a DoFn or of Beam swallows it)."""
@@ -157,25 +180,19 @@ class _TooBig(BaseException):
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
-    def __init__(self, get_session, make_spark_engine, parallelism: int = 1,
+    def __init__(self, hand_over: HandOver,
                  max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
                  settings=contextlib.nullcontext,
                  max_seconds: Optional[float] = None,
                  max_elements: Optional[int] = None,
                  spark_start=None):
-        # The SparkEngine (it ships the driver's code) is made on first use.
-        self._make_spark_engine = make_spark_engine
-        self._spark_engine = None
+        # Spark's side (``spark.hand_over``): its engine is made on first use.
+        self._hand_over = hand_over
         # Entered before the first Spark job, left by ``release``: a run that
         # stays in the driver changes nothing on the session.
         self._settings = settings
         self._exit = contextlib.ExitStack()
         self._jobs: list[tuple[str, str]] = []
-        # The SparkSession, asked for only when data goes to Spark
-        # (``session.LazySession.get``: a run that stays here starts no JVM).
-        self._get_session = get_session
-        self._parallelism = parallelism
-        self._schema = None
         self._local = LocalPartitions(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
@@ -192,9 +209,7 @@ class SmallDataEngine:
 
     @property
     def _spark(self):
-        if self._spark_engine is None:
-            self._spark_engine = self._make_spark_engine()
-        return self._spark_engine
+        return self._hand_over.engine
 
     # -- hand-over -------------------------------------------------------------
     def _fits(self, rows: int, nbytes: int) -> bool:
@@ -205,63 +220,11 @@ class SmallDataEngine:
         return self._spark_start is not None and not self._spark_start.ready
 
     def to_spark(self, data):
-        """Spark's DataFrame of ``data`` (a DataFrame as it is).
-
-        Rows a key shuffle made (GROUP, KEY_SORTED, BUCKETED) are shuffled again by
-        Spark, which puts each key where its later steps expect it. Any other
-        rows (a stage's output, a round-robin shuffle's) are spread over the
-        run's ``parallelism`` as they are: contiguous slices, one partition
-        each, so a stage handed over runs on every core (a few seeds a FlatMap
-        expands: in one partition the whole stage was one task)."""
+        """The backend's data of ``data`` (``HandOver.data``; its own data
+        as it is)."""
         if not isinstance(data, Local):
             return data
-        batches = [b for part in data.partitions for b in part if b.num_rows]
-        if not batches:
-            return self._spark.union([])
-        if data.kept:
-            return self._kept_to_spark(data)
-        table = pa.Table.from_batches(batches, schema=SCHEMA)
-        if data.shuffled not in (None, e.SPREAD):
-            frame = self._get_session().createDataFrame(
-                table, self._spark_schema()).coalesce(1)
-            return self._spark.shuffle(frame, data.shuffled)
-        # Equal slices of rows, at most one per core: Spark cuts a DataFrame
-        # made from driver rows into slices of equal row count (see
-        # ``_kept_to_spark``); ``coalesce`` caps them at ``ways``.
-        table = table.combine_chunks()
-        ways = max(1, min(self._parallelism, table.num_rows))
-        step = -(-table.num_rows // ways)
-        table = pa.Table.from_batches(
-            [batch for start in range(0, table.num_rows, step)
-             for batch in table.slice(start, step).to_batches()], schema=SCHEMA)
-        return self._get_session().createDataFrame(
-            table, self._spark_schema()).coalesce(ways)
-
-    def _kept_to_spark(self, data: Local):
-        """A splittable stage's parts (``spread_restrictions``), one partition
-        each. Spark slices a DataFrame made from driver rows by row count
-        (``createDataFrame`` of Arrow data: its local relation is cut into
-        equal slices, not a partition per batch), so every part is padded to
-        the same count with rows of no element (tag 0, empty data: the stage's
-        input operation decodes nothing from them); the parts then fall one per
-        slice where the session's default parallelism is the run's (a local
-        master). Elsewhere the cut still holds, only its balance may not."""
-        parts = [part for part in data.partitions if any(b.num_rows for b in part)]
-        counts = [sum(b.num_rows for b in part) for part in parts]
-        batches = []
-        for part, count in zip(parts, counts):
-            batches.extend(b for b in part if b.num_rows)
-            if count < max(counts):
-                batches.extend(rows_batch([(0, None, b'')] * (max(counts) - count)))
-        return self._get_session().createDataFrame(
-            pa.Table.from_batches(batches, schema=SCHEMA),
-            self._spark_schema()).coalesce(len(parts))
-
-    def _spark_schema(self):
-        if self._schema is None:
-            from pyspark.sql.pandas.types import from_arrow_schema
-            self._schema = from_arrow_schema(SCHEMA)
-        return self._schema
+        return self._hand_over.data(data)
 
     # -- the engine contract -------------------------------------------------------
     def impulse(self):
@@ -365,8 +328,7 @@ class SmallDataEngine:
 
     def release(self) -> None:
         try:
-            if self._spark_engine is not None:
-                self._spark_engine.release()
+            self._hand_over.release()
         finally:
             self._exit.close()
 
@@ -383,9 +345,7 @@ class SmallDataEngine:
         rows are independent elements (``_element_wise``) then stops being fed
         once the session is ready and returns (its output so far, the input
         rows not fed)."""
-        from pyspark.serializers import CloudPickleSerializer
-        serializer = CloudPickleSerializer()
-        shipped = serializer.dumps(task)
+        shipped = self._hand_over.dumps(task)
         collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
         limits = _Limits(
             COLLECTED_SECONDS if collected else self._max_seconds,
@@ -404,7 +364,8 @@ class SmallDataEngine:
                     rest.extend(partition)
                     continue
                 out = []
-                outputs = serializer.loads(shipped)(limits.feed(partition))
+                outputs = self._hand_over.loads(shipped)(
+                    limits.feed(partition))
                 try:
                     for batch in outputs:
                         rows += batch.num_rows
