@@ -1,5 +1,5 @@
 """A large TestStream micro-batch runs as one task per core
-(``--spark_stream_spread_kb``, ``StreamingExecutor._driver_rows``): the same
+(``--spark_stream_spread_kb``, ``feed.Feed.rows``): the same
 panes and state as Beam's BundleBasedDirectRunner, and the stage after the
 source ran as that many bundles (one with the option at 0, or with a stateful
 DoFn in the pipeline and ``--spark_stream_stateful_whole``); a stateful DoFn

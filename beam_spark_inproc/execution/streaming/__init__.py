@@ -11,7 +11,9 @@ the source (``teststream_source``). What the loop cannot run yet is rejected bef
 it starts (``support``).
 
 The loop (``loop.StreamingExecutor``) decides what runs when; its parts each
-have a module: the sources it steps (``source``), the per-stage watermarks
+have a module: the sources it steps (``source``) and the driver's rows as
+engine data (``feed``), how each kind of stage is built (``steps``), the
+per-stage watermarks
 (``watermarks``), the state-bucket table (``buckets``), one micro-batch's
 bookkeeping (``micro_batch``), stage tasks and the side-input values they
 carry (``tasks``), side-input gates (``side_inputs``), splittable DoFns'
