@@ -74,6 +74,11 @@ from dataclasses import field
 from typing import Callable
 from typing import Optional
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+from tests.benchmarks import load  # noqa: E402
+
 DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (100_000,)
 KEYS = 1000                 # P1, P5
@@ -607,7 +612,7 @@ BENCHMARKS = {b.name: b for b in (
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
            'inproc_handover1', 'inproc_split1', 'inproc_sidespark',
-           'inproc_split5', 'direct',
+           'inproc_split5', 'inproc_slice1', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -626,12 +631,15 @@ ENGINE_TITLES = {
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'inproc_sidespark': 'this runner, side-input stages with the usual limits',
+    'inproc_slice1': 'this runner, one slice per core of a stage handed over',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
     'rdd': 'PySpark RDD',
     'arrow': 'PySpark mapInArrow',
 }
+ENGINE_TITLES.update({load.loaded(e): f'{title} + load'
+                      for e, title in list(ENGINE_TITLES.items())})
 
 
 # ---------------------------------------------------------------------------
@@ -720,7 +728,7 @@ class Sampler:
             if table[pid][1] == 'java':
                 below_jvm |= _descendants(table, pid)
         for pid in mine | {self.me}:
-            if pid not in table:
+            if pid not in table or pid in load.CpuBurner.pids:
                 continue
             _, comm, cpu, rss = table[pid]
             kind = ('driver' if pid == self.me else
@@ -758,6 +766,7 @@ class Sampler:
 @dataclass
 class Cell:
     times: list = field(default_factory=list)
+    cpu: list = field(default_factory=list)   # per run: {process kind: CPU s}
     peak_rss: int = 0
     error: Optional[str] = None
     skipped: Optional[str] = None
@@ -774,6 +783,7 @@ class Harness:
         self.workdir = workdir
         self.parallelism = parallelism
         self._dask_cluster = None
+        self.burner = load.CpuBurner()
 
     def dask_address(self) -> str:
         if self._dask_cluster is None:
@@ -784,6 +794,7 @@ class Harness:
         return self._dask_cluster.scheduler_address
 
     def close(self):
+        self.burner.close()
         if self._dask_cluster is not None:
             self._dask_cluster.close()
 
@@ -793,7 +804,7 @@ class Harness:
 
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_handover1',
-                       'inproc_sidespark') or
+                       'inproc_sidespark', 'inproc_slice1') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -827,6 +838,10 @@ class Harness:
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0
+        # A/B of the slices per core of a stage handed over (spark.small.SLICES_PER_CORE).
+        slices = small.SLICES_PER_CORE
+        if engine == 'inproc_slice1':
+            small.SLICES_PER_CORE = 1
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -835,6 +850,7 @@ class Harness:
             small.MAX_ELEMENTS = max_elements
             small.MAX_HANDOVERS = handovers
             small.COLLECTED_SECONDS = collected_seconds
+            small.SLICES_PER_CORE = slices
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
@@ -848,15 +864,21 @@ class Harness:
             extra_args=()) -> tuple[float, tuple, Sampler]:
         if bench.name == 'P2':
             text_file(self.workdir, n)   # written before the clock starts
-        with Sampler() as sampler:
-            start = time.perf_counter()
-            if engine == 'rdd':
-                result = bench.rdd(self.spark, n, self)
-            elif engine == 'arrow':
-                result = bench.arrow(self.spark, n, self)
-            else:
-                result = self.run_beam(bench, n, engine, extra_args)
-            seconds = time.perf_counter() - start
+        if load.is_loaded(engine):
+            self.burner.on()
+        engine = load.base(engine)
+        try:
+            with Sampler() as sampler:
+                start = time.perf_counter()
+                if engine == 'rdd':
+                    result = bench.rdd(self.spark, n, self)
+                elif engine == 'arrow':
+                    result = bench.arrow(self.spark, n, self)
+                else:
+                    result = self.run_beam(bench, n, engine, extra_args)
+                seconds = time.perf_counter() - start
+        finally:
+            self.burner.off()
         return seconds, tuple(result), sampler
 
 
@@ -889,26 +911,28 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
                               f'expected {expected[n]}')
             _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT')
             return None
-        rss = (sampler.peak_self_rss if engine == 'direct' else
-               sampler.peak_other_worker_rss if engine in ('direct_mp', 'dask') else
+        rss = (sampler.peak_self_rss if load.base(engine) == 'direct' else
+               sampler.peak_other_worker_rss if load.base(engine) in ('direct_mp', 'dask') else
                sampler.peak_spark_worker_rss)
         # CPU seconds by process kind: on a loaded machine steadier than wall.
         cpu = sampler.cpu_seconds()
-        _log(f'  {bench.name} n={n:,} {engine:9s} {label}: {seconds:7.2f} s  '
+        _log(f'  {bench.name} n={n:,} {engine:14s} {label}: {seconds:7.2f} s  '
              f'peak worker {rss / 2**20:6.0f} MB  ok  CPU s '
              + ' '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
              + f'  fresh workers {len(sampler.fresh_spark_workers)}'
              + f'  load {os.getloadavg()[0]:.1f}')
         if cell is not None:
             cell.times.append(seconds)
+            cell.cpu.append(cpu)
             cell.peak_rss = max(cell.peak_rss, rss)
         if seconds > budget and cell is not None:   # a warm-up run does not count
             over[engine] = f'{n:,} took {seconds:.0f} s (budget {budget:.0f} s)'
         return seconds
 
-    engines = [e for e in engines if e != 'dask' or bench.dask]
+    engines = [e for e in engines if load.base(e) != 'dask' or bench.dask]
     for engine in engines:
-        attempt(engine, min(sizes), 'warm-up', None)
+        if not load.is_loaded(engine):
+            attempt(engine, min(sizes), 'warm-up', None)
     rows = []
     for n in sizes:
         cells = {engine: Cell() for engine in engines}
@@ -1073,7 +1097,9 @@ def report(results: list, engines, args, started, elapsed, load_before,
         f'runs); 1-min load average at start/end: {load_before[0]:.2f} / '
         f'{load_after[0]:.2f}' + (
             f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else '')
-        + ("; a user's session (Spark's defaults)" if args.user_session else ''))
+        + ("; a user's session (Spark's defaults)" if args.user_session else '')
+        + ('; "+ load": with one CPU-bound process beside the run'
+           if args.load_burner else ''))
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
@@ -1116,6 +1142,26 @@ def report(results: list, engines, args, started, elapsed, load_before,
     if notes:
         lines.extend(notes)
         lines.append('')
+    lines += load.report_load(results, engines)
+    lines.append('CPU seconds per run, median per process kind (driver: this '
+                 'process; jvm; python: Spark\'s Python workers, or FnApiRunner\'s '
+                 'and Dask\'s worker processes):')
+    lines.append('')
+    lines.append('| pipeline | N | engine | driver | jvm | python | total | '
+                 'total / wall |')
+    lines.append('|---|---|---|---:|---:|---:|---:|---:|')
+    for bench, n, cells, _ in results:
+        for e, cell in cells.items():
+            if not cell.cpu or cell.median is None:
+                continue
+            kinds = {k: statistics.median(c.get(k, 0.0) for c in cell.cpu)
+                     for k in ('driver', 'jvm', 'python')}
+            total = statistics.median(sum(c.values()) for c in cell.cpu)
+            lines.append(f'| {bench.name} | {n:,} | {ENGINE_TITLES[e]} | '
+                         f'{kinds["driver"]:.2f} | {kinds["jvm"]:.2f} | '
+                         f'{kinds["python"]:.2f} | {total:.2f} | '
+                         f'{total / cell.median:.2f} |')
+    lines.append('')
     return '\n'.join(lines)
 
 
@@ -1156,6 +1202,10 @@ def parse_args(argv=None):
                         'default settings (SparkSession.builder.master(...)'
                         '.getOrCreate(); only the Python workers\' interpreter '
                         'set), instead of the runner\'s own')
+    parser.add_argument('--load-burner', action='store_true',
+                        help='run every engine also with a CPU-bound process '
+                        'beside it (load.CpuBurner), interleaved with its quiet '
+                        'runs, and print quiet and loaded ratios')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
     args = parser.parse_args(argv)
@@ -1191,13 +1241,15 @@ def main(argv=None) -> int:
     _log(f'SparkSession ready ({"created" if created else "reused"}) in '
          f'{time.perf_counter() - t0:.1f} s')
     engines = list(args.engines)
+    if args.load_burner:
+        engines = [name for e in engines for name in (e, load.loaded(e))]
     if 'dask' in engines:
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
             _log('dask.distributed is not installed: no DaskRunner column '
                  '(pip install "apache-beam[dask]")')
-            engines.remove('dask')
+            engines = [e for e in engines if load.base(e) != 'dask']
 
     results, text = [], ''
     with tempfile.TemporaryDirectory(prefix='beam-spark-bench-') as workdir:
