@@ -128,13 +128,6 @@ _PIECE_ROWS = 256
 # session is ready goes to Spark in equal shares.
 COLD_MAX_BYTES = 256 << 20
 COLD_PIECES = 256
-# A stage handed over with independent rows (a Create's seeds) gets this many
-# slices of them per core, each a Spark task: a core that falls behind (another
-# process on it) leaves later slices to the others. With one slice per core
-# the stage waited for the slowest core: on 2 cores with one busy process
-# beside it, one Python worker got about half a core while the other had one
-# to itself.
-SLICES_PER_CORE = 4
 
 
 @dataclasses.dataclass
@@ -217,11 +210,9 @@ class SmallDataEngine:
         Rows a key shuffle made (GROUP, KEY_SORTED, BUCKETED) are shuffled again by
         Spark, which puts each key where its later steps expect it. Any other
         rows (a stage's output, a round-robin shuffle's) are spread over the
-        run's ``parallelism`` as they are: contiguous slices,
-        ``SLICES_PER_CORE`` per core, one partition each, so a stage handed
-        over runs on every core (a few seeds a FlatMap expands: in one
-        partition the whole stage was one task) and a core that others'
-        processes slow down takes fewer of them."""
+        run's ``parallelism`` as they are: contiguous slices, one partition
+        each, so a stage handed over runs on every core (a few seeds a FlatMap
+        expands: in one partition the whole stage was one task)."""
         if not isinstance(data, Local):
             return data
         batches = [b for part in data.partitions for b in part if b.num_rows]
@@ -234,11 +225,11 @@ class SmallDataEngine:
             frame = self._get_session().createDataFrame(
                 table, self._spark_schema()).coalesce(1)
             return self._spark.shuffle(frame, data.shuffled)
-        # Equal slices of rows, ``SLICES_PER_CORE`` per core at most: Spark
-        # cuts a DataFrame made from driver rows into slices of equal row
-        # count (see ``_kept_to_spark``); ``coalesce`` caps them at ``ways``.
+        # Equal slices of rows, at most one per core: Spark cuts a DataFrame
+        # made from driver rows into slices of equal row count (see
+        # ``_kept_to_spark``); ``coalesce`` caps them at ``ways``.
         table = table.combine_chunks()
-        ways = max(1, min(self._parallelism * SLICES_PER_CORE, table.num_rows))
+        ways = max(1, min(self._parallelism, table.num_rows))
         step = -(-table.num_rows // ways)
         table = pa.Table.from_batches(
             [batch for start in range(0, table.num_rows, step)

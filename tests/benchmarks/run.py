@@ -77,7 +77,7 @@ from typing import Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
-from tests.benchmarks import load  # noqa: E402
+from tests.benchmarks import load as cpu_load  # noqa: E402
 
 DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (100_000,)
@@ -612,7 +612,7 @@ BENCHMARKS = {b.name: b for b in (
 
 ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
            'inproc_handover1', 'inproc_split1', 'inproc_sidespark',
-           'inproc_split5', 'inproc_slice1', 'direct',
+           'inproc_split5', 'direct',
            'direct_mp', 'dask', 'rdd', 'arrow')
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
@@ -631,14 +631,13 @@ ENGINE_TITLES = {
     'inproc_split1': 'this runner, runner splitting after 1 s',
     'inproc_split5': 'this runner, runner splitting after 5 s',
     'inproc_sidespark': 'this runner, side-input stages with the usual limits',
-    'inproc_slice1': 'this runner, one slice per core of a stage handed over',
     'direct': 'DirectRunner (FnApiRunner)',
     'direct_mp': 'FnApiRunner, 2 processes',
     'dask': 'DaskRunner, 2 workers',
     'rdd': 'PySpark RDD',
     'arrow': 'PySpark mapInArrow',
 }
-ENGINE_TITLES.update({load.loaded(e): f'{title} + load'
+ENGINE_TITLES.update({cpu_load.loaded(e): f'{title} + load'
                       for e, title in list(ENGINE_TITLES.items())})
 
 
@@ -728,7 +727,7 @@ class Sampler:
             if table[pid][1] == 'java':
                 below_jvm |= _descendants(table, pid)
         for pid in mine | {self.me}:
-            if pid not in table or pid in load.CpuBurner.pids:
+            if pid not in table or pid in cpu_load.CpuBurner.pids:
                 continue
             _, comm, cpu, rss = table[pid]
             kind = ('driver' if pid == self.me else
@@ -767,6 +766,7 @@ class Sampler:
 class Cell:
     times: list = field(default_factory=list)
     cpu: list = field(default_factory=list)   # per run: {process kind: CPU s}
+    fresh: list = field(default_factory=list)  # per run: Python workers started
     peak_rss: int = 0
     error: Optional[str] = None
     skipped: Optional[str] = None
@@ -783,7 +783,7 @@ class Harness:
         self.workdir = workdir
         self.parallelism = parallelism
         self._dask_cluster = None
-        self.burner = load.CpuBurner()
+        self.burner = cpu_load.CpuBurner()
 
     def dask_address(self) -> str:
         if self._dask_cluster is None:
@@ -804,7 +804,7 @@ class Harness:
 
         from beam_spark_inproc import InProcessSparkRunner
         if (engine in ('inproc', 'inproc_timeonly', 'inproc_handover1',
-                       'inproc_sidespark', 'inproc_slice1') or
+                       'inproc_sidespark') or
                 engine in SMALL_DATA_ARGS):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
                 SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
@@ -838,10 +838,6 @@ class Harness:
         collected_seconds = small.COLLECTED_SECONDS
         if engine == 'inproc_sidespark':
             small.COLLECTED_SECONDS = 0
-        # A/B of the slices per core of a stage handed over (spark.small.SLICES_PER_CORE).
-        slices = small.SLICES_PER_CORE
-        if engine == 'inproc_slice1':
-            small.SLICES_PER_CORE = 1
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = (bench.beam(p, n, self)
@@ -850,7 +846,6 @@ class Harness:
             small.MAX_ELEMENTS = max_elements
             small.MAX_HANDOVERS = handovers
             small.COLLECTED_SECONDS = collected_seconds
-            small.SLICES_PER_CORE = slices
         try:
             with open(path) as f:
                 return ast.literal_eval(f.read())
@@ -864,9 +859,9 @@ class Harness:
             extra_args=()) -> tuple[float, tuple, Sampler]:
         if bench.name == 'P2':
             text_file(self.workdir, n)   # written before the clock starts
-        if load.is_loaded(engine):
+        if cpu_load.is_loaded(engine):
             self.burner.on()
-        engine = load.base(engine)
+        engine = cpu_load.base(engine)
         try:
             with Sampler() as sampler:
                 start = time.perf_counter()
@@ -911,8 +906,8 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
                               f'expected {expected[n]}')
             _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT')
             return None
-        rss = (sampler.peak_self_rss if load.base(engine) == 'direct' else
-               sampler.peak_other_worker_rss if load.base(engine) in ('direct_mp', 'dask') else
+        rss = (sampler.peak_self_rss if cpu_load.base(engine) == 'direct' else
+               sampler.peak_other_worker_rss if cpu_load.base(engine) in ('direct_mp', 'dask') else
                sampler.peak_spark_worker_rss)
         # CPU seconds by process kind: on a loaded machine steadier than wall.
         cpu = sampler.cpu_seconds()
@@ -924,14 +919,15 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
         if cell is not None:
             cell.times.append(seconds)
             cell.cpu.append(cpu)
+            cell.fresh.append(len(sampler.fresh_spark_workers))
             cell.peak_rss = max(cell.peak_rss, rss)
         if seconds > budget and cell is not None:   # a warm-up run does not count
             over[engine] = f'{n:,} took {seconds:.0f} s (budget {budget:.0f} s)'
         return seconds
 
-    engines = [e for e in engines if load.base(e) != 'dask' or bench.dask]
+    engines = [e for e in engines if cpu_load.base(e) != 'dask' or bench.dask]
     for engine in engines:
-        if not load.is_loaded(engine):
+        if not cpu_load.is_loaded(engine):
             attempt(engine, min(sizes), 'warm-up', None)
     rows = []
     for n in sizes:
@@ -1142,14 +1138,17 @@ def report(results: list, engines, args, started, elapsed, load_before,
     if notes:
         lines.extend(notes)
         lines.append('')
-    lines += load.report_load(results, engines)
+    lines += cpu_load.report_load(results, engines)
     lines.append('CPU seconds per run, median per process kind (driver: this '
                  'process; jvm; python: Spark\'s Python workers, or FnApiRunner\'s '
-                 'and Dask\'s worker processes):')
+                 'and Dask\'s worker processes), and the Python workers Spark '
+                 'started during the runs (it ends a pool\'s idle workers after a '
+                 'minute without tasks: a run after such a pause pays the imports '
+                 'of new workers):')
     lines.append('')
     lines.append('| pipeline | N | engine | driver | jvm | python | total | '
-                 'total / wall |')
-    lines.append('|---|---|---|---:|---:|---:|---:|---:|')
+                 'total / wall | new workers per run |')
+    lines.append('|---|---|---|---:|---:|---:|---:|---:|---|')
     for bench, n, cells, _ in results:
         for e, cell in cells.items():
             if not cell.cpu or cell.median is None:
@@ -1160,7 +1159,8 @@ def report(results: list, engines, args, started, elapsed, load_before,
             lines.append(f'| {bench.name} | {n:,} | {ENGINE_TITLES[e]} | '
                          f'{kinds["driver"]:.2f} | {kinds["jvm"]:.2f} | '
                          f'{kinds["python"]:.2f} | {total:.2f} | '
-                         f'{total / cell.median:.2f} |')
+                         f'{total / cell.median:.2f} | '
+                         f'{" ".join(map(str, cell.fresh))} |')
     lines.append('')
     return '\n'.join(lines)
 
@@ -1204,7 +1204,7 @@ def parse_args(argv=None):
                         'set), instead of the runner\'s own')
     parser.add_argument('--load-burner', action='store_true',
                         help='run every engine also with a CPU-bound process '
-                        'beside it (load.CpuBurner), interleaved with its quiet '
+                        'beside it (tests/benchmarks/load.py), interleaved with its quiet '
                         'runs, and print quiet and loaded ratios')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
@@ -1242,14 +1242,14 @@ def main(argv=None) -> int:
          f'{time.perf_counter() - t0:.1f} s')
     engines = list(args.engines)
     if args.load_burner:
-        engines = [name for e in engines for name in (e, load.loaded(e))]
+        engines = [name for e in engines for name in (e, cpu_load.loaded(e))]
     if 'dask' in engines:
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
             _log('dask.distributed is not installed: no DaskRunner column '
                  '(pip install "apache-beam[dask]")')
-            engines = [e for e in engines if load.base(e) != 'dask']
+            engines = [e for e in engines if cpu_load.base(e) != 'dask']
 
     results, text = [], ''
     with tempfile.TemporaryDirectory(prefix='beam-spark-bench-') as workdir:

@@ -155,12 +155,9 @@ def _handed_over(p):
 
 def test_handed_over_stage_runs_on_every_core(spark):
     """A stage handed over reads its input (here the seeds of Create's
-    Reshuffle) spread over the run's parallelism in ``SLICES_PER_CORE``
-    equal slices per core, each a task: not the whole stage in one task (P1
-    at 4M ran 1.56x slower so), and not one task per core, which waited
-    for the slowest core when another process shared one."""
+    Reshuffle) spread over the run's parallelism: one task per core, not
+    the whole stage in one task (P1 at 4M ran 1.56x slower so)."""
     from beam_spark_inproc.spark import session
-    from beam_spark_inproc.spark import small
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _handed_over(p)
     result, jobs = _jobs(spark, _handed_over)
@@ -168,8 +165,8 @@ def test_handed_over_stage_runs_on_every_core(spark):
     counters = result.metrics().query(MetricsFilter().with_namespace(
         'where'))['counters']
     seeds = {c.key.metric.name: c.committed for c in counters if c.committed}
-    slices = min(8, session.parallelism(spark, None) * small.SLICES_PER_CORE)
-    assert seeds == {f'partition-{i}': 8 // slices for i in range(slices)}, seeds
+    ways = session.parallelism(spark, None)
+    assert seeds == {f'partition-{i}': 8 // ways for i in range(ways)}, seeds
 
 
 def test_hand_over_on_time_logs_no_error(spark, caplog):
