@@ -7,6 +7,7 @@ Run by hand, never by pytest (no ``test_`` file names here)::
     python tests/benchmarks/run.py --quick              # smoke run: 100k, 1 repeat
     python tests/benchmarks/run.py --pipelines P1 P6 --sizes 1000000 --repeats 5
     python tests/benchmarks/run.py --profile-only --profile P1 --profile-size 4000000
+    python tests/benchmarks/run.py --pipelines P1 --engines inproc direct rdd --load-burner
 
 One warm local SparkSession (``local[2]``) serves this runner and the
 hand-written PySpark jobs. Pipelines over N elements (generated inside the
@@ -37,6 +38,10 @@ reference: all engines do the same work. Engines (one column each):
 - ``arrow``: hand-written PySpark DataFrames: ``spark.range``/``spark.read.text``, the
   same per-element functions in one ``mapInArrow``, Spark's own ``groupBy().agg`` and
   window functions.
+
+``--load-burner`` runs every engine also with one CPU-bound process beside it
+(``load.py``), interleaved with its quiet runs, and adds the quiet and loaded
+ratios; ``--user-session`` runs on a session made as a user would.
 
 Per pipeline and engine one warm-up run at the smallest size, then per size
 ``--repeats`` runs with the engines interleaved; the median is reported. An engine
