@@ -7,6 +7,7 @@ Run by hand, never by pytest (no ``test_`` file names here)::
     python tests/benchmarks/run.py --quick              # smoke run: 100k, 1 repeat
     python tests/benchmarks/run.py --pipelines P1 P6 --sizes 1000000 --repeats 5
     python tests/benchmarks/run.py --profile-only --profile P1 --profile-size 4000000
+    python tests/benchmarks/run.py --pipelines P1 --engines inproc direct rdd --load-burner
 
 One warm local SparkSession (``local[2]``) serves this runner and the
 hand-written PySpark jobs. Pipelines over N elements (generated inside the
@@ -37,6 +38,10 @@ reference: all engines do the same work. Engines (one column each):
 - ``arrow``: hand-written PySpark DataFrames: ``spark.range``/``spark.read.text``, the
   same per-element functions in one ``mapInArrow``, Spark's own ``groupBy().agg`` and
   window functions.
+
+``--load-burner`` runs every engine also with one CPU-bound process beside it
+(``load.py``), interleaved with its quiet runs, and adds the quiet and loaded
+ratios; ``--user-session`` runs on a session made as a user would.
 
 Per pipeline and engine one warm-up run at the smallest size, then per size
 ``--repeats`` runs with the engines interleaved; the median is reported. An engine
@@ -73,6 +78,11 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Callable
 from typing import Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+from tests.benchmarks import load as cpu_load  # noqa: E402
 
 DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (100_000,)
@@ -632,6 +642,8 @@ ENGINE_TITLES = {
     'rdd': 'PySpark RDD',
     'arrow': 'PySpark mapInArrow',
 }
+ENGINE_TITLES.update({cpu_load.loaded(e): f'{title} + load'
+                      for e, title in list(ENGINE_TITLES.items())})
 
 
 # ---------------------------------------------------------------------------
@@ -720,7 +732,7 @@ class Sampler:
             if table[pid][1] == 'java':
                 below_jvm |= _descendants(table, pid)
         for pid in mine | {self.me}:
-            if pid not in table:
+            if pid not in table or pid in cpu_load.CpuBurner.pids:
                 continue
             _, comm, cpu, rss = table[pid]
             kind = ('driver' if pid == self.me else
@@ -758,6 +770,8 @@ class Sampler:
 @dataclass
 class Cell:
     times: list = field(default_factory=list)
+    cpu: list = field(default_factory=list)   # per run: {process kind: CPU s}
+    fresh: list = field(default_factory=list)  # per run: Python workers started
     peak_rss: int = 0
     error: Optional[str] = None
     skipped: Optional[str] = None
@@ -774,6 +788,7 @@ class Harness:
         self.workdir = workdir
         self.parallelism = parallelism
         self._dask_cluster = None
+        self.burner = cpu_load.CpuBurner()
 
     def dask_address(self) -> str:
         if self._dask_cluster is None:
@@ -784,6 +799,7 @@ class Harness:
         return self._dask_cluster.scheduler_address
 
     def close(self):
+        self.burner.close()
         if self._dask_cluster is not None:
             self._dask_cluster.close()
 
@@ -848,15 +864,21 @@ class Harness:
             extra_args=()) -> tuple[float, tuple, Sampler]:
         if bench.name == 'P2':
             text_file(self.workdir, n)   # written before the clock starts
-        with Sampler() as sampler:
-            start = time.perf_counter()
-            if engine == 'rdd':
-                result = bench.rdd(self.spark, n, self)
-            elif engine == 'arrow':
-                result = bench.arrow(self.spark, n, self)
-            else:
-                result = self.run_beam(bench, n, engine, extra_args)
-            seconds = time.perf_counter() - start
+        if cpu_load.is_loaded(engine):
+            self.burner.on()
+        engine = cpu_load.base(engine)
+        try:
+            with Sampler() as sampler:
+                start = time.perf_counter()
+                if engine == 'rdd':
+                    result = bench.rdd(self.spark, n, self)
+                elif engine == 'arrow':
+                    result = bench.arrow(self.spark, n, self)
+                else:
+                    result = self.run_beam(bench, n, engine, extra_args)
+                seconds = time.perf_counter() - start
+        finally:
+            self.burner.off()
         return seconds, tuple(result), sampler
 
 
@@ -889,26 +911,29 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
                               f'expected {expected[n]}')
             _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT')
             return None
-        rss = (sampler.peak_self_rss if engine == 'direct' else
-               sampler.peak_other_worker_rss if engine in ('direct_mp', 'dask') else
+        rss = (sampler.peak_self_rss if cpu_load.base(engine) == 'direct' else
+               sampler.peak_other_worker_rss if cpu_load.base(engine) in ('direct_mp', 'dask') else
                sampler.peak_spark_worker_rss)
         # CPU seconds by process kind: on a loaded machine steadier than wall.
         cpu = sampler.cpu_seconds()
-        _log(f'  {bench.name} n={n:,} {engine:9s} {label}: {seconds:7.2f} s  '
+        _log(f'  {bench.name} n={n:,} {engine:14s} {label}: {seconds:7.2f} s  '
              f'peak worker {rss / 2**20:6.0f} MB  ok  CPU s '
              + ' '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
              + f'  fresh workers {len(sampler.fresh_spark_workers)}'
              + f'  load {os.getloadavg()[0]:.1f}')
         if cell is not None:
             cell.times.append(seconds)
+            cell.cpu.append(cpu)
+            cell.fresh.append(len(sampler.fresh_spark_workers))
             cell.peak_rss = max(cell.peak_rss, rss)
         if seconds > budget and cell is not None:   # a warm-up run does not count
             over[engine] = f'{n:,} took {seconds:.0f} s (budget {budget:.0f} s)'
         return seconds
 
-    engines = [e for e in engines if e != 'dask' or bench.dask]
+    engines = [e for e in engines if cpu_load.base(e) != 'dask' or bench.dask]
     for engine in engines:
-        attempt(engine, min(sizes), 'warm-up', None)
+        if not cpu_load.is_loaded(engine):
+            attempt(engine, min(sizes), 'warm-up', None)
     rows = []
     for n in sizes:
         cells = {engine: Cell() for engine in engines}
@@ -1073,7 +1098,9 @@ def report(results: list, engines, args, started, elapsed, load_before,
         f'runs); 1-min load average at start/end: {load_before[0]:.2f} / '
         f'{load_after[0]:.2f}' + (
             f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else '')
-        + ("; a user's session (Spark's defaults)" if args.user_session else ''))
+        + ("; a user's session (Spark's defaults)" if args.user_session else '')
+        + ('; "+ load": with one CPU-bound process beside the run'
+           if args.load_burner else ''))
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
@@ -1116,6 +1143,30 @@ def report(results: list, engines, args, started, elapsed, load_before,
     if notes:
         lines.extend(notes)
         lines.append('')
+    lines += cpu_load.report_load(results, engines)
+    lines.append('CPU seconds per run, median per process kind (driver: this '
+                 'process; jvm; python: Spark\'s Python workers, or FnApiRunner\'s '
+                 'and Dask\'s worker processes), and the Python workers Spark '
+                 'started during the runs (it ends a pool\'s idle workers after a '
+                 'minute without tasks: a run after such a pause pays the imports '
+                 'of new workers):')
+    lines.append('')
+    lines.append('| pipeline | N | engine | driver | jvm | python | total | '
+                 'total / wall | new workers per run |')
+    lines.append('|---|---|---|---:|---:|---:|---:|---:|---|')
+    for bench, n, cells, _ in results:
+        for e, cell in cells.items():
+            if not cell.cpu or cell.median is None:
+                continue
+            kinds = {k: statistics.median(c.get(k, 0.0) for c in cell.cpu)
+                     for k in ('driver', 'jvm', 'python')}
+            total = statistics.median(sum(c.values()) for c in cell.cpu)
+            lines.append(f'| {bench.name} | {n:,} | {ENGINE_TITLES[e]} | '
+                         f'{kinds["driver"]:.2f} | {kinds["jvm"]:.2f} | '
+                         f'{kinds["python"]:.2f} | {total:.2f} | '
+                         f'{total / cell.median:.2f} | '
+                         f'{" ".join(map(str, cell.fresh))} |')
+    lines.append('')
     return '\n'.join(lines)
 
 
@@ -1156,6 +1207,10 @@ def parse_args(argv=None):
                         'default settings (SparkSession.builder.master(...)'
                         '.getOrCreate(); only the Python workers\' interpreter '
                         'set), instead of the runner\'s own')
+    parser.add_argument('--load-burner', action='store_true',
+                        help='run every engine also with a CPU-bound process '
+                        'beside it (tests/benchmarks/load.py), interleaved with its quiet '
+                        'runs, and print quiet and loaded ratios')
     parser.add_argument('--output', default=None,
                         help='also write the markdown report to this file')
     args = parser.parse_args(argv)
@@ -1191,13 +1246,15 @@ def main(argv=None) -> int:
     _log(f'SparkSession ready ({"created" if created else "reused"}) in '
          f'{time.perf_counter() - t0:.1f} s')
     engines = list(args.engines)
+    if args.load_burner:
+        engines = [name for e in engines for name in (e, cpu_load.loaded(e))]
     if 'dask' in engines:
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
             _log('dask.distributed is not installed: no DaskRunner column '
                  '(pip install "apache-beam[dask]")')
-            engines.remove('dask')
+            engines = [e for e in engines if cpu_load.base(e) != 'dask']
 
     results, text = [], ''
     with tempfile.TemporaryDirectory(prefix='beam-spark-bench-') as workdir:
