@@ -201,13 +201,8 @@ def test_query10_writes_the_batch_files(tmp_path):
 # -- query 12 ------------------------------------------------------------------
 
 def _counts(folder: str) -> list[dict]:
-    found = []
-    for name in os.listdir(folder):
-        if name.startswith('.'):
-            continue  # being written
-        with open(os.path.join(folder, name)) as f:
-            found.append(json.loads(f.read().split(' @ ', 1)[0]))
-    return found
+    return [json.loads(line.split(' @ ', 1)[0])
+            for line in queries.read_lines(folder)]
 
 
 def test_query12_counts_every_bid_once_on_the_real_clock(tmp_path, monkeypatch):
