@@ -1,9 +1,10 @@
 """Beam's Python Nexmark queries as streams on this runner.
 
 The events come from the unbounded, rate-limited ``ReadEvents``
-(``beam_spark_inproc.nexmark.source``: a splittable DoFn, 250 events per call
-at 10,000 events per second, in order, its watermark estimator following the
-event time). The batch reference is the same query on the bounded
+(``beam_spark_inproc.nexmark.source``: a splittable DoFn, 10,000 events per
+second, a call at most every 25 ms reading what has arrived (250 events while
+the runner keeps up, more when it falls behind), in order, its watermark
+estimator following the event time). The batch reference is the same query on the bounded
 ``ReadEvents`` (the same events), on this runner; ``test_nexmark`` checks
 that against FnApiRunner or hand references.
 
@@ -58,7 +59,7 @@ from tests.nexmark import queries
 from tests.nexmark.test_nexmark import OPTIONS
 from tests.nexmark.test_nexmark import MovingMeanSellingPrice
 
-RATE, PERIOD = 10_000, 0.025  # 250 events per call
+RATE, PERIOD = 10_000, 0.025  # 250 events a call while the runner keeps up
 PER_STEP = round(RATE * PERIOD)
 DEFAULT_TRIGGERS = [0, 1, 2, 4, 5, 7, 8, 9]
 
