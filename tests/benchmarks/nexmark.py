@@ -55,7 +55,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -183,10 +185,35 @@ def _bid_total(lines: list[str]) -> int:
     return sum(json.loads(line.split(' @ ', 1)[0])['bid_count'] for line in lines)
 
 
+class _MicroBatches(logging.Handler):
+    """Counts the micro-batches a stream commits (one progress line each,
+    ``beam_spark_inproc.progress``) and their job seconds."""
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.job_seconds = 0, 0.0
+        logger = logging.getLogger('beam_spark_inproc.progress')
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        logger.addHandler(self)
+
+    def emit(self, record):
+        self.count += 1
+        found = re.search(r'\(jobs ([0-9.]+) s', record.getMessage())
+        self.job_seconds += float(found.group(1)) if found else 0.0
+
+    def take(self) -> str:
+        """'micro-batches, job seconds' since the last take."""
+        taken = f'{self.count} mb, jobs {self.job_seconds:.1f} s'
+        self.count, self.job_seconds = 0, 0.0
+        return taken
+
+
 class Bench:
     def __init__(self, args, ours):
         self.args, self.ours = args, ours
         self.bad = 0
+        self.micro_batches = _MicroBatches()
 
     def batch(self, q, n, runner, folder):
         run = lambda: run_on(runner, queries.pipeline(q, n),  # noqa: E731
@@ -258,16 +285,20 @@ class Bench:
                 build = queries.streaming_pipeline(q, sn, a.rate, a.period)
                 run = lambda: self.stream(  # noqa: E731
                     q, sn, self.ours(), build, os.path.join(folder, 'p'))
+            self.micro_batches.take()
             lines, secs, cpu = _timed(run)
             behind = secs - (sn - 1) / a.rate
             self.line(q, f'@{a.rate:.0f}/s', _cell(lines, secs, cpu, sn),
                       f'{"behind " + format(behind, ".1f") + " s":>33}',
-                      self.check_stream(q, sn, lines, batch))
+                      self.check_stream(q, sn, lines, batch)
+                      + [self.micro_batches.take()])
         if 'max' in modes and q != 12:
             build = queries.streaming_pipeline(q, sn, 1e9, 0.0, a.max_per_call)
+            self.micro_batches.take()
             lines, secs, cpu = _timed(lambda: self.stream(
                 q, sn, self.ours(), build, os.path.join(folder, 'm')))
             checks = self.check_stream(q, sn, lines, batch)
+            micro_batches = self.micro_batches.take()
             if q in NO_DIRECT:
                 ref = NOT_RUN
             else:
@@ -281,7 +312,8 @@ class Bench:
                         self.check_stream(q, sn, d, batch))]
                 else:
                     checks.append('=direct' if d == lines else 'MISMATCH direct')
-            self.line(q, 'max', _cell(lines, secs, cpu, sn), ref, checks)
+            self.line(q, 'max', _cell(lines, secs, cpu, sn), ref,
+                      checks + [micro_batches])
 
 
 def main() -> int:
