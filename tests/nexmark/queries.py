@@ -8,13 +8,16 @@ each result as one line naming its value, window, timestamp and pane. Results
 are Beam's model objects (printed as Nexmark's JSON) or dicts (printed with
 sorted keys).
 
-``streaming_pipeline(query, n, events_per_second, period)`` is the same query
-on the unbounded, paced ``ReadEvents`` (in order, the event-time watermark
-following them, ``events_per_second * period`` events per call);
+``streaming_pipeline(query, n, events_per_second, period, max_per_call)`` is
+the same query on the unbounded, paced ``ReadEvents`` (in order, the
+event-time watermark following them; what has arrived, at most
+``max_per_call``, per call: with ``events_per_second`` far above what the
+runner reads, every call reads ``max_per_call``);
 ``test_stream_pipeline(query, n, per_step)`` reads the same events from a
-TestStream in the same steps (Beam's BundleBasedDirectRunner, the streaming
+TestStream, ``per_step`` a step (Beam's BundleBasedDirectRunner, the streaming
 reference, runs it; it does not run the paced splittable DoFn).
-``run_stream`` runs a build as a stream and returns its lines.
+``run_stream`` runs a build as a stream and returns its lines (its sink,
+``_Lines``, writes a file per bundle).
 
 Query 10 writes no file in Beam's Python version (its
 ``open_writable_gcs_file`` is empty) and outputs nothing; ``query10_files``
@@ -102,11 +105,12 @@ def pipeline(query: int, num_events: int):
 
 
 def streaming_pipeline(query: int, num_events: int, events_per_second: float,
-                       period: float = 0.05):
+                       period: float = 0.05, max_per_call: int = 50_000):
     """build(p) reading the events from the paced, unbounded ReadEvents."""
     def build(p):
         return _query(query, p | 'Events' >> ReadEvents(
-            num_events, events_per_second=events_per_second, period=period), p)
+            num_events, events_per_second=events_per_second, period=period,
+            max_per_call=max_per_call), p)
     return build
 
 
@@ -198,19 +202,40 @@ def query10_files(folder: str):
 
 
 class _Lines(beam.DoFn):
-    """Writes each line to a file of its own (works in any process; a file
-    appears whole, by a rename)."""
+    """Writes each bundle's lines (one a line) to a file of its own (works in
+    any process; a file appears whole, by a rename): a file per bundle, not
+    per line, so that a sink of many results costs little beside the query."""
 
     def __init__(self, folder: str):
         self._folder = folder
 
+    def start_bundle(self):
+        self._lines = []
+
     def process(self, line):
+        assert '\n' not in line, line
+        self._lines.append(line)
+
+    def finish_bundle(self):
+        if not self._lines:
+            return
         name = uuid.uuid4().hex
         # Whole files only for a reader polling the folder meanwhile.
         with open(os.path.join(self._folder, '.' + name), 'w') as f:
-            f.write(line)
+            f.write('\n'.join(self._lines))
         os.rename(os.path.join(self._folder, '.' + name),
                   os.path.join(self._folder, name))
+        self._lines = []
+
+
+def read_lines(folder: str) -> list[str]:
+    """The lines ``_Lines`` wrote into ``folder`` so far (whole files)."""
+    lines = []
+    for name in os.listdir(folder):
+        if not name.startswith('.'):  # '.' + name: being written
+            with open(os.path.join(folder, name)) as f:
+                lines.extend(f.read().split('\n'))
+    return lines
 
 
 def run_stream(runner, build, options: dict | None = None) -> list[str]:
@@ -223,10 +248,6 @@ def run_stream(runner, build, options: dict | None = None) -> list[str]:
         _ = build(p) | 'Lines' >> beam.ParDo(_Lines(folder))
         result = p.run()
         assert result.wait_until_finish() == 'DONE', result.state
-        lines = []
-        for name in os.listdir(folder):
-            with open(os.path.join(folder, name)) as f:
-                lines.append(f.read())
-        return sorted(lines)
+        return sorted(read_lines(folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
