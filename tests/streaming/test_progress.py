@@ -321,6 +321,22 @@ def test_progress_of_an_unbounded_splittable_dofn():
     assert sdf['total_elements_out'] == 12
 
 
+def test_elements_in_of_a_splittable_dofn_fused_into_a_leaf_stage():
+    """``Ticks`` fused with the recording sink into one stage that writes
+    nothing: each micro-batch's elements in are the 3 ticks its bundle
+    emitted, 12 in all (the stage's elements out are what the DoFn emitted)."""
+    results = []
+    records = oracle.run(lambda p: p | beam.Impulse() | beam.ParDo(
+        test_sources.Ticks()), InProcessSparkRunner(debug=True),
+        results=results)
+    assert sorted(r[0] for r in records) == list(range(12))
+    recent = results[0].recent_progress()
+    assert [r['elements_in'] for r in recent if r['elements_in']] == [3] * 4
+    sdf = next(s for s in recent[-1]['stages']
+               if s['name'].startswith('ParDo(Ticks)/Process'))
+    assert sdf['total_elements_out'] == 12
+
+
 def test_status_of_a_commit_record_without_progress(stream, tmp_path, capsys):
     """A commit record written by a runner without progress still gives
     each stage's watermarks from its own fields (micros, converted without

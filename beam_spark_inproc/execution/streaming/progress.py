@@ -156,6 +156,13 @@ def _ports(stage: p.StagePlan) -> tuple[list[str | None], set[str]]:
     outputs = {pc for port in stage.outputs
                if port.transform_id in transforms
                for pc in transforms[port.transform_id].inputs.values()}
+    if stage.split_input and not outputs:
+        # A splittable DoFn fused with its consumers into a stage that writes
+        # nothing: what the DoFn emitted is what entered the stream here.
+        read = set(transforms[stage.split_input].outputs.values())
+        outputs = {pc for t in transforms.values()
+                   if read & set(t.inputs.values())
+                   for pc in t.outputs.values()}
     return inputs, outputs
 
 
