@@ -297,7 +297,10 @@ def test_progress_of_an_unbounded_splittable_dofn():
     oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True),
                results=results)
     recent = results[0].recent_progress()
-    assert len(recent) == 4
+    assert len(recent) == 4, [  # what each micro-batch ran, if not 4
+        (r['micro_batch'], r['elements_in'],
+         [(s['name'][:20], s['elements_out'], s['output_watermark'])
+          for s in r['stages']]) for r in recent]
     fired = 0
     for k, progress in enumerate(recent):
         sdf = next(s for s in progress['stages']
