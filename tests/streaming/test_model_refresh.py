@@ -92,7 +92,7 @@ def run_refresh(runner, tmp_path, monkeypatch, *flags: str):
                              model_metadata_pcoll=side)
          | beam.ParDo(oracle.Record(str(out))))
     result = p.run()
-    assert result.wait_until_finish(120_000) == 'CANCELLED'
+    assert result.wait_until_finish(600_000) == "CANCELLED"
     outputs = []
     for name in os.listdir(out):
         with open(out / name, 'rb') as f:
@@ -108,3 +108,15 @@ def test_watch_file_pattern_refreshes_the_model(tmp_path, monkeypatch):
     assert outputs == [10, 20, 30, 400, 500]
     # Each model loaded once, in this order (one process).
     assert loaded == ['model_1.txt', 'model_2.txt']
+
+
+def test_watch_file_pattern_refreshes_the_model_on_spark(spark, tmp_path,
+                                                         monkeypatch):
+    """The same on Spark: the polls, the file's state and the inference run
+    in Spark's Python workers; each model is loaded once per worker process
+    that infers with it."""
+    outputs, loaded = run_refresh(InProcessSparkRunner(spark=spark), tmp_path,
+                                  monkeypatch, '--spark_small_data_kb=0')
+    assert outputs == [10, 20, 30, 400, 500]
+    assert 'model_1.txt' in loaded and 'model_2.txt' in loaded
+    assert loaded.index('model_1.txt') < loaded.index('model_2.txt')
