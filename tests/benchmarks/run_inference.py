@@ -19,7 +19,9 @@ three agree on one number:
 
 - ``inproc_sampled``: ``inproc`` with ``--spark_sampled_byte_sizes`` (Beam's
   sampled byte sizes of PCollections, which the runner skips by default,
-  ``worker.byte_sizes``).
+  ``worker.byte_sizes``);
+- ``debug``, ``debug_sampled``: the same two on the debug engine (the worker
+  code in this process, so this process's CPU seconds are the work's).
 
 Model loads are counted by the process that loads (a line per load in a file):
 RunInference loads once per Python process (Beam's ``Shared``), the
@@ -28,7 +30,9 @@ RunInference are counted the same way (a line per batch with its size). The
 runners take turns within each round (interleaved, so a change of the
 machine's load hits all of them alike). Prints per runner the median seconds
 (warm: the session and workers already started by a first round), the loads
-per run, the batches per run with their median and mean size, and the sum.
+per run, the batches per run with their median and mean size, and the sum;
+and this process's CPU seconds per run (the whole work for ``debug*`` and
+``fnapi``, the driver's share only for ``inproc*`` and ``pandas``).
 """
 from __future__ import annotations
 
@@ -136,19 +140,26 @@ def main() -> None:
         'inproc_sampled': lambda loads: beam_run(
             InProcessSparkRunner(spark=spark), args.rows, model_path, loads,
             ('--spark_sampled_byte_sizes',)),
+        'debug': lambda loads: beam_run(InProcessSparkRunner(debug=True),
+                                        args.rows, model_path, loads),
+        'debug_sampled': lambda loads: beam_run(
+            InProcessSparkRunner(debug=True), args.rows, model_path, loads,
+            ('--spark_sampled_byte_sizes',)),
         'fnapi': lambda loads: beam_run(FnApiRunner(), args.rows, model_path, loads),
         'pandas': lambda loads: pandas_run(spark, args.rows, model_path, loads),
     }
     print(f'rows={args.rows} rounds={args.rounds} (+1 warm-up) '
           f'load average={os.getloadavg()[0]:.1f}')
     names = args.runners.split(',')
-    times, load_counts, batches, sums = ({n: [] for n in names} for _ in range(4))
+    times, cpu, load_counts, batches, sums = ({n: [] for n in names}
+                                              for _ in range(5))
     for round_ in range(args.rounds + 1):
         for name in names:
             loads = os.path.join(folder, f'{name}-{round_}.loads')
-            start = time.monotonic()
+            start, cpu_start = time.monotonic(), time.process_time()
             sums[name].append(runs[name](loads))
             seconds = time.monotonic() - start
+            cpu_seconds = time.process_time() - cpu_start
             with open(loads) as f:
                 count = len(f.read().split())
             sizes = []
@@ -157,6 +168,7 @@ def main() -> None:
                     sizes = [int(n) for n in f.read().split()]
             if round_:  # the first round starts workers: warm-up
                 times[name].append(seconds)
+                cpu[name].append(round(cpu_seconds, 2))
                 load_counts[name].append(count)
                 batches[name].append(sizes)
     print(f'load average after: {os.getloadavg()[0]:.1f}')
@@ -166,7 +178,8 @@ def main() -> None:
                  f'(median {statistics.median(sizes):.0f}, mean '
                  f'{statistics.mean(sizes):.0f})  ' if sizes else '')
         print(f'{name:14s} median {statistics.median(times[name]):6.2f} s  '
-              f'runs {[round(t, 2) for t in times[name]]}  model loads per '
+              f'runs {[round(t, 2) for t in times[name]]}  CPU s {cpu[name]}  '
+              f'model loads per '
               f'run {load_counts[name]}  {shape}sum {sorted(set(sums[name]))}')
 
 if __name__ == '__main__':
