@@ -17,11 +17,22 @@ three agree on one number:
 - ``pandas``: ``spark.range(rows).mapInPandas`` loading the model in each task
   and predicting whole Arrow batches (what a PySpark user writes).
 
+- ``inproc_sampled``: ``inproc`` with ``--spark_sampled_byte_sizes`` (Beam's
+  sampled byte sizes of PCollections, which the runner skips by default,
+  ``worker.byte_sizes``);
+- ``debug``, ``debug_sampled``: the same two on the debug engine (the worker
+  code in this process, so this process's CPU seconds are the work's).
+
 Model loads are counted by the process that loads (a line per load in a file):
 RunInference loads once per Python process (Beam's ``Shared``), the
-``mapInPandas`` function once per task. Prints per runner the median seconds
+``mapInPandas`` function once per task. The batches ``BatchElements`` made for
+RunInference are counted the same way (a line per batch with its size). The
+runners take turns within each round (interleaved, so a change of the
+machine's load hits all of them alike). Prints per runner the median seconds
 (warm: the session and workers already started by a first round), the loads
-per run and the sum.
+per run, the batches per run with their median and mean size, and the sum;
+and this process's CPU seconds per run (the whole work for ``debug*`` and
+``fnapi``, the driver's share only for ``inproc*`` and ``pandas``).
 """
 from __future__ import annotations
 
@@ -59,10 +70,16 @@ def _handler(model_path: str, loads: str):
             with open(loads, 'a') as f:
                 f.write(f'{os.getpid()}\n')
             return super().load_model()
+
+        def run_inference(self, batch, model, inference_args=None):
+            with open(loads + '.batches', 'a') as f:
+                f.write(f'{len(batch)}\n')
+            return super().run_inference(batch, model, inference_args)
     return CountingHandler(model_uri=model_path)
 
 
-def beam_run(runner, rows: int, model_path: str, loads: str) -> int:
+def beam_run(runner, rows: int, model_path: str, loads: str,
+             flags: tuple = ()) -> int:
     import apache_beam as beam
     from apache_beam.ml.inference.base import RunInference
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -71,7 +88,7 @@ def beam_run(runner, rows: int, model_path: str, loads: str) -> int:
     def shard(s):
         yield from features(s * step, min(rows, (s + 1) * step))
 
-    with beam.Pipeline(runner=runner, options=PipelineOptions()) as p:
+    with beam.Pipeline(runner=runner, options=PipelineOptions(list(flags))) as p:
         total = (p | beam.Create(range(SHARDS)) | beam.FlatMap(shard)
                  | RunInference(_handler(model_path, loads))
                  | beam.Map(lambda r: int(r.inference))
@@ -120,26 +137,50 @@ def main() -> None:
     runs = {
         'inproc': lambda loads: beam_run(InProcessSparkRunner(spark=spark),
                                          args.rows, model_path, loads),
+        'inproc_sampled': lambda loads: beam_run(
+            InProcessSparkRunner(spark=spark), args.rows, model_path, loads,
+            ('--spark_sampled_byte_sizes',)),
+        'debug': lambda loads: beam_run(InProcessSparkRunner(debug=True),
+                                        args.rows, model_path, loads),
+        'debug_sampled': lambda loads: beam_run(
+            InProcessSparkRunner(debug=True), args.rows, model_path, loads,
+            ('--spark_sampled_byte_sizes',)),
         'fnapi': lambda loads: beam_run(FnApiRunner(), args.rows, model_path, loads),
         'pandas': lambda loads: pandas_run(spark, args.rows, model_path, loads),
     }
     print(f'rows={args.rows} rounds={args.rounds} (+1 warm-up) '
           f'load average={os.getloadavg()[0]:.1f}')
-    for name in args.runners.split(','):
-        times, load_counts, sums = [], [], set()
-        for round_ in range(args.rounds + 1):
+    names = args.runners.split(',')
+    times, cpu, load_counts, batches, sums = ({n: [] for n in names}
+                                              for _ in range(5))
+    for round_ in range(args.rounds + 1):
+        for name in names:
             loads = os.path.join(folder, f'{name}-{round_}.loads')
-            start = time.monotonic()
-            sums.add(runs[name](loads))
+            start, cpu_start = time.monotonic(), time.process_time()
+            sums[name].append(runs[name](loads))
             seconds = time.monotonic() - start
+            cpu_seconds = time.process_time() - cpu_start
             with open(loads) as f:
                 count = len(f.read().split())
+            sizes = []
+            if os.path.exists(loads + '.batches'):
+                with open(loads + '.batches') as f:
+                    sizes = [int(n) for n in f.read().split()]
             if round_:  # the first round starts workers: warm-up
-                times.append(seconds)
-                load_counts.append(count)
-        print(f'{name:7s} median {statistics.median(times):6.2f} s  '
-              f'model loads per run {load_counts}  sum {sorted(sums)}')
-
+                times[name].append(seconds)
+                cpu[name].append(round(cpu_seconds, 2))
+                load_counts[name].append(count)
+                batches[name].append(sizes)
+    print(f'load average after: {os.getloadavg()[0]:.1f}')
+    for name in names:
+        sizes = [n for run in batches[name] for n in run]
+        shape = (f'batches per run {[len(run) for run in batches[name]]} '
+                 f'(median {statistics.median(sizes):.0f}, mean '
+                 f'{statistics.mean(sizes):.0f})  ' if sizes else '')
+        print(f'{name:14s} median {statistics.median(times[name]):6.2f} s  '
+              f'runs {[round(t, 2) for t in times[name]]}  CPU s {cpu[name]}  '
+              f'model loads per '
+              f'run {load_counts[name]}  {shape}sum {sorted(set(sums[name]))}')
 
 if __name__ == '__main__':
     main()

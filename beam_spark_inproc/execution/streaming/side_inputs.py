@@ -12,7 +12,16 @@ blocked tasks in Python):
   programming guide: "If the side input has multiple trigger firings, Beam uses
   the value from the latest trigger firing"; the slowly-updating side input
   pattern, an ``AsSingleton`` refreshed by a periodic trigger). A firing is
-  what the producer wrote in one micro-batch;
+  what the producer wrote in one micro-batch. Elements that reach a side input
+  through no GroupByKey carry no pane (``UNKNOWN`` timing) and no trigger ran
+  on them; when the side-input PCollection's windowing has a trigger of its
+  own (``triggered``: WatchFilePattern's ``Repeatedly(AfterProcessingTime)``,
+  the model-refresh side input of RunInference), what it wrote in a
+  micro-batch is a firing of the global window all the same, as a runner that
+  materializes the view by grouping would fire it: discarding, that firing
+  alone is the value; accumulating, it joins the earlier ones. Its delay
+  (``AfterProcessingTime(1)``) is not waited for: the firing is at the end of
+  the micro-batch that wrote the elements;
 * the main-input elements of the micro-batch join those pushed back earlier; an
   element in window W is **ready** when, for every side input, the side input's
   window for W (the ParDo's ``window_mapping_fn``) is ready: the side input's
@@ -86,6 +95,8 @@ class _Side:
         spec = payload.side_inputs[side_input.tag].window_mapping_fn
         self.window_mapping = (pickler.loads(spec.payload) if spec.payload
                                else sideinputs._global_window_mapping_fn)
+        self.triggered, self._accumulating = _triggered(
+            reader, side_input.tag, components)
         self._chunks: list[bytes] = []
         self._latest: bytes = b''  # the global window's latest firing
         self.fired: set = set()
@@ -96,8 +107,12 @@ class _Side:
 
     def add(self, chunks: list[bytes]) -> None:
         kept, latest = create_OutputStream(), create_OutputStream()
+        if self.triggered and self._accumulating and self._latest:
+            latest.write(self._latest)
         for wv in decode_all(self._impl, chunks):
-            if wv.pane_info.timing == PaneInfoTiming.UNKNOWN:
+            if wv.pane_info.timing == PaneInfoTiming.UNKNOWN and not (
+                    self.triggered and any(isinstance(w, GlobalWindow)
+                                           for w in wv.windows)):
                 self._impl.encode_to_stream(wv, kept, True)
                 continue
             self.fired.update(wv.windows)
@@ -112,7 +127,8 @@ class _Side:
                     wv if not globally else _in(wv, others), kept, True)
         if kept.size():
             self._chunks.append(kept.get())
-        if latest.size():
+        if latest.size() > (len(self._latest) if self.triggered
+                            and self._accumulating else 0):
             self._latest = latest.get()
 
     def checkpoint(self) -> dict:
@@ -157,6 +173,16 @@ def _transform(transforms: dict, unique_name: str):
         return transforms[unique_name]
     except KeyError:
         raise KeyError(f'transform {unique_name!r} is not in the pipeline') from None
+
+
+def _triggered(transform, tag: str, components) -> tuple[bool, bool]:
+    """Whether a ParDo's side input ``tag`` is a PCollection whose windowing
+    has a trigger other than the default, and whether it accumulates."""
+    strategy = components.windowing_strategies[components.pcollections[
+        transform.inputs[tag]].windowing_strategy_id]
+    accumulating = (strategy.accumulation_mode
+                    == beam_runner_api_pb2.AccumulationMode.ACCUMULATING)
+    return strategy.trigger.WhichOneof('trigger') != 'default', accumulating
 
 
 def _main_input_lateness(transform, components) -> Duration:
