@@ -116,10 +116,9 @@ class SparkRunnerOptions(PipelineOptions):
             '--spark_sampled_byte_sizes', action='store_true', default=False,
             help='Report Beam\'s sampled byte sizes of PCollections '
             '(beam:metric:sampled_byte_size:v1 in monitoring_metrics()). Off '
-            'by default: estimating a sampled element encodes it, which costs '
-            'most for large elements (batches of arrays before RunInference: '
-            'up to a third of the run at 100,000 rows). Element counts are '
-            'reported either way.')
+            'by default: estimating a sampled element encodes it, which cost a '
+            'third of a RunInference stage\'s CPU (batches of arrays). Element '
+            'counts are reported either way.')
         parser.add_argument(
             '--spark_stream_stateful_whole', action='store_true',
             default=False,

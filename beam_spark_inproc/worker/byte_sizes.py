@@ -8,8 +8,7 @@ so its cost grows with the element: a PCollection of batches (``BatchElements``
 before ``RunInference``: lists of up to 10,000 numpy arrays) pickles every
 array of every sampled batch, and with few, large elements most of them are
 sampled. Measured on RunInference with scikit-learn (docs/performance.md):
-80,121 arrays pickled for 100,000 rows, 3.1 s of a 10 s run; at 1M rows a
-smaller share that varies with the sizes of the batches sampled.
+a third of the stage's CPU time.
 
 The runner therefore takes no samples unless ``--spark_sampled_byte_sizes``
 is given: element counts (``ELEMENT_COUNT``, which progress reports use) are
