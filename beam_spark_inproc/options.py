@@ -113,13 +113,6 @@ class SparkRunnerOptions(PipelineOptions):
             'residuals due together are always spread. 0: one partition. '
             f'Default {STREAM_SPREAD_KB}. See docs/performance.md.')
         parser.add_argument(
-            '--spark_sampled_byte_sizes', action='store_true', default=False,
-            help='Report Beam\'s sampled byte sizes of PCollections '
-            '(beam:metric:sampled_byte_size:v1 in monitoring_metrics()). Off '
-            'by default: estimating a sampled element encodes it, which cost a '
-            'third of a RunInference stage\'s CPU (batches of arrays). Element '
-            'counts are reported either way.')
-        parser.add_argument(
             '--spark_stream_stateful_whole', action='store_true',
             default=False,
             help='Streaming, in a pipeline with a stateful DoFn: keep a '

@@ -25,7 +25,6 @@ from apache_beam.runners.worker.statecache import StateCache
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.worker import assign_windows  # noqa: F401  (registers its URN)
-from beam_spark_inproc.worker import byte_sizes
 from beam_spark_inproc.worker.channel import ChannelFactory
 from beam_spark_inproc.protocol.rows import key_extractor
 from beam_spark_inproc.worker.batch.grouped_values import GroupedValuesStore
@@ -119,8 +118,6 @@ def _build(task) -> Entry:
             SAMPLING_MS):
         processor = bundle_processor.BundleProcessor(
             FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
-    if not byte_sizes.wanted(task.runtime_options):
-        byte_sizes.stop_sampling(processor)
     timer_queue = TimerQueue(stage, {
         key: info.timer_coder_impl
         for key, info in processor.timers_info.items()}) if stage.timers else None

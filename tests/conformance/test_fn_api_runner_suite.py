@@ -10,7 +10,6 @@ from __future__ import annotations
 import unittest
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 
 from beam_spark_inproc import InProcessSparkRunner
@@ -41,14 +40,10 @@ for _name, _reason in {**SKIPS, **BEAM_SKIPS}.items():
 
 
 class InProcessSparkRunnerMetricsTest(fn_runner_test.FnApiRunnerMetricsTest):
-    """Beam's metrics checks: counts come from the bundles' monitoring infos;
-    sampled byte sizes with ``--spark_sampled_byte_sizes`` (the runner takes
-    none by default, ``worker.byte_sizes``)."""
+    """Beam's metrics checks: counts come from the bundles' monitoring infos."""
 
     def create_pipeline(self):
-        return beam.Pipeline(
-            runner=InProcessSparkRunner(spark=shared_session()),
-            options=PipelineOptions(['--spark_sampled_byte_sizes']))
+        return beam.Pipeline(runner=InProcessSparkRunner(spark=shared_session()))
 
     @unittest.skip(
         'runner-specific: reads FnApiRunner\'s private '
