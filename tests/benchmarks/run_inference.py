@@ -15,12 +15,8 @@ three agree on one number:
   ``RunInference(SklearnModelHandlerNumpy)``;
 - ``fnapi``: the same pipeline on Beam's ``FnApiRunner`` (in memory);
 - ``pandas``: ``spark.range(rows).mapInPandas`` loading the model in each task
-  and predicting whole Arrow batches (what a PySpark user writes).
-
-- ``inproc_sampled``: ``inproc`` with ``--spark_sampled_byte_sizes`` (Beam's
-  sampled byte sizes of PCollections, which the runner skips by default,
-  ``worker.byte_sizes``);
-- ``debug``, ``debug_sampled``: the same two on the debug engine (the worker
+  and predicting whole Arrow batches (what a PySpark user writes);
+- ``debug``: the same on the debug engine (the worker
   code in this process, so this process's CPU seconds are the work's).
 
 Model loads are counted by the process that loads (a line per load in a file):
@@ -31,7 +27,7 @@ runners take turns within each round (interleaved, so a change of the
 machine's load hits all of them alike). Prints per runner the median seconds
 (warm: the session and workers already started by a first round), the loads
 per run, the batches per run with their median and mean size, and the sum;
-and this process's CPU seconds per run (the whole work for ``debug*`` and
+and this process's CPU seconds per run (the whole work for ``debug`` and
 ``fnapi``, the driver's share only for ``inproc*`` and ``pandas``).
 """
 from __future__ import annotations
@@ -137,14 +133,8 @@ def main() -> None:
     runs = {
         'inproc': lambda loads: beam_run(InProcessSparkRunner(spark=spark),
                                          args.rows, model_path, loads),
-        'inproc_sampled': lambda loads: beam_run(
-            InProcessSparkRunner(spark=spark), args.rows, model_path, loads,
-            ('--spark_sampled_byte_sizes',)),
         'debug': lambda loads: beam_run(InProcessSparkRunner(debug=True),
                                         args.rows, model_path, loads),
-        'debug_sampled': lambda loads: beam_run(
-            InProcessSparkRunner(debug=True), args.rows, model_path, loads,
-            ('--spark_sampled_byte_sizes',)),
         'fnapi': lambda loads: beam_run(FnApiRunner(), args.rows, model_path, loads),
         'pandas': lambda loads: pandas_run(spark, args.rows, model_path, loads),
     }
