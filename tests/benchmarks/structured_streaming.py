@@ -24,18 +24,34 @@ Queries, each run to the end of the input with ``processAllAvailable``:
   key (state: one integer), emitted with every element, as the benchmark's
   stateful DoFn does.
 
+Each query also runs over Spark's own ``rate-micro-batch`` source (names
+ending "(rate source)"): the same rows a micro-batch (micro-batch i's at
+event time i seconds, row j's key ``k{j % keys}``), endless, stopped after
+``--events`` micro-batches; no Python process a trigger (the Python data
+source's planner starts one that must connect back within Spark's timeout,
+which a heavily loaded machine may miss).
+
 Printed per query: micro-batches, elements, throughput over the run and from
 the end of the first micro-batch (steady), the median and p99 micro-batch time
 (``triggerExecution``), latency p50/p99 (an element goes in at the start of its
 micro-batch and its output comes out at the end of the first micro-batch from
-then on that wrote output rows: for the windowed count, the no-data
-micro-batch after it that moves the watermark past its window), and the state
-store's memory at the end. Compare with ``python -m tests.benchmarks.streaming``
-(the same input on this runner and on BundleBasedDirectRunner) and its
-``overhead`` lines (the runner's fixed cost a micro-batch).
+then on that wrote output rows: for the windowed count, the micro-batch after
+it, whose watermark passes its window), the state store's memory at the end,
+and the CPU a micro-batch of the whole process tree (``run.Sampler``: driver,
+JVM, Python workers and the source's process, over the query's start, run and
+stop), which a loaded machine disturbs less than wall time. Compare with
+``python -m tests.benchmarks.streaming`` (the same input on this runner and on
+BundleBasedDirectRunner).
+
+``--fixed-cost-rounds N`` instead runs N rounds of this runner's stateful
+count over the floor's micro-batches (the runner makes the session) and then
+the floor queries in the same session: the fixed cost a micro-batch of each,
+alternating in one JVM. ``--queries`` (names as printed, separated by ";")
+runs only those.
 
     python -m tests.benchmarks.structured_streaming [--events 20]
         [--per-event 20000] [--keys 1000] [--floor-events 30] [--floor-rows 20]
+        [--queries "stateful (rate source);..."] [--fixed-cost-rounds N]
 """
 from __future__ import annotations
 
@@ -134,14 +150,15 @@ def _running_count(key, frames, state):
     state.update((n,))
 
 
-def _rate(spark, per_event: int):
+def _rate(spark, per_event: int, keys: int = 2):
     """Spark's own source (no Python process a trigger): ``per_event`` rows
-    a micro-batch as (key, ts), keys k0 and k1, the timestamps of the rows'
-    micro-batch."""
+    a micro-batch as (key, ts), the input of ``_events`` (micro-batch i's
+    rows at event time i seconds, row j's key ``k{j % keys}``) but endless."""
     from pyspark.sql import functions as F
     return (spark.readStream.format('rate-micro-batch')
             .option('rowsPerBatch', per_event).option('numPartitions', 2)
-            .load().select(F.concat(F.lit('k'), (F.col('value') % 2).cast(
+            .option('startTimestamp', 0).option('advanceMillisPerBatch', 1000)
+            .load().select(F.concat(F.lit('k'), (F.col('value') % keys).cast(
                 'string')).alias('key'), F.col('timestamp').alias('ts')))
 
 
@@ -171,7 +188,7 @@ def run_query(spark, name: str, events: int, per_event: int,
     folder = tempfile.mkdtemp(prefix='bench-structured-')
     rate = name.endswith('(rate source)')
     try:
-        source = (_rate(spark, per_event) if rate
+        source = (_rate(spark, per_event, keys) if rate
                   else _events(spark, events, per_event, keys))
         with Sampler(interval=0.5) as sampler:
             query = (_query(name, source)
@@ -183,13 +200,14 @@ def run_query(spark, name: str, events: int, per_event: int,
                     time.sleep(0.05)
             else:
                 query.processAllAvailable()
-            progress = list(query.recentProgress)
-            if rate:
-                progress = progress[:events]
             query.stop()
+            progress = list(query.recentProgress)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     cpu = sampler.cpu_seconds()
+    triggers = len(progress)  # those the CPU covers
+    if rate:
+        progress = progress[:events]
     batches = []
     for p in progress:
         started = datetime.datetime.fromisoformat(
@@ -224,8 +242,8 @@ def run_query(spark, name: str, events: int, per_event: int,
         'state bytes': batches[-1][4],
         # the whole process tree's (driver, JVM, Python workers and the
         # source's process), over the query's start, run and stop
-        'cpu per batch': sum(cpu.values()) / len(batches),
-        'jvm cpu per batch': cpu.get('jvm', 0.0) / len(batches),
+        'cpu per batch': sum(cpu.values()) / triggers,
+        'jvm cpu per batch': cpu.get('jvm', 0.0) / triggers,
     }
 
 
@@ -264,6 +282,11 @@ def _runner(name: str, events: int, per_event: int, keys: int) -> dict:
 
 FLOORS = ('floor, no-op', 'floor, mapInArrow count',
           'floor, no-op (rate source)', 'floor, mapInArrow count (rate source)')
+# The benchmark's queries over Spark's own source as well (the Python data
+# source's planner starts a Python process that must connect back within
+# Spark's timeout: on a heavily loaded machine it may not).
+PIPELINES = ('windowed count', 'stateful', 'windowed count (rate source)',
+             'stateful (rate source)')
 
 
 def main() -> None:
@@ -278,7 +301,7 @@ def main() -> None:
                         'count over --floor-events x --floor-rows (the '
                         'runner\'s session) and then each floor query in it')
     parser.add_argument('--queries', default='',
-                        help='only these queries, comma-separated (names as '
+                        help='only these queries, separated by ";" (names as '
                         'printed)')
     args = parser.parse_args()
     # The source's classes travel to Spark's Python workers by value.
@@ -299,22 +322,23 @@ def main() -> None:
           f'local[2]; {args.events} events x {args.per_event} elements, '
           f'{args.keys} keys; floor: {args.floor_events} x {args.floor_rows}',
           flush=True)
-    # Warm up: the session's first query starts the Python workers and JITs.
-    for name in ('floor, mapInArrow count', 'stateful'):
-        run_query(spark, name, 3, 10, 2)
     floor = (args.floor_events, args.floor_rows, 2)
+    runs = [(name, *floor) for name in FLOORS] + [
+        (name, args.events, args.per_event, args.keys) for name in PIPELINES]
+    if args.queries:
+        runs = [r for r in runs if r[0] in args.queries.split(';')]
+    # Warm up: the session's first queries start the Python workers and JITs.
+    for name, *_ in runs:
+        run_query(spark, name, 3, 10, 2)
     if args.fixed_cost_rounds:
         for _ in range(args.fixed_cost_rounds):
             print(_line('this runner, stateful', _runner('stateful', *floor)),
                   flush=True)
-            for name in FLOORS:
-                print(_line(name, run_query(spark, name, *floor)), flush=True)
+            for name, *_ in runs:
+                if name in FLOORS:
+                    print(_line(name, run_query(spark, name, *floor)),
+                          flush=True)
         return
-    runs = [(name, *floor) for name in FLOORS] + [
-        ('windowed count', args.events, args.per_event, args.keys),
-        ('stateful', args.events, args.per_event, args.keys)]
-    if args.queries:
-        runs = [r for r in runs if r[0] in args.queries.split(',')]
     for name, events, per_event, keys in runs:
         print(_line(name, run_query(spark, name, events, per_event, keys)),
               flush=True)
