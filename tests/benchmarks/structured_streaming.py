@@ -24,18 +24,34 @@ Queries, each run to the end of the input with ``processAllAvailable``:
   key (state: one integer), emitted with every element, as the benchmark's
   stateful DoFn does.
 
+Each query also runs over Spark's own ``rate-micro-batch`` source (names
+ending "(rate source)"): the same rows a micro-batch (micro-batch i's at
+event time i seconds, row j's key ``k{j % keys}``), endless, stopped after
+``--events`` micro-batches; no Python process a trigger (the Python data
+source's planner starts one that must connect back within Spark's timeout,
+which a heavily loaded machine may miss).
+
 Printed per query: micro-batches, elements, throughput over the run and from
 the end of the first micro-batch (steady), the median and p99 micro-batch time
 (``triggerExecution``), latency p50/p99 (an element goes in at the start of its
 micro-batch and its output comes out at the end of the first micro-batch from
-then on that wrote output rows: for the windowed count, the no-data
-micro-batch after it that moves the watermark past its window), and the state
-store's memory at the end. Compare with ``python -m tests.benchmarks.streaming``
-(the same input on this runner and on BundleBasedDirectRunner) and its
-``overhead`` lines (the runner's fixed cost a micro-batch).
+then on that wrote output rows: for the windowed count, the micro-batch after
+it, whose watermark passes its window), the state store's memory at the end,
+and the CPU a micro-batch of the whole process tree (``run.Sampler``: driver,
+JVM, Python workers and the source's process, over the query's start, run and
+stop), which a loaded machine disturbs less than wall time. Compare with
+``python -m tests.benchmarks.streaming`` (the same input on this runner and on
+BundleBasedDirectRunner).
+
+``--fixed-cost-rounds N`` instead runs N rounds of this runner's stateful
+count over the floor's micro-batches (the runner makes the session) and then
+the floor queries in the same session: the fixed cost a micro-batch of each,
+alternating in one JVM. ``--queries`` (names as printed, separated by ";")
+runs only those.
 
     python -m tests.benchmarks.structured_streaming [--events 20]
         [--per-event 20000] [--keys 1000] [--floor-events 30] [--floor-rows 20]
+        [--queries "stateful (rate source);..."] [--fixed-cost-rounds N]
 """
 from __future__ import annotations
 
@@ -134,9 +150,22 @@ def _running_count(key, frames, state):
     state.update((n,))
 
 
+def _rate(spark, per_event: int, keys: int = 2):
+    """Spark's own source (no Python process a trigger): ``per_event`` rows
+    a micro-batch as (key, ts), the input of ``_events`` (micro-batch i's
+    rows at event time i seconds, row j's key ``k{j % keys}``) but endless."""
+    from pyspark.sql import functions as F
+    return (spark.readStream.format('rate-micro-batch')
+            .option('rowsPerBatch', per_event).option('numPartitions', 2)
+            .option('startTimestamp', 0).option('advanceMillisPerBatch', 1000)
+            .load().select(F.concat(F.lit('k'), (F.col('value') % keys).cast(
+                'string')).alias('key'), F.col('timestamp').alias('ts')))
+
+
 def _query(name: str, df):
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
+    name = name.replace(' (rate source)', '')
     if name == 'floor, no-op':
         return df.writeStream.foreachBatch(lambda batch, batch_id: None)
     if name == 'floor, mapInArrow count':
@@ -155,15 +184,30 @@ def _query(name: str, df):
 
 def run_query(spark, name: str, events: int, per_event: int,
               keys: int) -> dict:
+    from tests.benchmarks.run import Sampler
     folder = tempfile.mkdtemp(prefix='bench-structured-')
+    rate = name.endswith('(rate source)')
     try:
-        query = (_query(name, _events(spark, events, per_event, keys))
-                 .option('checkpointLocation', folder).start())
-        query.processAllAvailable()
-        progress = list(query.recentProgress)
-        query.stop()
+        source = (_rate(spark, per_event, keys) if rate
+                  else _events(spark, events, per_event, keys))
+        with Sampler(interval=0.5) as sampler:
+            query = (_query(name, source)
+                     .option('checkpointLocation', folder).start())
+            if rate:  # endless: stopped after ``events`` micro-batches
+                while len(query.recentProgress) < events:
+                    if query.exception() is not None:
+                        raise query.exception()
+                    time.sleep(0.05)
+            else:
+                query.processAllAvailable()
+            query.stop()
+            progress = list(query.recentProgress)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    cpu = sampler.cpu_seconds()
+    triggers = len(progress)  # those the CPU covers
+    if rate:
+        progress = progress[:events]
     batches = []
     for p in progress:
         started = datetime.datetime.fromisoformat(
@@ -196,7 +240,53 @@ def run_query(spark, name: str, events: int, per_event: int,
         'p99': (latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
                 if latencies else 0.0),
         'state bytes': batches[-1][4],
+        # the whole process tree's (driver, JVM, Python workers and the
+        # source's process), over the query's start, run and stop
+        'cpu per batch': sum(cpu.values()) / triggers,
+        'jvm cpu per batch': cpu.get('jvm', 0.0) / triggers,
     }
+
+
+def _line(name: str, f: dict) -> str:
+    return (f'{name:36s} {f["micro-batches"]:3d} micro-batches, '
+            f'{f["elements"]:>9,} elements in {f["seconds"]:6.2f} s: '
+            f'{f["throughput"]:>9,.0f}/s, steady '
+            f'{f["steady throughput"]:>9,.0f}/s; micro-batch p50 '
+            f'{f["batch p50"] * 1000:.0f} ms, p99 {f["batch p99"] * 1000:.0f} '
+            f'ms; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s; state '
+            f'{f["state bytes"]:,} B; CPU a micro-batch '
+            f'{f["cpu per batch"] * 1000:.0f} ms (JVM '
+            f'{f["jvm cpu per batch"] * 1000:.0f})  '
+            f'[load {os.getloadavg()[0]:.1f}]')
+
+
+def _runner(name: str, events: int, per_event: int, keys: int) -> dict:
+    """This runner's ``streaming.py`` pipeline ``name`` in the same session,
+    with the same figures as ``run_query`` (CPU as there)."""
+    from tests.benchmarks import streaming
+    from tests.benchmarks.run import Sampler
+    args = argparse.Namespace(events=events, per_event=per_event, keys=keys)
+    with Sampler(interval=0.5) as sampler:
+        f = streaming.run_one(name, 'spark', args)
+    cpu = sampler.cpu_seconds()
+    batches = f.get('micro-batches') or 1
+    return {'micro-batches': batches, 'elements': f['elements'],
+            'seconds': f['seconds'], 'throughput': f['throughput'],
+            'steady throughput': f.get('steady throughput', 0.0),
+            'batch p50': f['seconds'] / batches,
+            'batch p99': f['seconds'] / batches, 'p50': f['p50'],
+            'p99': f['p99'], 'state bytes': 0,
+            'cpu per batch': sum(cpu.values()) / batches,
+            'jvm cpu per batch': cpu.get('jvm', 0.0) / batches}
+
+
+FLOORS = ('floor, no-op', 'floor, mapInArrow count',
+          'floor, no-op (rate source)', 'floor, mapInArrow count (rate source)')
+# The benchmark's queries over Spark's own source as well (the Python data
+# source's planner starts a Python process that must connect back within
+# Spark's timeout: on a heavily loaded machine it may not).
+PIPELINES = ('windowed count', 'stateful', 'windowed count (rate source)',
+             'stateful (rate source)')
 
 
 def main() -> None:
@@ -206,30 +296,51 @@ def main() -> None:
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--floor-events', type=int, default=30)
     parser.add_argument('--floor-rows', type=int, default=20)
+    parser.add_argument('--fixed-cost-rounds', type=int, default=0,
+                        help='instead: N rounds, each this runner\'s stateful '
+                        'count over --floor-events x --floor-rows (the '
+                        'runner\'s session) and then each floor query in it')
+    parser.add_argument('--queries', default='',
+                        help='only these queries, separated by ";" (names as '
+                        'printed)')
     args = parser.parse_args()
     # The source's classes travel to Spark's Python workers by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    spark = _session()
+    if args.fixed_cost_rounds:
+        from pyspark.sql import SparkSession
+        from tests.benchmarks import streaming
+        streaming._instrument()
+        # The runner makes the session (its settings), the queries share it.
+        _runner('stateful', 2, 10, 2)
+        spark = SparkSession.getActiveSession()
+        spark.conf.set('spark.sql.shuffle.partitions', '2')
+        spark.conf.set('spark.sql.streaming.numRecentProgressUpdates', '10000')
+    else:
+        spark = _session()
     spark.dataSource.register(_source_class())
     print(f'load average {os.getloadavg()}; PySpark {spark.version}, '
           f'local[2]; {args.events} events x {args.per_event} elements, '
-          f'{args.keys} keys; floor: {args.floor_events} x {args.floor_rows}')
-    # Warm up: the session's first query starts the Python workers and JITs.
-    for name in ('floor, mapInArrow count', 'stateful'):
+          f'{args.keys} keys; floor: {args.floor_events} x {args.floor_rows}',
+          flush=True)
+    floor = (args.floor_events, args.floor_rows, 2)
+    runs = [(name, *floor) for name in FLOORS] + [
+        (name, args.events, args.per_event, args.keys) for name in PIPELINES]
+    if args.queries:
+        runs = [r for r in runs if r[0] in args.queries.split(';')]
+    # Warm up: the session's first queries start the Python workers and JITs.
+    for name, *_ in runs:
         run_query(spark, name, 3, 10, 2)
-    runs = [('floor, no-op', args.floor_events, args.floor_rows, 2),
-            ('floor, mapInArrow count', args.floor_events, args.floor_rows, 2),
-            ('windowed count', args.events, args.per_event, args.keys),
-            ('stateful', args.events, args.per_event, args.keys)]
+    if args.fixed_cost_rounds:
+        for _ in range(args.fixed_cost_rounds):
+            print(_line('this runner, stateful', _runner('stateful', *floor)),
+                  flush=True)
+            for name, *_ in runs:
+                if name in FLOORS:
+                    print(_line(name, run_query(spark, name, *floor)),
+                          flush=True)
+        return
     for name, events, per_event, keys in runs:
-        f = run_query(spark, name, events, per_event, keys)
-        print(f'{name:24s} {f["micro-batches"]:3d} micro-batches, '
-              f'{f["elements"]:>9,} elements in {f["seconds"]:6.2f} s: '
-              f'{f["throughput"]:>9,.0f}/s, steady '
-              f'{f["steady throughput"]:>9,.0f}/s; micro-batch p50 '
-              f'{f["batch p50"] * 1000:.0f} ms, p99 {f["batch p99"] * 1000:.0f} '
-              f'ms; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s; state '
-              f'{f["state bytes"]:,} B  [load {os.getloadavg()[0]:.1f}]',
+        print(_line(name, run_query(spark, name, events, per_event, keys)),
               flush=True)
     spark.stop()
 
