@@ -15,9 +15,11 @@ time (docs/conformance.md).
 from tests.conformance.beam import tier
 
 ENGINE = 'spark'
-NAMES = ['apache_beam.io.watch_test',
-         'apache_beam.ml.inference.utils_test']
-if tier.FULL:
-    NAMES += ['apache_beam.io.textio_test',
-              'apache_beam.ml.inference.base_test']
-MODULES = tier.load(globals(), *NAMES)
+_IO, _ML = 'apache_beam.io.', 'apache_beam.ml.inference.'
+CI = [_IO + 'watch_test', _ML + 'utils_test']
+FULL = [_IO + m for m in (
+    'textio_test', 'avroio_test', 'parquetio_test', 'tfrecordio_test',
+    'filebasedsource_test', 'filebasedsink_test', 'fileio_test',
+    'sources_test', 'concat_source_test', 'iobase_test')] + [
+    _ML + 'base_test', _ML + 'sklearn_inference_test']
+MODULES = tier.load(globals(), *tier.chosen(CI, FULL))
