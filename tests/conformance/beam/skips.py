@@ -96,6 +96,14 @@ MULTI_PROCESS: dict[str, str] = _proven({
         'assumes one process: the model handler sets FOO in the environment of '
         'the process that loads the model (a worker), the test reads the '
         'driver\'s os.environ; fails on FnApiRunner with two workers too'),
+    **{f'sklearn_inference_test__SkLearnRunInferenceTest::{name}': (
+        'assumes one process: SklearnModelHandler sets FOO in the environment '
+        'of the process that loads the model (a worker), the test reads the '
+        'driver\'s os.environ ("False is not true"); passes here only while '
+        'the stage is small enough to run in the driver; fails on FnApiRunner '
+        'with two workers too') for name in (
+        'test_env_vars_set_correctly_numpy',
+        'test_pipeline_pandas_env_vars_set_correctly')},
     'base_test__RunInferenceBaseTest::test_run_inference_loads_different_models': (
         'asserts one bundle: the fake model returns how many predictions it has '
         'made, so [1, 2, 3] needs all three elements in one batch of one model; '
