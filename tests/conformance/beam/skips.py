@@ -100,8 +100,7 @@ MULTI_PROCESS: dict[str, str] = _proven({
         'assumes one process: SklearnModelHandler sets FOO in the environment '
         'of the process that loads the model (a worker), the test reads the '
         'driver\'s os.environ ("False is not true"); passes here only while '
-        'the stage is small enough to run in the driver; fails on FnApiRunner '
-        'with two workers too') for name in (
+        'the stage is small enough to run in the driver') for name in (
         'test_env_vars_set_correctly_numpy',
         'test_pipeline_pandas_env_vars_set_correctly')},
     'base_test__RunInferenceBaseTest::test_run_inference_loads_different_models': (
