@@ -190,7 +190,8 @@ def test_runs_of_one_process_share_the_session_start(spark, monkeypatch, tmp_pat
         original(self, *args, **kwargs)
         engines.append(self)
     monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
-    path, expected = _lines(tmp_path, 20_000)  # past MAX_ELEMENTS: starts it
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)  # the read starts it
+    path, expected = _lines(tmp_path, 2_000)
     for _ in range(2):
         with beam.Pipeline(runner=InProcessSparkRunner(),
                            argv=['--spark_master=local[2]']) as p:
