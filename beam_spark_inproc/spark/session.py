@@ -333,7 +333,7 @@ def local_parallelism(master: Optional[str]) -> Optional[int]:
 # every run of the process that would create the local session shares its
 # start and its warm-up, so a second run begun while the first one's session
 # starts or warms up hands its work to Spark as soon as it is ready, rather
-# than waiting for a start and a warm-up job of its own.
+# than making a start and a warm-up job of its own beside it.
 _SHARED: Optional['LazySession'] = None
 _SHARED_LOCK = threading.Lock()
 
@@ -341,16 +341,19 @@ _SHARED_LOCK = threading.Lock()
 def lazy_local_session(create, master: Optional[str],
                        remote: Optional[str]) -> Optional['LazySession']:
     """The process's ``LazySession`` where the session to be made is a local
-    one (no Connect URL, a local master): the one an earlier run began, as
-    long as its session was not stopped, else a new one of ``create`` when no
-    session is active; else None."""
+    one (no Connect URL, a local master): the one an earlier run started, as
+    long as its session was not stopped; else, when no session is active, a
+    new one of ``create`` (this run's options); else None (a session made
+    otherwise is used as it is)."""
     cores = local_parallelism(master)
     if remote or cores is None:
         return None
     global _SHARED
     with _SHARED_LOCK:
-        if _SHARED is not None and not _SHARED.stopped:
-            return _SHARED
+        shared = _SHARED
+        if (shared is not None and (shared.created or shared.starting)
+                and not shared.stopped):
+            return shared
         from pyspark.sql import SparkSession
         if SparkSession.getActiveSession() is not None:
             return None

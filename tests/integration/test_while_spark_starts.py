@@ -207,16 +207,18 @@ def test_runs_of_one_process_share_the_session_start(spark, monkeypatch, tmp_pat
 def test_a_stopped_session_is_started_anew(monkeypatch):
     from pyspark.sql import SparkSession
 
-    class Stopped:
-        class _sc:
-            _jsc = None
+    class Session:
+        def __init__(self):
+            self._sc = type('Context', (), {'_jsc': object()})()
     monkeypatch.setattr(spark_session, '_SHARED', None)
     monkeypatch.setattr(SparkSession, 'getActiveSession',
                         classmethod(lambda cls: None))
-    first = spark_session.lazy_local_session(Stopped, 'local[2]', None)
-    assert spark_session.lazy_local_session(Stopped, 'local[2]', None) is first
-    first.get()  # made, then stopped by its user
+    first = spark_session.lazy_local_session(Session, 'local[2]', None)
+    made = first.get()  # a stage of its run needed Spark
+    assert first.ready
+    assert spark_session.lazy_local_session(Session, 'local[2]', None) is first
+    made._sc._jsc = None  # its user stopped it
     assert first.stopped
-    assert spark_session.lazy_local_session(Stopped, 'local[2]', None) is not first
-    assert spark_session.lazy_local_session(Stopped, 'local', None) is not None
-    assert spark_session.lazy_local_session(Stopped, 'yarn', None) is None
+    second = spark_session.lazy_local_session(Session, 'local[2]', None)
+    assert second is not first and not second.created
+    assert spark_session.lazy_local_session(Session, 'yarn', None) is None
