@@ -329,17 +329,36 @@ def local_parallelism(master: Optional[str]) -> Optional[int]:
     return os.cpu_count() or 2 if n == '*' else int(n)
 
 
+# The process's ``LazySession`` (Spark keeps one SparkContext per process):
+# every run of the process that would create the local session shares its
+# start and its warm-up, so a second run begun while the first one's session
+# starts or warms up hands its work to Spark as soon as it is ready, rather
+# than making a start and a warm-up job of its own beside it.
+_SHARED: Optional['LazySession'] = None
+_SHARED_LOCK = threading.Lock()
+
+
 def lazy_local_session(create, master: Optional[str],
                        remote: Optional[str]) -> Optional['LazySession']:
-    """A ``LazySession`` of ``create`` where the session to be made is a local
-    one (no Connect URL, a local master) and none is active; else None."""
+    """The process's ``LazySession`` where the session to be made is a local
+    one (no Connect URL, a local master): the one an earlier run started, as
+    long as its session was not stopped; else, when no session is active, a
+    new one of ``create`` (this run's options); else None (a session made
+    otherwise is used as it is)."""
     cores = local_parallelism(master)
     if remote or cores is None:
         return None
-    from pyspark.sql import SparkSession
-    if SparkSession.getActiveSession() is not None:
-        return None
-    return LazySession(create, warm_up=cores)
+    global _SHARED
+    with _SHARED_LOCK:
+        shared = _SHARED
+        if (shared is not None and (shared.created or shared.starting)
+                and not shared.stopped):
+            return shared
+        from pyspark.sql import SparkSession
+        if SparkSession.getActiveSession() is not None:
+            return None
+        _SHARED = LazySession(create, warm_up=cores)
+        return _SHARED
 
 
 _WARM_UP_TAG = 'beam-spark-inproc-warm-up'
@@ -386,7 +405,10 @@ class LazySession:
     made in the background is ``ready`` once a warm-up job (``warm_up``, one
     task per core) has run on it: until then its first job would cost more
     than the driver's work it takes over. The warm-up runs in a daemon thread
-    whose job is interrupted at exit."""
+    whose job is interrupted at exit. One ``LazySession`` serves every run of
+    the process (``lazy_local_session``): a run begun while the session
+    starts or warms up runs in the driver meanwhile and hands its work over
+    once the session is ready, as the run that started it does."""
 
     def __init__(self, create, warm_up: int = 0):
         self._create = create
@@ -407,6 +429,12 @@ class LazySession:
         the session to start or warm up."""
         return self._session is not None and (
             not self._warm_up or self._warmed.is_set())
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the session was made and stopped since (``spark.stop()``)."""
+        context = getattr(self._session, '_sc', None)
+        return context is not None and context._jsc is None
 
     @property
     def starting(self) -> bool:
@@ -465,5 +493,8 @@ class LazySession:
                 error, self._error, self._done = self._error, None, None
                 raise error
             if self._session is None:
+                # Made for a stage that needs it now: its first job is that
+                # stage's, no warm-up runs before it.
                 self._session = self._create()
+                self._warmed.set()
             return self._session

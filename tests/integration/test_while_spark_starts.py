@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 
 import apache_beam as beam
 import pytest
@@ -165,3 +166,59 @@ def test_a_grouped_stage_begun_cold_ends_in_the_driver(slow_start, monkeypatch):
     grouped = [outcome for mode, outcome in engine.runs if mode == 'grouped']
     assert grouped[0] == 'whole'  # GroupByKey, FlatMap: begun cold
     assert engine.stages_split == 0
+
+
+def test_runs_of_one_process_share_the_session_start(spark, monkeypatch, tmp_path):
+    """Every pipeline makes its own runner: the second run of a process finds
+    the session the first one started (``lazy_local_session``), made once
+    and warmed up once, and runs on it; results as computed by hand."""
+    from pyspark.sql import SparkSession
+    monkeypatch.setattr(spark_session, '_SHARED', None)
+    # As in a new process: no session is active before the first run.
+    monkeypatch.setattr(SparkSession, 'getActiveSession',
+                        classmethod(lambda cls: None))
+    made, warmed = [], []
+    monkeypatch.setattr(InProcessSparkRunner, 'session',
+                        lambda self, options=None: made.append(1) or spark)
+    warm_up = spark_session.warm_up
+    monkeypatch.setattr(spark_session, 'warm_up',
+                        lambda *args: warmed.append(1) or warm_up(*args))
+    engines = []
+    original = small.SmallDataEngine.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        engines.append(self)
+    monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)  # the read starts it
+    path, expected = _lines(tmp_path, 2_000)
+    for _ in range(2):
+        with beam.Pipeline(runner=InProcessSparkRunner(),
+                           argv=['--spark_master=local[2]']) as p:
+            _word_count(path, expected)(p)
+        engines[-1]._spark_start.get()  # its start ends (and the warm-up)
+        while not engines[-1]._spark_start.ready:
+            time.sleep(0.05)
+    assert made == [1] and warmed == [1]
+    assert engines[0]._spark_start is engines[1]._spark_start
+    assert engines[1].stages_on_spark + engines[1].stages_split >= 1
+
+
+def test_a_stopped_session_is_started_anew(monkeypatch):
+    from pyspark.sql import SparkSession
+
+    class Session:
+        def __init__(self):
+            self._sc = type('Context', (), {'_jsc': object()})()
+    monkeypatch.setattr(spark_session, '_SHARED', None)
+    monkeypatch.setattr(SparkSession, 'getActiveSession',
+                        classmethod(lambda cls: None))
+    first = spark_session.lazy_local_session(Session, 'local[2]', None)
+    made = first.get()  # a stage of its run needed Spark
+    assert first.ready
+    assert spark_session.lazy_local_session(Session, 'local[2]', None) is first
+    made._sc._jsc = None  # its user stopped it
+    assert first.stopped
+    second = spark_session.lazy_local_session(Session, 'local[2]', None)
+    assert second is not first and not second.created
+    assert spark_session.lazy_local_session(Session, 'yarn', None) is None
