@@ -7,7 +7,8 @@ input (engine data, cached) through the runner, as the batch executor gets
 micro-batch (``Engine.to_dataframe``), never a collect to the driver.
 
 **WriteToSpark** appends each micro-batch's rows (the panes its upstream
-fired, the elements that reached it) to a path, **exactly once** across
+fired, the elements that reached it) to a path, or into the folder of a
+file-backed catalog table (``stream_tables``), **exactly once** across
 Spark task retries and driver restarts (``convert.ToArrow``, or
 ``stream_convert.WindowedToArrow`` when the window and pane go into
 columns). Per sink and micro-batch N (the loop's micro-batch id, which a
@@ -104,8 +105,13 @@ class StreamStages:
                micro_batch: int) -> None:
         sink = self._sinks.get(key)
         if sink is None:
-            sink = self._sinks[key] = PathSink(
-                _local(spec['path']), self._sink_id(key), label)
+            if spec['table']:  # a catalog table's folder (stream_tables)
+                from beam_spark_inproc.transforms import stream_tables
+                sink = stream_tables.sink(self._engine.spark_session(), spec,
+                                          self._sink_id(key), label)
+            else:
+                sink = PathSink(_local(spec['path']), self._sink_id(key), label)
+            self._sinks[key] = sink
             sink.recover()
         if micro_batch <= sink.published:
             _LOGGER.info('%s: micro-batch %d was published before the restart; '
