@@ -55,6 +55,7 @@ stage's result.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ import shutil
 import urllib.parse
 import uuid
 from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
@@ -107,8 +109,12 @@ class StreamStages:
         if sink is None:
             if spec['table']:  # a catalog table's folder (stream_tables)
                 from beam_spark_inproc.transforms import stream_tables
-                sink = stream_tables.sink(self._engine.spark_session(), spec,
-                                          self._sink_id(key), label)
+                session = self._engine.spark_session()
+                table = stream_tables.target(session, spec, label)
+                sink = PathSink(
+                    table.location, self._sink_id(key), label,
+                    table.write_options(), functools.partial(
+                        stream_tables.refresh, session, table, label))
             else:
                 sink = PathSink(_local(spec['path']), self._sink_id(key), label)
             self._sinks[key] = sink
@@ -168,12 +174,18 @@ def _local(path: str) -> str:
 
 class PathSink:
     """One WriteToSpark's micro-batches published into its path (see the
-    module doc)."""
+    module doc). ``options``: what the staged write takes instead of the
+    spec's (a table's format and partition columns); ``on_publish``: called
+    after each publish and after ``recover`` (a table's catalog refresh)."""
 
-    def __init__(self, path: str, sink_id: str, label: str):
+    def __init__(self, path: str, sink_id: str, label: str,
+                 options: dict | None = None,
+                 on_publish: Callable[[], None] | None = None):
         self.path = path
         self.sink_id = sink_id
         self.label = label
+        self._options = options or {}
+        self._on_publish = on_publish
         self.folder = os.path.join(path, SINK_FOLDER, sink_id)
         self._record = os.path.join(self.folder, 'published.json')
         self._prefix = f'beam-{sink_id}-mb'
@@ -198,6 +210,8 @@ class PathSink:
             _LOGGER.info('%s: removed %d files of micro-batches after the '
                          'published %d from %s', self.label, removed,
                          self.published, self.path)
+        if self._on_publish is not None:
+            self._on_publish()
         return removed
 
     def write(self, micro_batch: int, dataframe: Any, spec: dict,
@@ -207,7 +221,8 @@ class PathSink:
         staging = os.path.join(self.folder, 'staging', str(micro_batch))
         shutil.rmtree(staging, ignore_errors=True)
         specs.write_dataframe(
-            session, dict(spec, table=None, path=staging, mode='overwrite'),
+            session, dict(spec, **self._options, table=None, path=staging,
+                          mode='overwrite'),
             dataframe, self.label)
         published = []
         for source in self._data_files(staging):
@@ -224,6 +239,8 @@ class PathSink:
             {'micro_batch': micro_batch, 'files': published}).encode())
         self.published = micro_batch
         shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
+        if self._on_publish is not None:
+            self._on_publish()
         return published
 
     @staticmethod

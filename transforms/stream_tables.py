@@ -21,8 +21,10 @@ rows), so it works the same on classic Spark and over Spark Connect
 table must exist, be such a table, and its columns must match the
 PCollection's fields (``specs.target_schema``): else a SparkInteropError
 naming the transform, before anything is written. When the stream runs, the
-sink resolves the table again before its first write (a table dropped or
-replaced since is refused then, still before writing).
+table is resolved again before the sink's first write (``target``: a table
+dropped or changed since is refused then, still before writing), and
+``stream_runtime`` makes the table's ``PathSink``: its folder, its format and
+partition columns for the staged write, ``refresh`` after each publish.
 
 Refused, with their reason: views; tables whose format keeps its own
 transaction log (Delta, Iceberg, Hudi: renamed-in files would bypass the
@@ -41,10 +43,8 @@ import dataclasses
 import logging
 import os
 import urllib.parse
-from typing import Any
 
 from beam_spark_inproc.transforms import specs
-from beam_spark_inproc.transforms.stream_runtime import PathSink
 
 _LOGGER = logging.getLogger(__name__)
 FILE_FORMATS = ('parquet', 'orc', 'json')
@@ -62,6 +62,10 @@ class TableTarget:
     def as_spec(self) -> dict:
         return {'location': self.location, 'format': self.format,
                 'partition_by': list(self.partition_by)}
+
+    def write_options(self) -> dict:
+        """What a staged write of the table's files takes from the table."""
+        return {'format': self.format, 'partition_by': list(self.partition_by)}
 
 
 def describe(session, table: str, what: str) -> dict:
@@ -146,44 +150,22 @@ def check(session, spec: dict, arrow, what: str):
     return schema
 
 
-def sink(session, spec: dict, sink_id: str, label: str) -> Any:
-    """The TableSink of a WriteToSpark(table=) in a stream, its table
-    resolved again (and its partitions recovered) before any write."""
-    target = resolve(session, spec['table'], label)
+def target(session, spec: dict, label: str) -> TableTarget:
+    """When the stream runs, before the sink's first write: the table of a
+    WriteToSpark(table=) resolved again (refused if changed since the
+    pipeline was built), its folder made if it is not there yet (an external
+    table's, before its first write: RECOVER PARTITIONS fails without it)."""
+    found = resolve(session, spec['table'], label)
     built = spec.get('table_target')
     if built and (built['format'], built['partition_by']) != (
-            target.format, list(target.partition_by)):
+            found.format, list(found.partition_by)):
         raise specs.SparkInteropError(
             f"{label}: table {spec['table']!r} changed since the pipeline was "
             f"built (format {built['format']}, partitions "
-            f"{built['partition_by']}; now {target.format}, "
-            f'{list(target.partition_by)}); build the pipeline again.')
-    return TableSink(session, target, sink_id, label)
-
-
-class TableSink(PathSink):
-    """A PathSink into a table's location that tells the catalog after each
-    publish and when it starts (module doc)."""
-
-    def __init__(self, session, target: TableTarget, sink_id: str, label: str):
-        super().__init__(target.location, sink_id, label)
-        self._session, self.target = session, target
-
-    def recover(self) -> int:
-        # An external table's folder may not exist before its first write
-        # (RECOVER PARTITIONS fails on it).
-        os.makedirs(self.target.location, exist_ok=True)
-        removed = super().recover()
-        refresh(self._session, self.target, self.label)
-        return removed
-
-    def write(self, micro_batch: int, dataframe: Any, spec: dict,
-              session: Any) -> list[str]:
-        published = super().write(micro_batch, dataframe, dict(
-            spec, format=self.target.format,
-            partition_by=list(self.target.partition_by)), session)
-        refresh(self._session, self.target, self.label)
-        return published
+            f"{built['partition_by']}; now {found.format}, "
+            f'{list(found.partition_by)}); build the pipeline again.')
+    os.makedirs(found.location, exist_ok=True)
+    return found
 
 
 def refresh(session, target: TableTarget, label: str) -> None:

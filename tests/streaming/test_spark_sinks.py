@@ -5,7 +5,7 @@ BundleBasedDirectRunner on the same TestStream, across a driver SIGKILLed in
 the middle of publishing a micro-batch and after publishing one (before its
 commit record); the same into catalog tables (``transforms.stream_tables``:
 a managed partitioned ORC table on Spark, an external partitioned Parquet
-table across a SIGKILL). Bad input fails while the pipeline is built, naming the
+table across the SIGKILL and the fault). Bad input fails while the pipeline is built, naming the
 transform, nothing written.
 """
 from __future__ import annotations
@@ -102,18 +102,23 @@ def _driver(out: str, checkpoint: str, *flags: str):
 
 def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
                                                   monkeypatch):
-    """A driver SIGKILLed after renaming a micro-batch's files into the path
-    and before its published record; restarted (here, in this process), it
-    fails after publishing a later micro-batch and before that micro-batch's
-    commit record (the replay must not write it again); the third run
-    finishes: each row once."""
+    """The stream writes a path and an external Parquet table partitioned by
+    key. A driver SIGKILLed after renaming a micro-batch's files into the
+    table's folder and before its published record; restarted (here, in this
+    process, the table registered again over its folder), it fails after
+    publishing a later micro-batch and before that micro-batch's commit
+    record (the replay must not write it again); the third run finishes:
+    each row once in the path and in the table, every partition in the
+    catalog."""
     from beam_spark_inproc.transforms import stream_runtime as spark_sinks
     out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
-    mid = str(tmp_path / 'mid')
-    first = _driver(out, checkpoint, '--kill-mid', mid)
+    location = str(tmp_path / 'table')
+    first = _driver(out, checkpoint, '--kill-mid', str(tmp_path / 'mid'),
+                    '--table', location)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
-    # Micro-batches up to KILL_MID are in the path, its files without its record.
-    partial = sink.table(out)
+    # Micro-batches up to KILL_MID are in the table's folder, its files
+    # without its record.
+    partial = pq_rows(location)
     assert 0 < len(partial) < len(expected) and set(partial) <= set(expected)
     write = spark_sinks.PathSink.write
     published = []
@@ -125,45 +130,45 @@ def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
             raise RuntimeError('driver lost after publishing')
         return files
     monkeypatch.setattr(spark_sinks.PathSink, 'write', failing)
-    runner = InProcessSparkRunner(debug=True, spark=spark)
-    with pytest.raises(Exception, match='driver lost after publishing'):
-        sink.run(runner, out, checkpoint, spark)
-    assert published[0] == sink.KILL_MID  # replayed from its commit, rewritten
-    monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
-    assert sink.run(runner, out, checkpoint, spark) == 'DONE'
-    assert sink.table(out) == expected
-    # Spark's reader sees the data files only (not the sink's own folder);
-    # no staging folder is left.
-    assert spark.read.parquet(out).count() == len(expected)
-    [sink_id] = os.listdir(os.path.join(out, '_beam_spark_sink'))
-    assert os.listdir(os.path.join(out, '_beam_spark_sink', sink_id)) == [
-        'published.json']
-
-
-def test_driver_killed_while_publishing_into_a_table(spark, tmp_path,
-                                                     expected):
-    """The stream writes the path and an external Parquet table partitioned
-    by key; the driver is SIGKILLed after renaming a micro-batch's files into
-    the table's folder and before its published record; restarted (here),
-    the table holds each row once and its partitions are in the catalog."""
-    out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
-    location = str(tmp_path / 'table')
-    first = _driver(out, checkpoint, '--kill-mid', str(tmp_path / 'mid'),
-                    '--table', location)
-    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
-    partial = [p for p in os.listdir(location) if p.startswith('key=')]
-    assert partial  # files of micro-batches were published before the kill
-    spark.sql(f'DROP TABLE IF EXISTS {sink.TABLE}')
+    spark.sql(f'DROP TABLE IF EXISTS {sink.TABLE}')  # the killed driver's
     try:
         runner = InProcessSparkRunner(debug=True, spark=spark)
+        with pytest.raises(Exception, match='driver lost after publishing'):
+            sink.run(runner, out, checkpoint, spark, location)
+        assert published[0] == sink.KILL_MID  # replayed from its commit
+        monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
         assert sink.run(runner, out, checkpoint, spark, location) == 'DONE'
-        assert sink.table_rows(spark) == expected
         assert sink.table(out) == expected
+        assert sink.table_rows(spark) == expected
         partitions = {r[0] for r in spark.sql(
             f'SHOW PARTITIONS {sink.TABLE}').collect()}
         assert partitions == {f'key=k{i}' for i in range(sink.KEYS)}
     finally:
         spark.sql(f'DROP TABLE IF EXISTS {sink.TABLE}')
+    # Spark's reader sees the data files only (not the sink's own folder);
+    # no staging folder is left.
+    assert spark.read.parquet(out).count() == len(expected)
+    for folder in (out, location):
+        [sink_id] = os.listdir(os.path.join(folder, '_beam_spark_sink'))
+        assert os.listdir(os.path.join(folder, '_beam_spark_sink',
+                                       sink_id)) == ['published.json']
+
+
+def pq_rows(location: str) -> list:
+    """The rows of the partitioned table's folder, read with pyarrow (its
+    partition column from the folder names), as ``sink.expected`` gives them."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    data = ds.dataset(location, format='parquet', partitioning='hive',
+                      ignore_prefixes=['_', '.']).to_table()
+    micros = {name: data.column(name).cast(pa.timestamp('us', tz='UTC'))
+              .cast(pa.int64()).to_pylist()
+              for name in ('window_start', 'window_end')}
+    return sorted(zip(data.column('key').to_pylist(),
+                      data.column('total').to_pylist(),
+                      micros['window_start'], micros['window_end'],
+                      data.column('pane_timing').to_pylist(),
+                      data.column('pane_index').to_pylist()))
 
 
 # -- bad input: errors while building, naming the transform ---------------
@@ -204,11 +209,11 @@ def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs,
 
 @pytest.mark.parametrize('ddl, message', [
     ('CREATE TABLE {t} (key STRING, total BIGINT) USING csv LOCATION '
-     "'{loc}'", r"has provider 'csv'; a stream appends exactly once to "
+     "'{loc}'", r"table '{t}' has provider 'csv'; a stream appends exactly once to "
      r'file-backed datasource tables \(USING parquet, orc, json\)'),
     ('CREATE VIEW {t} AS SELECT 1 AS key', r"'{t}' is a view"),
     ('CREATE TABLE {t} (key STRING, other DOUBLE) USING parquet LOCATION '
-     "'{loc}'", r"schema does not match table '{t}': column 'other' of the "
+     "'{loc}'", r"the PCollection's schema does not match table '{t}': column 'other' of the "
      r"table is not a field of the PCollection; field 'total' is not a column"),
 ])
 def test_bad_streaming_table_writes_fail_while_building(spark, tmp_path, ddl,
