@@ -120,12 +120,17 @@ SUMMARY = RowTypeConstraint.from_fields([
     ('total', int), ('peak', int)])
 
 
+def _peak(values) -> int:
+    """The largest value (Beam also merges empty accumulators: 0 then)."""
+    return max(values, default=0)
+
+
 class Summarize(beam.DoFn):
     """Per sensor and window: count, sum and maximum in state, emitted by an
     event-time timer at the window's end."""
     COUNT = userstate.CombiningValueStateSpec('count', combine_fn=sum)
     TOTAL = userstate.CombiningValueStateSpec('total', combine_fn=sum)
-    PEAK = userstate.CombiningValueStateSpec('peak', combine_fn=max)
+    PEAK = userstate.CombiningValueStateSpec('peak', combine_fn=_peak)
     END = userstate.TimerSpec('end', TimeDomain.WATERMARK)
 
     def process(self, element, w=beam.DoFn.WindowParam,

@@ -40,13 +40,11 @@ table's own storage options are Spark's to apply on read.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import urllib.parse
 
 from beam_spark_inproc.transforms import specs
 
-_LOGGER = logging.getLogger(__name__)
 FILE_FORMATS = ('parquet', 'orc', 'json')
 
 
@@ -168,14 +166,14 @@ def target(session, spec: dict, label: str) -> TableTarget:
     return found
 
 
-def refresh(session, target: TableTarget, label: str) -> None:
+def refresh(session, table: TableTarget, label: str) -> None:
     """The catalog sees the table's files: its partitions recovered (a
     partitioned table), its cached listing dropped."""
     try:
-        if target.partition_by:
-            session.sql(f'ALTER TABLE {target.table} RECOVER PARTITIONS')
-        session.sql(f'REFRESH TABLE {target.table}')
+        if table.partition_by:
+            session.sql(f'ALTER TABLE {table.table} RECOVER PARTITIONS')
+        session.sql(f'REFRESH TABLE {table.table}')
     except Exception as e:
         # py4j's own text says only which call failed: the JVM's says why.
-        raise specs.spark_error(f'{label}: refreshing {target.table}', getattr(
+        raise specs.spark_error(f'{label}: refreshing {table.table}', getattr(
             e, 'java_exception', e)) from None
