@@ -86,8 +86,9 @@ def sensor_source():
             return ReadMaxRows(self.per_batch)
 
         def latestOffset(self, start, limit):
-            end = start['n'] + (self.per_batch if isinstance(
-                limit, ReadAllAvailable) else limit.maxRows)
+            if isinstance(limit, ReadAllAvailable):  # trigger availableNow
+                return {'n': self.total or start['n'] + self.per_batch}
+            end = start['n'] + limit.maxRows
             return {'n': end if self.total is None else min(end, self.total)}
 
         def partitions(self, start, end):
