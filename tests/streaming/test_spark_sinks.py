@@ -5,8 +5,8 @@ BundleBasedDirectRunner on the same TestStream, across a driver SIGKILLed in
 the middle of publishing a micro-batch and after publishing one (before its
 commit record); the same into catalog tables (``transforms.stream_tables``:
 a managed partitioned ORC table on Spark, an external partitioned Parquet
-table across the SIGKILL and the fault). Bad input fails while the pipeline is built, naming the
-transform, nothing written.
+table across the SIGKILL and the fault). Bad input fails while the pipeline
+is built, naming the transform, nothing written.
 """
 from __future__ import annotations
 
