@@ -225,8 +225,9 @@ class WriteToSpark(beam.PTransform):
     columns to add holding each element's window bounds and pane
     (``stream_convert``). On an unbounded PCollection (a stream) each
     micro-batch's rows are appended exactly once, across task retries and
-    driver restarts (``execution.streaming.spark_sinks``): ``path=`` with
-    ``mode='append'``.
+    driver restarts (``execution.streaming.spark_sinks``): ``mode='append'``
+    to ``path=`` or to an existing parquet, orc or json catalog table
+    (``stream_tables``).
     """
 
     def __init__(self, table: Optional[str] = None, *, path: Optional[str] = None,
@@ -276,7 +277,15 @@ class WriteToSpark(beam.PTransform):
                     f'{self._what} on an unbounded PCollection: '
                     + ' '.join(problems))
         session = active_session(self._session)
-        if session is not None and self._spec['table']:
+        if stream and self._spec['table']:  # resolved in the catalog now
+            if session is None:
+                raise SparkInteropError(
+                    f'{self._what} on an unbounded PCollection needs a '
+                    'SparkSession to find the table in: pass spark=session, '
+                    'or create one first.')
+            from beam_spark_inproc.transforms import stream_tables
+            arrow = stream_tables.check(session, self._spec, arrow, self._what)
+        elif session is not None and self._spec['table']:
             arrow = target_schema(session, self._spec, arrow, self._what)
         elif session is not None and self._spec['mode'] == 'append':
             arrow = path_schema(session, self._spec, arrow, self._what)

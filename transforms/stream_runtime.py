@@ -7,7 +7,8 @@ input (engine data, cached) through the runner, as the batch executor gets
 micro-batch (``Engine.to_dataframe``), never a collect to the driver.
 
 **WriteToSpark** appends each micro-batch's rows (the panes its upstream
-fired, the elements that reached it) to a path, **exactly once** across
+fired, the elements that reached it) to a path, or into the folder of a
+file-backed catalog table (``stream_tables``), **exactly once** across
 Spark task retries and driver restarts (``convert.ToArrow``, or
 ``stream_convert.WindowedToArrow`` when the window and pane go into
 columns). Per sink and micro-batch N (the loop's micro-batch id, which a
@@ -54,6 +55,7 @@ stage's result.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -62,6 +64,7 @@ import shutil
 import urllib.parse
 import uuid
 from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
@@ -104,8 +107,17 @@ class StreamStages:
                micro_batch: int) -> None:
         sink = self._sinks.get(key)
         if sink is None:
-            sink = self._sinks[key] = PathSink(
-                _local(spec['path']), self._sink_id(key), label)
+            if spec['table']:  # a catalog table's folder (stream_tables)
+                from beam_spark_inproc.transforms import stream_tables
+                session = self._engine.spark_session()
+                table = stream_tables.target(session, spec, label)
+                sink = PathSink(
+                    table.location, self._sink_id(key), label,
+                    table.write_options(), functools.partial(
+                        stream_tables.refresh, session, table, label))
+            else:
+                sink = PathSink(_local(spec['path']), self._sink_id(key), label)
+            self._sinks[key] = sink
             sink.recover()
         if micro_batch <= sink.published:
             _LOGGER.info('%s: micro-batch %d was published before the restart; '
@@ -162,12 +174,18 @@ def _local(path: str) -> str:
 
 class PathSink:
     """One WriteToSpark's micro-batches published into its path (see the
-    module doc)."""
+    module doc). ``options``: what the staged write takes instead of the
+    spec's (a table's format and partition columns); ``on_publish``: called
+    after each publish and after ``recover`` (a table's catalog refresh)."""
 
-    def __init__(self, path: str, sink_id: str, label: str):
+    def __init__(self, path: str, sink_id: str, label: str,
+                 options: dict | None = None,
+                 on_publish: Callable[[], None] | None = None):
         self.path = path
         self.sink_id = sink_id
         self.label = label
+        self._options = options or {}
+        self._on_publish = on_publish
         self.folder = os.path.join(path, SINK_FOLDER, sink_id)
         self._record = os.path.join(self.folder, 'published.json')
         self._prefix = f'beam-{sink_id}-mb'
@@ -192,6 +210,8 @@ class PathSink:
             _LOGGER.info('%s: removed %d files of micro-batches after the '
                          'published %d from %s', self.label, removed,
                          self.published, self.path)
+        if self._on_publish is not None:
+            self._on_publish()
         return removed
 
     def write(self, micro_batch: int, dataframe: Any, spec: dict,
@@ -201,7 +221,8 @@ class PathSink:
         staging = os.path.join(self.folder, 'staging', str(micro_batch))
         shutil.rmtree(staging, ignore_errors=True)
         specs.write_dataframe(
-            session, dict(spec, table=None, path=staging, mode='overwrite'),
+            session, dict(spec, **self._options, table=None, path=staging,
+                          mode='overwrite'),
             dataframe, self.label)
         published = []
         for source in self._data_files(staging):
@@ -218,6 +239,8 @@ class PathSink:
             {'micro_batch': micro_batch, 'files': published}).encode())
         self.published = micro_batch
         shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
+        if self._on_publish is not None:
+            self._on_publish()
         return published
 
     @staticmethod

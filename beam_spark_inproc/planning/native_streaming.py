@@ -5,10 +5,11 @@ Pure (no pyspark): ``transforms.spark_io`` asks it while a pipeline is built
 capability check (``execution.streaming.support``) asks it of the plan of a
 pipeline run with ``--streaming``.
 
-* WriteToSpark: to a path, in mode ``append``, on a file system the driver
-  can rename files on (``transforms.stream_runtime`` publishes each
-  micro-batch by renaming). A table is refused: an append to a catalog table
-  is not idempotent by micro-batch without a transaction id.
+* WriteToSpark: to a path or a catalog table, in mode ``append``, on a file
+  system the driver can rename files on (``transforms.stream_runtime``
+  publishes each micro-batch by renaming). Which tables (file-backed
+  datasource tables) is decided with the session, while the pipeline is
+  built (``transforms.stream_tables``).
 * SparkSql: built over an unbounded windowed input (its spec then names the
   window columns); one built for a batch is refused.
 * ReadFromSpark: over a streaming DataFrame (``READ_STREAM_URN``), a source
@@ -33,12 +34,6 @@ def write_problems(spec: dict) -> list[str]:
     """Why a WriteToSpark with this spec cannot run in a stream (empty: it
     can)."""
     found = []
-    if spec['table']:
-        found.append(
-            f"table={spec['table']!r}: in a stream WriteToSpark appends each "
-            'micro-batch exactly once to a path (its committed-batch record '
-            'beside the data); write to path= (and read it as a table with '
-            'CREATE TABLE ... USING parquet LOCATION).')
     if spec['mode'] != 'append':
         found.append(
             f"mode {spec['mode']!r} is a batch mode: a stream appends every "

@@ -65,8 +65,48 @@ def spark_file_stream(session) -> int:
     return len(got)
 
 
+def spark_stream_writes(session) -> int:
+    """WriteToSpark in a stream (issue #34) to a path and to an external
+    Parquet catalog table partitioned by key, and SparkSql per fired pane,
+    the micro-batches' Spark work on the server: the rows written equal
+    those from Beam's BundleBasedDirectRunner's panes, the query's result
+    the count and sum per window and pane computed from them
+    (``tests.streaming.spark_sink_pipeline``)."""
+    import tempfile
+    from beam_spark_inproc import InProcessSparkRunner
+    from beam_spark_inproc.transforms import WriteToSpark
+    from tests.streaming import spark_sink_pipeline as sink
+    base = tempfile.mkdtemp(prefix='beam-connect-spark-sink-')
+    out = os.path.join(base, 'out')
+    table = sink.create_table(session, os.path.join(base, 'table'),
+                              'connect_sink_totals')
+    try:
+        def build(p):
+            totals = sink.totals(p)
+            _ = totals | WriteToSpark(path=out, mode='append', spark=session,
+                                      **sink.COLUMNS)
+            _ = totals | 'To table' >> WriteToSpark(
+                table, mode='append', spark=session, **sink.COLUMNS)
+            return totals | sink.query(session)
+        records = oracle.run(build, InProcessSparkRunner(spark=session),
+                             f'--checkpoint_location={base}/ck')
+        expected = sink.expected()
+        problems = [what for what, got, want in (
+            ('path', sink.table(out), expected),
+            ('table', sink.table_rows(session, table), expected),
+            ('SparkSql', sink.windows(records), sink.expected_panes()))
+            if got != want]
+        if problems or not expected:
+            raise AssertionError(f'over Connect, {problems} differ from the '
+                                 'rows of Beam\'s panes')
+        return len(records)
+    finally:
+        session.sql(f'DROP TABLE IF EXISTS {table}')
+
+
 # Cases that check themselves: name -> function(session) returning records.
-SOURCE_CASES = {'spark_file_stream': spark_file_stream}
+SOURCE_CASES = {'spark_file_stream': spark_file_stream,
+                'spark_stream_writes': spark_stream_writes}
 
 
 def run_all(session) -> dict:

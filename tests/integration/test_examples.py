@@ -198,3 +198,26 @@ def test_kafka_stream_over_landing_files(tmp_path):
                         '--out', str(tmp_path / 'out'), cwd=tmp_path,
                         timeout=300)  # a stream: Spark's query, then the loop
     assert lines[-len(expected):] == expected
+
+
+def test_sensor_stream_into_a_table(tmp_path):
+    """examples/sensor_stream.py: a Python streaming data source with offsets
+    -> ReadFromSpark.stream -> a stateful DoFn (state and an event-time timer
+    per sensor and window) -> WriteToSpark into an external Parquet catalog
+    table in the stream; the table's rows equal the count, sum and maximum
+    per sensor and 10-second window computed here from the source's
+    readings."""
+    example = load_example('sensor_stream')
+    readings, start = 240, int(example.START.timestamp())
+    groups: dict = {}
+    for n in range(readings):
+        sensor, value, at = example.reading(n)
+        second = int(at.timestamp()) // 10 * 10 - start
+        groups.setdefault((sensor, second), []).append(value)
+    expected = [f'{s} {w} {len(v)} {sum(v)} {max(v)}'
+                for (s, w), v in sorted(groups.items())]
+    lines = run_example('sensor_stream', '--readings', str(readings),
+                        '--per_batch', '60', '--out', str(tmp_path / 'table'),
+                        '--checkpoint_location', str(tmp_path / 'ck'),
+                        cwd=tmp_path, timeout=300)
+    assert lines[-len(expected):] == expected

@@ -2,11 +2,14 @@
 runnable as a script (a driver to kill).
 
 ``python -m tests.streaming.spark_sink_pipeline OUT CHECKPOINT [--kill-mid
-MARKER] [--spark]``: TestStream events -> FixedWindows(10)
+MARKER] [--table LOCATION] [--spark]``: TestStream events -> FixedWindows(10)
 with allowed lateness -> sum per key -> ``WriteToSpark(path=OUT)`` with the
-window and pane in columns. ``--kill-mid``: the driver SIGKILLs itself (once:
-MARKER absent) while publishing micro-batch ``KILL_MID`` or later, after its
-files were renamed into OUT and before its published record was written.
+window and pane in columns; ``--table``: also ``WriteToSpark(table=TABLE)``,
+the external Parquet table partitioned by key at LOCATION (``create_table``).
+``--kill-mid``: the driver SIGKILLs itself (once: MARKER absent) while
+publishing micro-batch ``KILL_MID`` or later, after its files were renamed
+into OUT (into LOCATION with ``--table``) and before its published record was
+written.
 (``KILL_AFTER``: the test's later fault, after a publish and before the
 micro-batch's commit record.)
 """
@@ -63,9 +66,26 @@ def totals(p: beam.Pipeline):
             | 'Total' >> beam.Map(lambda kv: Total(*kv)).with_output_types(Total))
 
 
-def build(p: beam.Pipeline, out: str, spark) -> None:
+TABLE = 'sink_totals'
+
+
+def create_table(spark, location: str, name: str = TABLE) -> str:
+    """The external Parquet table the stream writes, partitioned by key (a
+    session's catalog registers it over what LOCATION holds)."""
+    spark.sql(f'CREATE TABLE IF NOT EXISTS {name} (total BIGINT, window_start '
+              'TIMESTAMP, window_end TIMESTAMP, pane_timing STRING, pane_index '
+              f"BIGINT, key STRING) USING parquet PARTITIONED BY (key) LOCATION "
+              f"'{location}'")
+    return name
+
+
+def build(p: beam.Pipeline, out: str, spark, table: str = '') -> None:
     from beam_spark_inproc.transforms import WriteToSpark
-    _ = totals(p) | WriteToSpark(path=out, mode='append', spark=spark, **COLUMNS)
+    rows = totals(p)
+    _ = rows | WriteToSpark(path=out, mode='append', spark=spark, **COLUMNS)
+    if table:
+        _ = rows | 'To table' >> WriteToSpark(
+            create_table(spark, table), mode='append', spark=spark, **COLUMNS)
 
 
 class _Rows(beam.DoFn):
@@ -85,6 +105,42 @@ def expected() -> list[tuple]:
         lambda p: totals(p) | beam.ParDo(_Rows())))
 
 
+QUERY = ('SELECT window_start, window_end, COUNT(*) AS n, SUM(total) AS s '
+         'FROM PCOLLECTION GROUP BY window_start, window_end')
+
+
+def query(spark):
+    """SparkSql per fired pane: count and sum of the totals per window."""
+    from beam_spark_inproc.transforms import SparkSql
+    return (SparkSql(QUERY, spark=spark)
+            | 'Pair' >> beam.Map(lambda r: (r.n, r.s)))
+
+
+def expected_panes() -> list[tuple]:
+    """``query``'s result by hand from Beam's panes: per window and pane
+    firing (all keys' on-time panes of a window fire in one micro-batch,
+    each late one in its own), the count and sum of the totals."""
+    from tests.streaming import oracle
+    found: dict = {}
+    for (key, total, *_), window_, _, timing, index, *_ in oracle.direct(
+            lambda p: totals(p) | beam.ParDo(_Rows())):
+        n, s = found.get((window_, timing, index), (0, 0))
+        found[(window_, timing, index)] = (n + 1, s + total)
+    return sorted((w, n, s) for (w, _, _), (n, s) in found.items())
+
+
+def windows(records: list) -> list:
+    """(window, n, s) of the query's records (which keep their window)."""
+    return sorted((window_, n, s) for (n, s), window_, *_ in records)
+
+
+def table_rows(spark, name: str = TABLE) -> list[tuple]:
+    """The rows of the catalog table as ``expected`` gives them."""
+    return sorted(tuple(r) for r in spark.table(name).selectExpr(
+        'key', 'total', 'unix_micros(window_start)', 'unix_micros(window_end)',
+        'pane_timing', 'pane_index').collect())
+
+
 def table(out: str) -> list[tuple]:
     """The rows at OUT as ``expected`` gives them (pyarrow's reader skips
     the ``_``-folders, as Spark's does)."""
@@ -99,11 +155,11 @@ def table(out: str) -> list[tuple]:
                       data.column('pane_index').to_pylist()))
 
 
-def run(runner, out: str, checkpoint: str, spark) -> str:
+def run(runner, out: str, checkpoint: str, spark, table: str = '') -> str:
     options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=runner, options=options)
-    build(p, out, spark)
+    build(p, out, spark, table)
     result = p.run()
     return result.wait_until_finish()
 
@@ -113,15 +169,17 @@ def _kill(marker: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _arm(kill_mid: str) -> None:
-    """Test hooks: SIGKILL this driver at a point of the sink's protocol."""
+def _arm(kill_mid: str, folder: str) -> None:
+    """Test hooks: SIGKILL this driver at a point of the protocol of the sink
+    writing into ``folder``."""
     from beam_spark_inproc.transforms import stream_runtime as spark_sinks
     if kill_mid and not os.path.exists(kill_mid):
         record = spark_sinks._write_atomically
 
         def killing_record(path, data):
             published = json.loads(data)
-            if path.endswith('published.json') and \
+            if path.endswith('published.json') and path.startswith(
+                    os.path.join(folder, '')) and \
                     published['micro_batch'] >= KILL_MID and published['files']:
                 _kill(kill_mid)  # files renamed, record not written
             record(path, data)
@@ -133,14 +191,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument('out')
     parser.add_argument('checkpoint')
     parser.add_argument('--kill-mid', default='')
+    parser.add_argument('--table', default='')
     parser.add_argument('--spark', action='store_true')
     args = parser.parse_args(argv)
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session
     spark, _ = session.get_or_create('local[2]', None, {})
-    _arm(args.kill_mid)
+    _arm(args.kill_mid, os.path.abspath(args.table or args.out))
     print(run(InProcessSparkRunner(debug=not args.spark, spark=spark),
-              args.out, args.checkpoint, spark))
+              args.out, args.checkpoint, spark, args.table))
 
 
 if __name__ == '__main__':

@@ -3,8 +3,10 @@
 path exactly once, the window and pane in columns; equal to Beam's
 BundleBasedDirectRunner on the same TestStream, across a driver SIGKILLed in
 the middle of publishing a micro-batch and after publishing one (before its
-commit record). Bad input fails while the pipeline is built, naming the
-transform, nothing written.
+commit record); the same into catalog tables (``transforms.stream_tables``:
+a managed partitioned ORC table on Spark, an external partitioned Parquet
+table across the SIGKILL and the fault). Bad input fails while the pipeline
+is built, naming the transform, nothing written.
 """
 from __future__ import annotations
 
@@ -38,31 +40,17 @@ def expected():
     return rows
 
 
-QUERY = ('SELECT window_start, window_end, COUNT(*) AS n, SUM(total) AS s '
-         'FROM PCOLLECTION GROUP BY window_start, window_end')
-
-
 def _query(totals, spark):
-    return (totals | SparkSql(QUERY, spark=spark)
-            | 'Pair' >> beam.Map(lambda r: (r.n, r.s)))
+    return totals | sink.query(spark)
 
 
 @pytest.fixture(scope='module')
 def expected_panes():
-    """SparkSql's result by hand from Beam's panes: per window and pane
-    firing (all keys' on-time panes of a window fire in one micro-batch,
-    each late one in its own), the count and sum of the totals."""
-    found: dict = {}
-    for (key, total, *_), window, _, timing, index, *_ in oracle.direct(
-            lambda p: sink.totals(p) | beam.ParDo(sink._Rows())):
-        n, s = found.get((window, timing, index), (0, 0))
-        found[(window, timing, index)] = (n + 1, s + total)
-    return sorted((window, n, s) for (window, _, _), (n, s) in found.items())
+    return sink.expected_panes()
 
 
 def _windows(records: list) -> list:
-    """(window, n, s) of the query's records (which keep their window)."""
-    return sorted((window, n, s) for (n, s), window, *_ in records)
+    return sink.windows(records)
 
 
 def test_sql_per_pane_equals_beams_panes_on_the_debug_engine(
@@ -73,19 +61,35 @@ def test_sql_per_pane_equals_beams_panes_on_the_debug_engine(
     assert _windows(records) == expected_panes
 
 
+@pytest.fixture
+def managed_orc(spark):
+    """A managed ORC table partitioned by pane_timing, dropped after."""
+    name = 'sink_totals_orc'
+    spark.sql(f'DROP TABLE IF EXISTS {name}')
+    spark.sql(f'CREATE TABLE {name} (key STRING, total BIGINT, window_start '
+              'TIMESTAMP, window_end TIMESTAMP, pane_index BIGINT, pane_timing '
+              'STRING) USING orc PARTITIONED BY (pane_timing)')
+    yield name
+    spark.sql(f'DROP TABLE IF EXISTS {name}')
+
+
 def test_write_and_sql_equal_beams_on_spark(spark, tmp_path, expected,
-                                            expected_panes):
-    """The write and the query in one stream on Spark."""
+                                            expected_panes, managed_orc):
+    """The write (to a path and to a managed, partitioned ORC table) and the
+    query in one stream on Spark."""
     out = str(tmp_path / 'out')
 
     def build(p):
         totals = sink.totals(p)
         _ = totals | WriteToSpark(path=out, mode='append', spark=spark,
                                   **sink.COLUMNS)
+        _ = totals | 'To table' >> WriteToSpark(
+            managed_orc, mode='append', spark=spark, **sink.COLUMNS)
         return _query(totals, spark)
     records = oracle.run(build, InProcessSparkRunner(spark=spark),
                          f'--checkpoint_location={tmp_path / "ck"}')
     assert sink.table(out) == expected
+    assert sink.table_rows(spark, managed_orc) == expected
     assert _windows(records) == expected_panes
 
 
@@ -98,18 +102,23 @@ def _driver(out: str, checkpoint: str, *flags: str):
 
 def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
                                                   monkeypatch):
-    """A driver SIGKILLed after renaming a micro-batch's files into the path
-    and before its published record; restarted (here, in this process), it
-    fails after publishing a later micro-batch and before that micro-batch's
-    commit record (the replay must not write it again); the third run
-    finishes: each row once."""
+    """The stream writes a path and an external Parquet table partitioned by
+    key. A driver SIGKILLed after renaming a micro-batch's files into the
+    table's folder and before its published record; restarted (here, in this
+    process, the table registered again over its folder), it fails after
+    publishing a later micro-batch and before that micro-batch's commit
+    record (the replay must not write it again); the third run finishes:
+    each row once in the path and in the table, every partition in the
+    catalog."""
     from beam_spark_inproc.transforms import stream_runtime as spark_sinks
     out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'ck')
-    mid = str(tmp_path / 'mid')
-    first = _driver(out, checkpoint, '--kill-mid', mid)
+    location = str(tmp_path / 'table')
+    first = _driver(out, checkpoint, '--kill-mid', str(tmp_path / 'mid'),
+                    '--table', location)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
-    # Micro-batches up to KILL_MID are in the path, its files without its record.
-    partial = sink.table(out)
+    # Micro-batches up to KILL_MID are in the table's folder, its files
+    # without its record.
+    partial = pq_rows(location)
     assert 0 < len(partial) < len(expected) and set(partial) <= set(expected)
     write = spark_sinks.PathSink.write
     published = []
@@ -121,19 +130,45 @@ def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
             raise RuntimeError('driver lost after publishing')
         return files
     monkeypatch.setattr(spark_sinks.PathSink, 'write', failing)
-    runner = InProcessSparkRunner(debug=True, spark=spark)
-    with pytest.raises(Exception, match='driver lost after publishing'):
-        sink.run(runner, out, checkpoint, spark)
-    assert published[0] == sink.KILL_MID  # replayed from its commit, rewritten
-    monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
-    assert sink.run(runner, out, checkpoint, spark) == 'DONE'
-    assert sink.table(out) == expected
+    spark.sql(f'DROP TABLE IF EXISTS {sink.TABLE}')  # the killed driver's
+    try:
+        runner = InProcessSparkRunner(debug=True, spark=spark)
+        with pytest.raises(Exception, match='driver lost after publishing'):
+            sink.run(runner, out, checkpoint, spark, location)
+        assert published[0] == sink.KILL_MID  # replayed from its commit
+        monkeypatch.setattr(spark_sinks.PathSink, 'write', write)
+        assert sink.run(runner, out, checkpoint, spark, location) == 'DONE'
+        assert sink.table(out) == expected
+        assert sink.table_rows(spark) == expected
+        partitions = {r[0] for r in spark.sql(
+            f'SHOW PARTITIONS {sink.TABLE}').collect()}
+        assert partitions == {f'key=k{i}' for i in range(sink.KEYS)}
+    finally:
+        spark.sql(f'DROP TABLE IF EXISTS {sink.TABLE}')
     # Spark's reader sees the data files only (not the sink's own folder);
     # no staging folder is left.
     assert spark.read.parquet(out).count() == len(expected)
-    [sink_id] = os.listdir(os.path.join(out, '_beam_spark_sink'))
-    assert os.listdir(os.path.join(out, '_beam_spark_sink', sink_id)) == [
-        'published.json']
+    for folder in (out, location):
+        [sink_id] = os.listdir(os.path.join(folder, '_beam_spark_sink'))
+        assert os.listdir(os.path.join(folder, '_beam_spark_sink',
+                                       sink_id)) == ['published.json']
+
+
+def pq_rows(location: str) -> list:
+    """The rows of the partitioned table's folder, read with pyarrow (its
+    partition column from the folder names), as ``sink.expected`` gives them."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    data = ds.dataset(location, format='parquet', partitioning='hive',
+                      ignore_prefixes=['_', '.']).to_table()
+    micros = {name: data.column(name).cast(pa.timestamp('us', tz='UTC'))
+              .cast(pa.int64()).to_pylist()
+              for name in ('window_start', 'window_end')}
+    return sorted(zip(data.column('key').to_pylist(),
+                      data.column('total').to_pylist(),
+                      micros['window_start'], micros['window_end'],
+                      data.column('pane_timing').to_pylist(),
+                      data.column('pane_index').to_pylist()))
 
 
 # -- bad input: errors while building, naming the transform ---------------
@@ -152,8 +187,9 @@ def _pipeline(spark, *flags):
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(table='t_stream'), r"WriteToSpark\(table='t_stream'\) on an unbounded "
-     r"PCollection: table='t_stream': in a stream WriteToSpark appends"),
+    (dict(table='t_stream', mode='append'),
+     r"WriteToSpark\(table='t_stream'\): table 't_stream' does not exist\. A "
+     r"stream appends to an existing table"),
     (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
     (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
     (dict(path='s3a://bucket/x', mode='append'), r"renaming files in the driver"),
@@ -169,6 +205,34 @@ def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs,
     with pytest.raises(SparkInteropError, match=message):
         _stream(_pipeline(spark)) | WriteToSpark(spark=spark, **kwargs)
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize('ddl, message', [
+    ('CREATE TABLE {t} (key STRING, total BIGINT) USING csv LOCATION '
+     "'{loc}'", r"table '{t}' has provider 'csv'; a stream appends exactly once to "
+     r'file-backed datasource tables \(USING parquet, orc, json\)'),
+    ('CREATE VIEW {t} AS SELECT 1 AS key', r"'{t}' is a view"),
+    ('CREATE TABLE {t} (key STRING, other DOUBLE) USING parquet LOCATION '
+     "'{loc}'", r"the PCollection's schema does not match table '{t}': column 'other' of the "
+     r"table is not a field of the PCollection; field 'total' is not a column"),
+])
+def test_bad_streaming_table_writes_fail_while_building(spark, tmp_path, ddl,
+                                                        message):
+    """A table a stream cannot append to exactly once, or whose columns are
+    not the PCollection's fields: refused while building, nothing written."""
+    name, location = 'bad_stream_target', str(tmp_path / 'table')
+    kind = 'VIEW' if ddl.startswith('CREATE VIEW') else 'TABLE'
+    spark.sql(f'DROP {kind} IF EXISTS {name}')
+    spark.sql(ddl.format(t=name, loc=location))
+    try:
+        with pytest.raises(SparkInteropError,
+                           match=rf"WriteToSpark\(table='{name}'\): "
+                           + message.format(t=name)):
+            _stream(_pipeline(spark)) | WriteToSpark(name, mode='append',
+                                                     spark=spark)
+        assert not os.path.exists(location) or not os.listdir(location)
+    finally:
+        spark.sql(f'DROP {kind} IF EXISTS {name}')
 
 
 def test_a_path_holding_other_columns_is_refused(spark, tmp_path):
