@@ -238,26 +238,6 @@ def _convert(gateway, value):
     return ListConverter().convert(value, client)
 
 
-def _java_items(array, count: int) -> list:
-    """The first ``count`` items of a Java array proxy, one Py4J round trip
-    each: py4j's own indexing asks the JVM for the array's length before
-    every item, and unpacking tries one item more (``a, b, c = array``: eight
-    round trips for three items, on a stream's loop path every micro-batch).
-    Where py4j's protocol module differs, its own indexing."""
-    try:
-        from py4j import protocol
-        client = array._gateway_client
-        prefix = (protocol.ARRAY_COMMAND_NAME
-                  + protocol.ARRAY_GET_SUB_COMMAND_NAME
-                  + array._get_object_id() + '\n')
-        end = protocol.END_COMMAND_PART
-        get_part, get_value = protocol.get_command_part, protocol.get_return_value
-    except (ImportError, AttributeError):
-        return [array[i] for i in range(count)]
-    return [get_value(client.send_command(prefix + get_part(i) + end), client)
-            for i in range(count)]
-
-
 def _parts(session, f) -> _Parts:
     parts = _PARTS.get(session)
     if parts is None or parts.stale():
@@ -468,8 +448,7 @@ class SparkEngine:
         when its socket is connected), then the batches as ``toArrow`` reads
         them (``ArrowCollectSerializer``: in partition order)."""
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
-        port, secret, server = _java_items(
-            control._jdf.collectAsArrowToPython(), 3)
+        port, secret, server = control._jdf.collectAsArrowToPython()
         try:
             with load_from_socket((port, secret), serializer()) as stream:
                 started()

@@ -505,26 +505,3 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
     finally:
         made.release()
 
-
-def test_java_items_reads_an_array_with_one_round_trip_an_item(spark,
-                                                               monkeypatch):
-    """The collect's (port, secret, server) Java array is read with one Py4J
-    round trip an item (py4j's unpacking takes eight for three), the same
-    items as py4j's own indexing."""
-    from py4j import clientserver
-    from beam_spark_inproc.spark.engine import _java_items
-    gateway = spark.sparkContext._gateway
-    array = gateway.new_array(gateway.jvm.java.lang.Object, 3)
-    array[0], array[1], array[2] = 7, 'x', spark._jsparkSession
-    expected = [array[0], array[1], array[2]]
-    sent = []
-    send = clientserver.JavaClient.send_command
-
-    def counted(client, command, *args, **kwargs):
-        sent.append(command)
-        return send(client, command, *args, **kwargs)
-    monkeypatch.setattr(clientserver.JavaClient, 'send_command', counted)
-    items = _java_items(array, 3)
-    assert len(sent) == 3
-    assert items[:2] == expected[:2] == [7, 'x']
-    assert items[2].equals(expected[2])
