@@ -329,7 +329,7 @@ def local_parallelism(master: Optional[str]) -> Optional[int]:
     return os.cpu_count() or 2 if n == '*' else int(n)
 
 
-# The process's ``LazySession`` (Spark keeps one SparkContext per process):
+# The process's ``LazySession`` (a process has one local Spark driver):
 # every run of the process that would create the local session shares its
 # start and its warm-up, so a second run begun while the first one's session
 # starts or warms up hands its work to Spark as soon as it is ready, rather
