@@ -282,7 +282,7 @@ def main(argv=None) -> int:
           f'{platform.node()}, {os.cpu_count()} cores, Python '
           f'{platform.python_version()}, PySpark {pyspark.__version__}, '
           f'Beam {beam.__version__}; load average {os.getloadavg()} '
-          '(machine shared with other engineers)')
+          '(a shared machine)')
     print(f'# {args.keys} keys, {args.files} Parquet files; command: '
           f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
     warm = os.path.join(workdir, 'warm')
