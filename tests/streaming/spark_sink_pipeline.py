@@ -144,7 +144,11 @@ def table_rows(spark, name: str = TABLE) -> list[tuple]:
 def table(out: str) -> list[tuple]:
     """The rows at OUT as ``expected`` gives them (pyarrow's reader skips
     the ``_``-folders, as Spark's does)."""
-    data = pq.read_table(out)
+    return arrow_rows(pq.read_table(out))
+
+
+def arrow_rows(data: pa.Table) -> list[tuple]:
+    """The rows of an Arrow table of totals as ``expected`` gives them."""
     micros = {name: data.column(name).cast(pa.timestamp('us', tz='UTC'))
               .cast(pa.int64()).to_pylist()
               for name in ('window_start', 'window_end')}

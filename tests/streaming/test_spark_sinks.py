@@ -157,18 +157,10 @@ def test_driver_killed_while_and_after_publishing(spark, tmp_path, expected,
 def pq_rows(location: str) -> list:
     """The rows of the partitioned table's folder, read with pyarrow (its
     partition column from the folder names), as ``sink.expected`` gives them."""
-    import pyarrow as pa
     import pyarrow.dataset as ds
-    data = ds.dataset(location, format='parquet', partitioning='hive',
-                      ignore_prefixes=['_', '.']).to_table()
-    micros = {name: data.column(name).cast(pa.timestamp('us', tz='UTC'))
-              .cast(pa.int64()).to_pylist()
-              for name in ('window_start', 'window_end')}
-    return sorted(zip(data.column('key').to_pylist(),
-                      data.column('total').to_pylist(),
-                      micros['window_start'], micros['window_end'],
-                      data.column('pane_timing').to_pylist(),
-                      data.column('pane_index').to_pylist()))
+    return sink.arrow_rows(ds.dataset(
+        location, format='parquet', partitioning='hive',
+        ignore_prefixes=['_', '.']).to_table())
 
 
 # -- bad input: errors while building, naming the transform ---------------
