@@ -12,6 +12,8 @@ import sys
 import threading
 from typing import Iterable, Optional
 
+from beam_spark_inproc.worker import daemon
+
 _LOGGER = logging.getLogger(__name__)
 
 # Defaults for sessions the runner creates (never forced on a user's session).
@@ -229,6 +231,8 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     # Python workers must run this interpreter, not whatever python3 is on PATH.
     settings['spark.pyspark.python'] = sys.executable
     settings['spark.pyspark.driver.python'] = sys.executable
+    if master.startswith('local') and _workers_import_this_package():
+        settings[DAEMON_MODULE] = daemon.MODULE
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -238,6 +242,32 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
         os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
     return _start(builder, master), True
+
+
+DAEMON_MODULE = 'spark.python.daemon.module'
+
+
+def _workers_import_this_package(python: str = sys.executable) -> bool:
+    """Whether a Python worker of a local master (``python``, this
+    environment, another working directory) imports this package from where
+    the driver does, as ``worker.daemon`` must: then the sessions the runner
+    creates fork their workers from a daemon that has imported Beam. Not so
+    when the package is importable only from the driver's working directory
+    or a ``sys.path`` entry added at run time (the workers get it shipped)."""
+    import subprocess
+    import tempfile
+    here = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    probe = ('import importlib.util, os, sys; spec = importlib.util.find_spec('
+             '"beam_spark_inproc"); sys.exit(spec is None or os.path.dirname('
+             'os.path.dirname(os.path.abspath(spec.origin))) != sys.argv[1])')
+    try:
+        return subprocess.run(
+            [python, '-c', probe, here], cwd=tempfile.gettempdir(),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _start(builder, master: str):

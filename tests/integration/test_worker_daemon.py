@@ -1,0 +1,74 @@
+"""The Python workers of a session the runner creates are forked from
+``worker.daemon``, which imported Beam and the worker's modules first: what
+the suite's session (``session.get_or_create``, as a user's run) does."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.spark import session
+from beam_spark_inproc.worker import daemon
+from tests.integration.outputs import run_to_lines
+
+
+class _Parent(beam.DoFn):
+    """The worker's parent (PySpark's daemon): its command line, and whether
+    PyArrow's library is mapped into it (the stock daemon never imports it)."""
+
+    def process(self, element):
+        parent = os.getppid()
+        with open(f'/proc/{parent}/cmdline', 'rb') as f:
+            command = f.read().replace(b'\0', b' ').decode()
+        with open(f'/proc/{parent}/maps') as f:
+            arrow = 'libarrow' in f.read()
+        yield element, daemon.MODULE in command.split(), arrow
+
+
+def test_workers_fork_from_a_daemon_that_imported_beam(spark, tmp_path):
+    assert spark.conf.get(session.DAEMON_MODULE) == daemon.MODULE
+    lines = run_to_lines(
+        InProcessSparkRunner(spark=spark),
+        lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
+                   | beam.ParDo(_Parent())),
+        str(tmp_path / 'out'),
+        PipelineOptions(['--spark_small_data_kb=0']))  # on Spark's workers
+    assert lines == [repr((i, True, True)) for i in range(4)]
+
+
+def test_a_forked_worker_draws_its_own_numpy_randoms():
+    """Two processes forked after ``preload`` get different draws from
+    NumPy's global generator, as two that imported NumPy themselves would."""
+    script = textwrap.dedent('''
+        import os, sys
+        from beam_spark_inproc.worker import daemon
+        daemon.preload()
+        import numpy
+        draws = []
+        for _ in range(2):
+            read, write = os.pipe()
+            if os.fork() == 0:
+                os.write(write, str(numpy.random.randint(2**62)).encode())
+                os._exit(0)
+            os.close(write)
+            os.wait()
+            draws.append(os.read(read, 64))
+        sys.exit(draws[0] == draws[1])
+    ''')
+    subprocess.run([sys.executable, '-c', script], check=True)
+
+
+def test_an_interpreter_without_the_package_keeps_pysparks_daemon():
+    assert session._workers_import_this_package(sys.executable)
+    base = getattr(sys, '_base_executable', None)
+    if not base or subprocess.run(
+            [base, '-c', 'import beam_spark_inproc'], cwd='/',
+            capture_output=True).returncode == 0:
+        pytest.skip('no interpreter here lacks the package')
+    assert not session._workers_import_this_package(base)
