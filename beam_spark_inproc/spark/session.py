@@ -12,6 +12,8 @@ import sys
 import threading
 from typing import Iterable, Optional
 
+from beam_spark_inproc.errors import SparkMasterError
+from beam_spark_inproc.spark import class_archive
 from beam_spark_inproc.worker import daemon
 
 _LOGGER = logging.getLogger(__name__)
@@ -146,7 +148,6 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
     with the JVM's exit (pyspark's ``JAVA_GATEWAY_EXITED``, the reason only in
     the JVM's output), and an unreachable standalone master costs about a
     minute of registration retries before a stopped Spark context."""
-    from beam_spark_inproc.errors import SparkMasterError
     if not any(re.fullmatch(form, master) for form in _MASTER_FORMS):
         raise SparkMasterError(
             f'--spark_master={master!r} is not a Spark master URL (Spark: '
@@ -159,7 +160,6 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
 def _reach_standalone(master: str, timeout: float) -> None:
     """One of a ``spark://`` URL's masters accepts a connection, or an error."""
     import socket
-    from beam_spark_inproc.errors import SparkMasterError
     reasons = []
     for address in master[len('spark://'):].split(','):
         host, sep, port = address.strip().rpartition(':')
@@ -231,8 +231,12 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     # Python workers must run this interpreter, not whatever python3 is on PATH.
     settings['spark.pyspark.python'] = sys.executable
     settings['spark.pyspark.driver.python'] = sys.executable
-    if master.startswith('local') and _workers_import_this_package():
-        settings[DAEMON_MODULE] = daemon.MODULE
+    archive = None
+    if master.startswith('local'):
+        if _workers_import_this_package():
+            settings[DAEMON_MODULE] = daemon.MODULE
+        if DRIVER_JAVA_OPTIONS not in conf:
+            archive = class_archive.Archive.for_this_install()
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -241,10 +245,25 @@ def get_or_create(master: Optional[str], remote: Optional[str],
         # A local session talks to itself: bind to loopback rather than have
         # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
         os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
-    return _start(builder, master), True
+    archived = archive.java_options() if archive is not None else ''
+    if not archived:
+        return _start(builder, master), True
+    try:
+        spark = _start(builder.config(DRIVER_JAVA_OPTIONS, ' '.join(
+            (settings[DRIVER_JAVA_OPTIONS], archived))), master)
+    except SparkMasterError:
+        archive.failed()
+        _LOGGER.warning('Spark\'s JVM did not start with its class archive; '
+                        'starting it without (the archive was deleted).')
+        spark = _start(builder.config(
+            DRIVER_JAVA_OPTIONS, settings[DRIVER_JAVA_OPTIONS]), master)
+    else:
+        archive.started(spark.sparkContext._gateway)  # classic-only: a local JVM
+    return spark, True
 
 
 DAEMON_MODULE = 'spark.python.daemon.module'
+DRIVER_JAVA_OPTIONS = 'spark.driver.extraJavaOptions'
 
 
 def _workers_import_this_package(python: str = sys.executable) -> bool:
@@ -277,7 +296,6 @@ def _start(builder, master: str):
     except Exception as e:
         if getattr(e, 'getCondition', lambda: None)() != 'JAVA_GATEWAY_EXITED':
             raise
-        from beam_spark_inproc.errors import SparkMasterError
         raise SparkMasterError(
             f'Spark\'s JVM exited before the session started (master '
             f'{master!r}; pyspark: {e}); the JVM printed its reason above '

@@ -1,6 +1,7 @@
-"""The Python workers of a session the runner creates are forked from
-``worker.daemon``, which imported Beam and the worker's modules first: what
-the suite's session (``session.get_or_create``, as a user's run) does."""
+"""What the local sessions the runner creates start with: Python workers
+forked from ``worker.daemon``, which imported Beam and the worker's modules
+first; the driver JVM's class archive (``spark.class_archive``). The suite's
+session (``session.get_or_create``, as a user's run) has both."""
 from __future__ import annotations
 
 import os
@@ -72,3 +73,30 @@ def test_an_interpreter_without_the_package_keeps_pysparks_daemon():
             capture_output=True).returncode == 0:
         pytest.skip('no interpreter here lacks the package')
     assert not session._workers_import_this_package(base)
+
+
+def test_a_class_archive_the_jvm_cannot_map_is_deleted_and_the_session_starts(
+        tmp_path):
+    """A truncated archive in place (which crashes a JVM mapping it) costs a
+    second start without it, and is deleted: the run goes on."""
+    script = textwrap.dedent('''
+        import os, subprocess, sys
+        from beam_spark_inproc.spark import class_archive, session
+        archive = class_archive.Archive.for_this_install()
+        subprocess.run([str(archive._java), '-Xlog:cds*=off',
+                        f'-XX:ArchiveClassesAtExit={archive.path}', '-version'],
+                       check=True, capture_output=True)
+        data = archive.path.read_bytes()
+        os.chmod(archive.path, 0o600)
+        archive.path.write_bytes(data[:len(data) // 2])
+        spark, _ = session.get_or_create('local[1]', None, {})
+        print(spark.range(5).count(), archive.path.exists())
+    ''')
+    out = subprocess.run(
+        [sys.executable, '-c', script], cwd=tmp_path, capture_output=True,
+        text=True, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)),
+        timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ['5', 'False']
+    assert 'did not start with its class archive' in out.stderr
+    assert not list(tmp_path.glob('hs_err*'))  # no crash report in its folder
