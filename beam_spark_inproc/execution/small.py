@@ -59,10 +59,12 @@ knows no backend:
   it. A splittable stage may run here then, its restrictions cut into
   ``COLD_PIECES`` equal pieces (``execution.initial_split``) fed one at a
   time. Once the session is ready, a stage whose input rows are independent
-  elements or restrictions (``_element_wise``) is fed no more: its bundle
-  ends as usual, its output so far is kept and the input not fed runs on
-  Spark, as further bundles of the same stage; a stage reading rows grouped
-  or sorted by key (which cannot be cut between two inputs) ends here.
+  elements or restrictions (``_element_wise``) is fed no more, unless the
+  driver would finish them within ``HANDOVER_SECONDS`` at its pace so far:
+  its bundle ends as usual, its output so far is kept and the input not fed
+  runs on Spark, as further bundles of the same stage; a stage reading rows
+  grouped or sorted by key (which cannot be cut between two inputs) ends
+  here.
 
 What stays in the driver runs on one core, for about ``max_seconds`` a stage
 (plus the element under way when they pass): the price of a stage handed over
@@ -130,6 +132,17 @@ _PIECE_ROWS = 256
 # session is ready goes to Spark in equal shares.
 COLD_MAX_BYTES = 256 << 20
 COLD_PIECES = 256
+# ... and when the session becomes ready, a stage of independent inputs hands
+# the inputs not yet fed to Spark only if the driver, at its pace so far,
+# would take longer than this over them: the session's first jobs cost more
+# than the same jobs later (the JVM's first queries of each kind, Python
+# workers' first tasks), so a hand-over near a stage's end made the run slower
+# than finishing it here. Word count of 200,000 lines, the run after the one
+# that started the session: 8.1 s with the rest of its read handed over as the
+# warm-up ended, 4.7-5.2 s ending in the driver, 3.1-3.6 s on a warm session
+# (docs/performance.md, "Cold start"). Spark's two cores would halve the
+# rest, at ~1.5-2 s more for a first job: worth it beyond ~4 s.
+HANDOVER_SECONDS = 4.0
 
 
 @dataclasses.dataclass
@@ -353,7 +366,8 @@ class SmallDataEngine:
             (lambda rows, nbytes: True) if collected else self._fits,
             spark_start=self._spark_start if cold else None,
             splits=cold and _element_wise(task),
-            piece_rows=1 if _splittable(task) else _PIECE_ROWS)
+            piece_rows=1 if _splittable(task) else _PIECE_ROWS,
+            rows=sum(b.num_rows for part in data.partitions for b in part))
         stage_task.started.callback = limits.started
         _BEAM_LOGGER.addFilter(_not_a_bundle_failure)
         rows = nbytes = 0
@@ -405,7 +419,7 @@ class _Limits:
 
     def __init__(self, seconds: float, max_elements: int, fits, *,
                  spark_start=None, splits: bool = False,
-                 piece_rows: int = _PIECE_ROWS):
+                 piece_rows: int = _PIECE_ROWS, rows: int = 0):
         self._seconds = seconds
         # Set when the first bundle starts: building its BundleProcessor
         # (in a new process: importing Beam's worker modules, unpickling the
@@ -420,6 +434,10 @@ class _Limits:
         self._processor = None
         self._before = 0
         self.remainder: Optional[list] = None  # set when a split run stops
+        # A split run's pace: rows fed since its first bundle started, of all.
+        self._fed = 0
+        self._rows = rows
+        self._began: Optional[float] = None
 
     def started(self, processor) -> None:
         """A bundle's BundleProcessor, before its helper thread starts
@@ -427,7 +445,8 @@ class _Limits:
         self._processor = processor
         self._before = _elements(processor)
         if self._deadline is None:
-            self._deadline = time.monotonic() + self._seconds
+            self._began = time.monotonic()
+            self._deadline = self._began + self._seconds
 
     def late(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
@@ -448,7 +467,15 @@ class _Limits:
         if not self._spark_start.ready:
             self._spark_start.start()  # the work outgrew the driver
             return False
-        return self._splits
+        return self._splits and self._rest_takes() > HANDOVER_SECONDS
+
+    def _rest_takes(self) -> float:
+        """The seconds the input not yet fed would take here, at the pace of
+        the rows fed so far."""
+        if not self._fed or self._began is None:
+            return float('inf')
+        pace = (time.monotonic() - self._began) / self._fed
+        return pace * (self._rows - self._fed)
 
     def check_output(self, rows: int, nbytes: int) -> None:
         """At each output batch: ``_TooBig`` past the limits (a split run:
@@ -483,6 +510,7 @@ class _Limits:
                 piece = batch.slice(start, size)
                 start += piece.num_rows
                 yield piece
+                self._fed += piece.num_rows
                 size = min(size * 2, self._piece_rows)
 
 

@@ -124,12 +124,25 @@ def test_a_tiny_read_stays_in_the_driver_and_starts_nothing(slow_start, tmp_path
 
 def test_a_read_begun_in_the_driver_hands_the_rest_to_spark_once_ready(
         slow_start, tmp_path, monkeypatch):
-    # Past the limits after a few pieces; ready a few pieces after that.
+    # Past the limits after a few pieces; ready a few pieces after that; the
+    # rest worth a hand-over however little of it there is.
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    monkeypatch.setattr(small, 'HANDOVER_SECONDS', 0.0)
     path, expected = _lines(tmp_path, 40_000)
     start, engine = slow_start(_word_count(path, expected), checks=3)
     assert start.started and start.got
     assert engine.stages_split >= 1
+
+
+def test_a_read_the_driver_would_soon_finish_ends_there_once_ready(
+        slow_start, tmp_path, monkeypatch):
+    """The same read, Spark ready as early, but the rest of it would take
+    the driver less than ``HANDOVER_SECONDS``: it ends in the driver."""
+    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    path, expected = _lines(tmp_path, 40_000)
+    start, engine = slow_start(_word_count(path, expected), checks=3)
+    assert start.started
+    assert engine.stages_split == 0
 
 
 def test_a_read_finished_before_spark_is_ready_never_waits_for_it(
