@@ -253,8 +253,9 @@ def get_or_create(master: Optional[str], remote: Optional[str],
             (settings[DRIVER_JAVA_OPTIONS], archived))), master)
     except SparkMasterError:
         archive.failed()
-        _LOGGER.warning('Spark\'s JVM did not start with its class archive; '
-                        'starting it without (the archive was deleted).')
+        _LOGGER.warning('Spark\'s JVM exited at its start with its class '
+                        'archive; starting it once more without (the archive '
+                        'was deleted and will be written anew).')
         spark = _start(builder.config(
             DRIVER_JAVA_OPTIONS, settings[DRIVER_JAVA_OPTIONS]), master)
     else:

@@ -98,5 +98,5 @@ def test_a_class_archive_the_jvm_cannot_map_is_deleted_and_the_session_starts(
         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ['5', 'False']
-    assert 'did not start with its class archive' in out.stderr
+    assert 'exited at its start with its class archive' in out.stderr
     assert not list(tmp_path.glob('hs_err*'))  # no crash report in its folder
