@@ -269,25 +269,35 @@ DRIVER_JAVA_OPTIONS = 'spark.driver.extraJavaOptions'
 
 def _workers_import_this_package(python: str = sys.executable) -> bool:
     """Whether a Python worker of a local master (``python``, this
-    environment, another working directory) imports this package from where
-    the driver does, as ``worker.daemon`` must: then the sessions the runner
-    creates fork their workers from a daemon that has imported Beam. Not so
-    when the package is importable only from the driver's working directory
-    or a ``sys.path`` entry added at run time (the workers get it shipped)."""
+    environment, another working directory) imports the same code of this
+    package as the driver, as ``worker.daemon`` must: then the sessions the
+    runner creates fork their workers from a daemon that has imported Beam.
+    The same code: from the same folder, or from a copy with the same sources
+    (an installed copy of the source tree the driver runs from). Not so where
+    the package is importable only from the driver's working directory or a
+    ``sys.path`` entry added at run time, or is another version there (the
+    workers get the driver's copy shipped, ``shipping``)."""
+    import pathlib
     import subprocess
     import tempfile
-    here = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
-    probe = ('import importlib.util, os, sys; spec = importlib.util.find_spec('
-             '"beam_spark_inproc"); sys.exit(spec is None or os.path.dirname('
-             'os.path.dirname(os.path.abspath(spec.origin))) != sys.argv[1])')
+    from beam_spark_inproc.spark import shipping
+    probe = ('import importlib.util; spec = importlib.util.find_spec('
+             '"beam_spark_inproc"); print(spec.origin if spec else "")')
     try:
-        return subprocess.run(
-            [python, '-c', probe, here], cwd=tempfile.gettempdir(),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        out = subprocess.run(
+            [python, '-c', probe], cwd=tempfile.gettempdir(),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=30)
     except (OSError, subprocess.SubprocessError):
         return False
+    origin = out.stdout.strip()
+    if out.returncode or not origin or not origin.endswith('__init__.py'):
+        return False
+    theirs = pathlib.Path(origin).resolve().parent
+    ours = pathlib.Path(__file__).resolve().parents[1]
+    return theirs == ours or (
+        shipping.package_digest('beam_spark_inproc', theirs)
+        == shipping.package_digest('beam_spark_inproc', ours))
 
 
 def _start(builder, master: str):

@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import types
 import zipfile
 from typing import Iterable, Optional
 
@@ -160,6 +161,13 @@ def _digest(modules: dict[str, pathlib.Path]) -> str:
         digest.update(b'%d:%s:%d:' % (len(arc), arc.encode(), len(data)))
         digest.update(data)
     return digest.hexdigest()[:16]
+
+
+def package_digest(name: str, folder: pathlib.Path) -> str:
+    """``_digest`` of the package ``name`` whose folder is ``folder``: two
+    copies of a package (a source tree, its installed copy) are the same
+    code where they are equal."""
+    return _digest(_module_files(name, types.SimpleNamespace(__path__=[folder])))
 
 
 def _zip(modules: dict[str, pathlib.Path]) -> bytes:

@@ -5,6 +5,8 @@ session (``session.get_or_create``, as a user's run) has both."""
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -63,6 +65,20 @@ def test_a_forked_worker_draws_its_own_numpy_randoms():
         sys.exit(draws[0] == draws[1])
     ''')
     subprocess.run([sys.executable, '-c', script], check=True)
+
+
+def test_a_copy_of_the_same_sources_is_the_same_code(tmp_path, monkeypatch):
+    """Workers that find an installed copy of the driver's source tree (as
+    CI's venv, with pytest importing the tree) preload it; another version
+    of it is not preloaded (the workers take the driver's, shipped)."""
+    copy = tmp_path / 'site' / 'beam_spark_inproc'
+    shutil.copytree(pathlib.Path(session.__file__).resolve().parents[1], copy,
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    monkeypatch.setenv('PYTHONPATH', str(copy.parent))
+    assert session._workers_import_this_package(sys.executable)
+    with open(copy / 'worker' / 'daemon.py', 'a') as f:
+        f.write('# another version\n')
+    assert not session._workers_import_this_package(sys.executable)
 
 
 def test_an_interpreter_without_the_package_keeps_pysparks_daemon():
