@@ -138,7 +138,10 @@ class Archive:
             return
         if pid is not None and self._dump.exists() and self._maps(
                 self._dump, held.get('class_path', '')):
-            os.replace(self._dump, self.path)
+            try:
+                os.replace(self._dump, self.path)
+            except OSError:  # another process settled it first
+                pass
         for path in (self._dump, self._lock):
             try:
                 path.unlink()
