@@ -295,9 +295,7 @@ def _workers_import_this_package(python: str = sys.executable) -> bool:
         return False
     theirs = pathlib.Path(origin).resolve().parent
     ours = pathlib.Path(__file__).resolve().parents[1]
-    return theirs == ours or (
-        shipping.package_digest('beam_spark_inproc', theirs)
-        == shipping.package_digest('beam_spark_inproc', ours))
+    return theirs == ours or shipping.runs_this_runner(theirs)
 
 
 def _start(builder, master: str):

@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import io
 import logging
 import os
@@ -163,11 +164,18 @@ def _digest(modules: dict[str, pathlib.Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def package_digest(name: str, folder: pathlib.Path) -> str:
-    """``_digest`` of the package ``name`` whose folder is ``folder``: two
-    copies of a package (a source tree, its installed copy) are the same
-    code where they are equal."""
-    return _digest(_module_files(name, types.SimpleNamespace(__path__=[folder])))
+def runs_this_runner(folder: pathlib.Path) -> bool:
+    """Whether the copy of this package in ``folder`` (e.g. installed) has
+    the sources the driver runs. Installed, ``transforms`` is a folder of the
+    package; in a source tree it is a folder of its own (the package's
+    ``_SourceTreeTransforms``): it is compared where it is found."""
+    ours = _module_files(_RUNNER_PACKAGE, sys.modules[_RUNNER_PACKAGE])
+    transforms = importlib.util.find_spec(_RUNNER_PACKAGE + '.transforms')
+    if transforms is not None and transforms.submodule_search_locations:
+        ours.update(_module_files(_RUNNER_PACKAGE + '.transforms', types.SimpleNamespace(
+            __path__=list(transforms.submodule_search_locations))))
+    theirs = _module_files(_RUNNER_PACKAGE, types.SimpleNamespace(__path__=[folder]))
+    return _digest(ours) == _digest(theirs)
 
 
 def _zip(modules: dict[str, pathlib.Path]) -> bytes:

@@ -4,6 +4,7 @@ first; the driver JVM's class archive (``spark.class_archive``). The suite's
 session (``session.get_or_create``, as a user's run) has both."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -72,8 +73,13 @@ def test_a_copy_of_the_same_sources_is_the_same_code(tmp_path, monkeypatch):
     CI's venv, with pytest importing the tree) preload it; another version
     of it is not preloaded (the workers take the driver's, shipped)."""
     copy = tmp_path / 'site' / 'beam_spark_inproc'
+    ignore = shutil.ignore_patterns('__pycache__')
     shutil.copytree(pathlib.Path(session.__file__).resolve().parents[1], copy,
-                    ignore=shutil.ignore_patterns('__pycache__'))
+                    ignore=ignore)
+    if not (copy / 'transforms').exists():  # a source tree's: installed there
+        transforms = importlib.util.find_spec('beam_spark_inproc.transforms')
+        shutil.copytree(transforms.submodule_search_locations[0],
+                        copy / 'transforms', ignore=ignore)
     monkeypatch.setenv('PYTHONPATH', str(copy.parent))
     assert session._workers_import_this_package(sys.executable)
     with open(copy / 'worker' / 'daemon.py', 'a') as f:
