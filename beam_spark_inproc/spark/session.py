@@ -14,7 +14,6 @@ from typing import Iterable, Optional
 
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.spark import class_archive
-from beam_spark_inproc.worker import daemon
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -232,11 +231,8 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     settings['spark.pyspark.python'] = sys.executable
     settings['spark.pyspark.driver.python'] = sys.executable
     archive = None
-    if master.startswith('local'):
-        if _workers_import_this_package():
-            settings[DAEMON_MODULE] = daemon.MODULE
-        if DRIVER_JAVA_OPTIONS not in conf:
-            archive = class_archive.Archive.for_this_install()
+    if master.startswith('local') and DRIVER_JAVA_OPTIONS not in conf:
+        archive = class_archive.Archive.for_this_install()
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -263,39 +259,7 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     return spark, True
 
 
-DAEMON_MODULE = 'spark.python.daemon.module'
 DRIVER_JAVA_OPTIONS = 'spark.driver.extraJavaOptions'
-
-
-def _workers_import_this_package(python: str = sys.executable) -> bool:
-    """Whether a Python worker of a local master (``python``, this
-    environment, another working directory) imports the same code of this
-    package as the driver, as ``worker.daemon`` must: then the sessions the
-    runner creates fork their workers from a daemon that has imported Beam.
-    The same code: from the same folder, or from a copy with the same sources
-    (an installed copy of the source tree the driver runs from). Not so where
-    the package is importable only from the driver's working directory or a
-    ``sys.path`` entry added at run time, or is another version there (the
-    workers get the driver's copy shipped, ``shipping``)."""
-    import pathlib
-    import subprocess
-    import tempfile
-    from beam_spark_inproc.spark import shipping
-    probe = ('import importlib.util; spec = importlib.util.find_spec('
-             '"beam_spark_inproc"); print(spec.origin if spec else "")')
-    try:
-        out = subprocess.run(
-            [python, '-c', probe], cwd=tempfile.gettempdir(),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    origin = out.stdout.strip()
-    if out.returncode or not origin or not origin.endswith('__init__.py'):
-        return False
-    theirs = pathlib.Path(origin).resolve().parent
-    ours = pathlib.Path(__file__).resolve().parents[1]
-    return theirs == ours or shipping.runs_this_runner(theirs)
 
 
 def _start(builder, master: str):

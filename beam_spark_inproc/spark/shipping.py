@@ -25,7 +25,6 @@ import atexit
 import contextlib
 import hashlib
 import importlib
-import importlib.util
 import io
 import logging
 import os
@@ -36,7 +35,6 @@ import sys
 import sysconfig
 import tempfile
 import threading
-import types
 import zipfile
 from typing import Iterable, Optional
 
@@ -162,20 +160,6 @@ def _digest(modules: dict[str, pathlib.Path]) -> str:
         digest.update(b'%d:%s:%d:' % (len(arc), arc.encode(), len(data)))
         digest.update(data)
     return digest.hexdigest()[:16]
-
-
-def runs_this_runner(folder: pathlib.Path) -> bool:
-    """Whether the copy of this package in ``folder`` (e.g. installed) has
-    the sources the driver runs. Installed, ``transforms`` is a folder of the
-    package; in a source tree it is a folder of its own (the package's
-    ``_SourceTreeTransforms``): it is compared where it is found."""
-    ours = _module_files(_RUNNER_PACKAGE, sys.modules[_RUNNER_PACKAGE])
-    transforms = importlib.util.find_spec(_RUNNER_PACKAGE + '.transforms')
-    if transforms is not None and transforms.submodule_search_locations:
-        ours.update(_module_files(_RUNNER_PACKAGE + '.transforms', types.SimpleNamespace(
-            __path__=list(transforms.submodule_search_locations))))
-    theirs = _module_files(_RUNNER_PACKAGE, types.SimpleNamespace(__path__=[folder]))
-    return _digest(ours) == _digest(theirs)
 
 
 def _zip(modules: dict[str, pathlib.Path]) -> bytes:

@@ -45,11 +45,9 @@ MAX_EPOCH_TASKS = 256
 
 def forked_by_pyspark_daemon() -> bool:
     """Whether this process is a Python worker forked by PySpark's daemon
-    (``python -m pyspark.daemon``, or ``worker.daemon``, which imports and
-    runs it), which collects garbage after every task."""
+    (``python -m pyspark.daemon``), which collects garbage after every task."""
     spec = getattr(sys.modules.get('__main__'), '__spec__', None)
-    return (getattr(spec, 'name', None) == 'pyspark.daemon'
-            or 'pyspark.daemon' in sys.modules)
+    return getattr(spec, 'name', None) == 'pyspark.daemon'
 
 
 class Epochs:

@@ -114,11 +114,8 @@ def test_worker_imports_no_driver_module():
         bad = [n for n in _imports(path) if n.startswith(driver)]
         assert not bad, f'{path}: {bad}'
         # A shipped file is found through SparkFiles, inside PySpark's own
-        # worker (where pyspark is loaded already); the workers' daemon runs
-        # PySpark's daemon and worker loop: the worker uses of pyspark.
-        spark_files = {'shipped.py': {'pyspark'},
-                       'daemon.py': {'pyspark', 'pyspark.worker'}}.get(
-                           path.name, set())
+        # worker (where pyspark is loaded already): the one worker use of it.
+        spark_files = path.name == 'shipped.py' and {'pyspark'} or set()
         assert not any(n.startswith('pyspark') for n in _imports(path) - spark_files), path
 
 
@@ -129,13 +126,10 @@ def test_only_spark_package_imports_pyspark():
             continue
         names = _imports(path)
         # runner.py may catch pyspark's PythonException to translate it.
-        # worker/shipped.py finds shipped files through pyspark.SparkFiles;
-        # worker/daemon.py runs PySpark's daemon and worker loop.
+        # worker/shipped.py finds shipped files through pyspark.SparkFiles.
         offending = [n for n in names if n.startswith('pyspark')
                      and not (path.name == 'runner.py' and n == 'pyspark.errors')
-                     and not (path.name == 'shipped.py' and n == 'pyspark')
-                     and not (path.name == 'daemon.py'
-                              and n in ('pyspark', 'pyspark.worker'))]
+                     and not (path.name == 'shipped.py' and n == 'pyspark')]
         assert not offending, f'{path}: {offending}'
 
 
@@ -210,7 +204,6 @@ TASK_BUILDING = {
     'beam_spark_inproc.worker.recode': {'Recode'},  # a Reshuffle's task
     'beam_spark_inproc.worker.shipped': {'ShippedFile'},  # a task's side input file
     'beam_spark_inproc.worker.logs': {'logs'},  # the task's log level
-    'beam_spark_inproc.worker.daemon': {'daemon'},  # what forks the workers
 }
 
 
