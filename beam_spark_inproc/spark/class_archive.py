@@ -78,6 +78,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _unlink(*paths: pathlib.Path) -> None:
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
 class Archive:
     """The archive of one Java runtime and one PySpark install."""
 
@@ -142,11 +150,7 @@ class Archive:
                 os.replace(self._dump, self.path)
             except OSError:  # another process settled it first
                 pass
-        for path in (self._dump, self._lock):
-            try:
-                path.unlink()
-            except OSError:
-                pass
+        _unlink(self._dump, self._lock)
 
     def _maps(self, archive: pathlib.Path, class_path: str) -> bool:
         try:
@@ -180,11 +184,4 @@ class Archive:
     def failed(self) -> None:
         """The session did not start with ``java_options``: no archive is
         used or written until one is made anew."""
-        paths = [self.path]
-        if self._dumping:
-            paths += [self._dump, self._lock]
-        for path in paths:
-            try:
-                path.unlink()
-            except OSError:
-                pass
+        _unlink(self.path, *((self._dump, self._lock) if self._dumping else ()))
