@@ -5,6 +5,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
@@ -108,9 +109,16 @@ class InProcessSparkRunner(PipelineRunner):
     def run_pipeline(self, pipeline, options: PipelineOptions):
         """Beam's ``run_pipeline`` (the pipeline proto, then
         ``run_portable_pipeline``) with TestStreams' elements beside the proto
-        (``streaming.teststream_source.elements_aside``)."""
+        (``streaming.teststream_source.elements_aside``) and
+        ``WatchFilePattern``'s start time fixed in the driver
+        (``io.watch_file_pattern``)."""
         from beam_spark_inproc.execution.streaming.teststream_source import elements_aside
-        with elements_aside(pipeline) as events:
+        pinned = contextlib.nullcontext()
+        if 'apache_beam.ml.inference.utils' in sys.modules:
+            # Only a pipeline that imported it can have WatchFilePattern.
+            from beam_spark_inproc.io.watch_file_pattern import start_pinned
+            pinned = start_pinned(pipeline)
+        with elements_aside(pipeline) as events, pinned:
             # For ``_run_stream`` below ``run_portable_pipeline``, which
             # Beam's ``run_pipeline`` calls with the proto alone.
             _ASIDE.values = events

@@ -10,8 +10,13 @@ processing time past its interval. No sleep, no race: the expected output is
 computed by hand from which model applies in which micro-batch."""
 from __future__ import annotations
 
+import ast
 import os
+import pathlib
 import pickle
+import subprocess
+import sys
+import textwrap
 
 import apache_beam as beam
 from apache_beam.ml.inference import base
@@ -110,13 +115,36 @@ def test_watch_file_pattern_refreshes_the_model(tmp_path, monkeypatch):
     assert loaded == ['model_1.txt', 'model_2.txt']
 
 
-def test_watch_file_pattern_refreshes_the_model_on_spark(spark, tmp_path,
-                                                         monkeypatch):
-    """The same on Spark: the polls, the file's state and the inference run
-    in Spark's Python workers; each model is loaded once per worker process
-    that infers with it."""
-    outputs, loaded = run_refresh(InProcessSparkRunner(spark=spark), tmp_path,
-                                  monkeypatch, '--spark_small_data_kb=0')
+def test_watch_file_pattern_refreshes_the_model_on_spark(tmp_path):
+    """The same on Spark, where the polls, the file's state and the inference
+    run in Spark's Python workers, and Spark starts workers while a stream
+    runs (a second one where a task chains two stages, a new one after an
+    idle one timed out). Beam's ``WatchFilePattern`` compares a file's time
+    with its module's import time, so a worker started after model 2 landed
+    ignored it (``io.watch_file_pattern``). Here worker reuse is off, so
+    every task's worker is a new one; models load in order."""
+    script = textwrap.dedent('''
+        import pathlib, sys
+        import pytest
+        from pyspark.sql import SparkSession
+        from beam_spark_inproc import InProcessSparkRunner
+        from tests.streaming.test_model_refresh import run_refresh
+        spark = (SparkSession.builder.master('local[2]')
+                 .config('spark.python.worker.reuse', 'false').getOrCreate())
+        outputs, loaded = run_refresh(
+            InProcessSparkRunner(spark=spark), pathlib.Path(sys.argv[1]),
+            pytest.MonkeyPatch(), '--spark_small_data_kb=0')
+        print(outputs, loaded, sep='\\t')
+    ''')
+    root = pathlib.Path(__file__).parents[2]
+    out = subprocess.run(
+        [sys.executable, '-c', script, str(tmp_path)], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(root), os.environ.get('PYTHONPATH')]))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    outputs, loaded = map(ast.literal_eval,
+                          out.stdout.strip().splitlines()[-1].split('\t'))
     assert outputs == [10, 20, 30, 400, 500]
     assert 'model_1.txt' in loaded and 'model_2.txt' in loaded
     assert loaded.index('model_1.txt') < loaded.index('model_2.txt')

@@ -84,14 +84,6 @@ MULTI_PROCESS: dict[str, str] = _proven({
         'emitted)') for name in (
         'test_multi_round_dedups_stops_and_is_per_input',
         'test_timestamp_cursor_dedups_growing_source')},
-    **{f'utils_test__WatchFilePatternTest::{name}': (
-        'assumes one process: compares file times with utils._START_TIME_STAMP, '
-        'set when a process imports apache_beam.ml.inference.utils; a worker '
-        'process imports it later than the driver, so a file "after pipeline '
-        'construction" is before the worker\'s start time and the default '
-        '(\'\') comes out; the same on FnApiRunner with two workers') for name in (
-        'test_emitting_singleton_output',
-        'test_latest_file_with_timestamp_after_pipeline_construction_time')},
     'base_test__RunInferenceBaseTest::test_env_vars_set_correctly': (
         'assumes one process: the model handler sets FOO in the environment of '
         'the process that loads the model (a worker), the test reads the '
