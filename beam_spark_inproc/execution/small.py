@@ -421,10 +421,11 @@ class _Limits:
                  spark_start=None, splits: bool = False,
                  piece_rows: int = _PIECE_ROWS, rows: int = 0):
         self._seconds = seconds
-        # Set when the first bundle starts: building its BundleProcessor
-        # (in a new process: importing Beam's worker modules, unpickling the
-        # DoFns and their setup) is no measure of the data's size.
-        self._deadline: Optional[float] = None
+        # When the first bundle started (the run's time and pace count from
+        # there): building its BundleProcessor (in a new process: importing
+        # Beam's worker modules, unpickling the DoFns and their setup) is no
+        # measure of the data's size.
+        self._began: Optional[float] = None
         self._max_elements = max_elements
         self._fits = fits
         self._spark_start = spark_start
@@ -437,19 +438,18 @@ class _Limits:
         # A split run's pace: rows fed since its first bundle started, of all.
         self._fed = 0
         self._rows = rows
-        self._began: Optional[float] = None
 
     def started(self, processor) -> None:
         """A bundle's BundleProcessor, before its helper thread starts
         (``stage_task.started``): its elements are counted from here."""
         self._processor = processor
         self._before = _elements(processor)
-        if self._deadline is None:
+        if self._began is None:
             self._began = time.monotonic()
-            self._deadline = self._began + self._seconds
 
     def late(self) -> bool:
-        return self._deadline is not None and time.monotonic() > self._deadline
+        return (self._began is not None
+                and time.monotonic() > self._began + self._seconds)
 
     def _over(self) -> bool:
         return self.late() or (
