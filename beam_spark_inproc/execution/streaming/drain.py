@@ -81,6 +81,7 @@ class Drain:
         self._requested_by = ''
         self.active = False
         self.after_micro_batch = -1
+        self.began_at = 0.0  # wall time of the boundary the drain began at
         self.sources_stopped_at: dict[str, dict] = {}
         self._plan: p.SparkPlan | None = None  # ``replan``'s, once needed
         self._stages: dict[int, p.StagePlan] = {}
@@ -128,6 +129,7 @@ class Drain:
     def _begin(self, executor: Any) -> None:
         self.active = True
         self.after_micro_batch = executor.micro_batch - 1
+        self.began_at = time.time()
         self.sources_stopped_at = {str(i): source.checkpoint()
                                    for i, source in executor.sources.items()}
         for source in executor.sources.values():
@@ -180,6 +182,7 @@ class Drain:
         return {
             'requested_by': self._requested_by,
             'after_micro_batch': self.after_micro_batch,
+            'began_at': self.began_at,
             'sources_stopped_at': self.sources_stopped_at,
             'drained': bool(
                 all(s.exhausted for s in executor.sources.values())
@@ -196,6 +199,7 @@ class Drain:
         self._requested_by = record.get('requested_by', '')
         self._requested.set()
         self.after_micro_batch = record['after_micro_batch']
+        self.began_at = record.get('began_at', 0.0)
         self.sources_stopped_at = record.get('sources_stopped_at', {})
         _LOGGER.info('Stream %s: continuing the drain begun after '
                      'micro-batch %d', job_id[:8], self.after_micro_batch)
