@@ -25,7 +25,6 @@ the pipelines are ``run.py``'s. Per run it prints ``uptime``'s load and:
 from __future__ import annotations
 
 import argparse
-import cProfile
 import glob
 import json
 import os
@@ -95,7 +94,7 @@ def compare_profiles(harness, bench, n: int, top: int) -> list[str]:
         ours = _own_times(stats)
     # CPU time of this thread, as the workers' bundle profiles count it: wall
     # time would charge the load's descheduling to whatever was running.
-    profiler = cProfile.Profile(time.thread_time)
+    profiler = profiling.Profile(time.thread_time)
     profiler.enable()
     harness.run_beam(bench, n, 'direct')
     profiler.disable()
