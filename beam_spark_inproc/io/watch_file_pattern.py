@@ -30,6 +30,7 @@ import apache_beam as beam
 from apache_beam.ml.inference import utils
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 
+
 class _AtLeast:
     """A combining state whose read is at least ``floor``."""
 
