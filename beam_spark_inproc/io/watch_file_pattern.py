@@ -27,6 +27,7 @@ from functools import partial
 from typing import Iterator
 
 import apache_beam as beam
+from apache_beam.pipeline import PipelineVisitor
 from apache_beam.ml.inference import utils
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 
@@ -71,16 +72,7 @@ def start_pinned(pipeline) -> Iterator[int]:
     pipeline runs ``LatestFileSince`` (module doc); yields how many."""
     originals = []
 
-    class _Visitor:  # Beam's PipelineVisitor protocol
-        def enter_composite_transform(self, node):
-            pass
-
-        def leave_composite_transform(self, node):
-            pass
-
-        def visit_value(self, value, producer):
-            pass
-
+    class _Visitor(PipelineVisitor):
         def visit_transform(self, node):
             transform = node.transform
             if (isinstance(transform, beam.ParDo) and

@@ -100,7 +100,7 @@ def test_planning_imports_no_pyspark():
     for path in (PACKAGE / 'planning').rglob('*.py'):
         # A shipped file is found through SparkFiles, inside PySpark's own
         # worker (where pyspark is loaded already): the one worker use of it.
-        spark_files = path.name == 'shipped.py' and {'pyspark'} or set()
+        spark_files = {'pyspark'} if path.name == 'shipped.py' else set()
         assert not any(n.startswith('pyspark') for n in _imports(path) - spark_files), path
 
 
@@ -115,7 +115,7 @@ def test_worker_imports_no_driver_module():
         assert not bad, f'{path}: {bad}'
         # A shipped file is found through SparkFiles, inside PySpark's own
         # worker (where pyspark is loaded already): the one worker use of it.
-        spark_files = path.name == 'shipped.py' and {'pyspark'} or set()
+        spark_files = {'pyspark'} if path.name == 'shipped.py' else set()
         assert not any(n.startswith('pyspark') for n in _imports(path) - spark_files), path
 
 

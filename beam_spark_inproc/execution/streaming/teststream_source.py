@@ -43,6 +43,7 @@ from typing import Iterator
 
 from apache_beam.coders.coders import LengthPrefixCoder
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.pipeline import PipelineVisitor
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger
@@ -67,15 +68,9 @@ def elements_aside(pipeline) -> Iterator[dict[str, list] | None]:
     found: dict[str, list] = {}
     originals = []
 
-    class _Visitor:  # Beam's PipelineVisitor protocol
+    class _Visitor(PipelineVisitor):
         def enter_composite_transform(self, node):
             self.visit_transform(node)
-
-        def leave_composite_transform(self, node):
-            pass
-
-        def visit_value(self, value, producer):
-            pass
 
         def visit_transform(self, node):
             transform = node.transform
