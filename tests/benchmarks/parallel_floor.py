@@ -155,7 +155,8 @@ def _load() -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--pipelines', nargs='*', default=['P1', 'P2'],
-                        help="run.py's pipelines, or WC: cold_start.py's word count (default P1 P2)")
+                        help="run.py's pipelines, or WC: cold_start.py's word "
+                             'count (default P1 P2)')
     parser.add_argument('--size', type=int, default=4_000_000)
     parser.add_argument('--lines', type=int, default=200_000,
                         help='the word count\'s lines (WC)')
