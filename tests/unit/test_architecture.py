@@ -96,6 +96,19 @@ def test_no_classic_only_spark_api(path):
     assert not hits, f'{path}: {hits}'
 
 
+@pytest.mark.parametrize('path', list(_sources()), ids=lambda p: p.name)
+def test_no_exception_raised_into_other_threads(path):
+    """The runner never raises into code it does not own: no ``ctypes`` into
+    CPython (``PyThreadState_SetAsyncExc`` stops a thread at a random
+    instruction, and can leave the interpreter's state broken), no
+    ``_thread.interrupt_main``. A stage in the driver is stopped between
+    its inputs (``execution.small``)."""
+    text = path.read_text()
+    assert not {'ctypes', '_ctypes'} & _imports(path), path
+    for name in ('SetAsyncExc', 'interrupt_main', 'pythonapi'):
+        assert name not in text, (path, name)
+
+
 def test_planning_imports_no_pyspark():
     for path in (PACKAGE / 'planning').rglob('*.py'):
         # A shipped file is found through SparkFiles, inside PySpark's own
