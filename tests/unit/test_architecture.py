@@ -1,4 +1,5 @@
-"""The package's shape: Connect-compatible Spark APIs only, imports one way."""
+"""The package's shape: Connect-compatible Spark APIs only, imports one way, no
+exceptions raised into other threads."""
 from __future__ import annotations
 
 import ast
