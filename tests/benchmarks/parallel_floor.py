@@ -170,7 +170,11 @@ def main(argv=None) -> None:
         _child(args.child[0], int(args.child[1]), args.workdir, args.chunks)
         return
 
-    workdir = tempfile.mkdtemp(prefix='parallel-floor-')
+    with tempfile.TemporaryDirectory(prefix='parallel-floor-') as workdir:
+        _measure(args, workdir)
+
+
+def _measure(args, workdir: str) -> None:
     kinds = [('spin', SPIN)] + [(name, args.lines if name == 'WC' else args.size)
                                 for name in args.pipelines]
     if 'WC' in args.pipelines:
@@ -179,7 +183,7 @@ def main(argv=None) -> None:
             cold_start.make_input(_lines_file(workdir, n), n)
     if 'P2' in args.pipelines:   # its input files, before any clock
         from tests.benchmarks import run as bench_run
-        for n in {args.size, args.size // 2, args.size - args.size // 2}:
+        for n in {args.size, args.size // 2, args.size - args.size // 2, WARM_UP}:
             bench_run.text_file(workdir, n)
     runs: dict = {(kind, shape): [] for kind, _ in kinds
                   for shape in ('solo', 'pair')}
