@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-# Spark's console progress bar and INFO logs would drown test output.
-os.environ.setdefault('PYSPARK_PYTHON_QUIET', '1')
+# Py4J's INFO logs would drown test output.
 logging.getLogger('py4j').setLevel(logging.WARNING)
 
 # The suite runs with the options users get: tiny stages run in the driver
