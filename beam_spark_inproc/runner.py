@@ -162,7 +162,7 @@ class InProcessSparkRunner(PipelineRunner):
         from beam_spark_inproc.execution.executor import execute
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
-        attempt_host = cancel = diagnose = spark = None
+        attempt_host = cancel = settle = diagnose = spark = None
         settings = contextlib.nullcontext
         debug = self._debug or opts.inproc_debug
         if debug:
@@ -232,6 +232,10 @@ class InProcessSparkRunner(PipelineRunner):
             def cancel():
                 if lazy is None or lazy.created:
                     get_spark().interruptTag(tag)
+
+            def settle():
+                if lazy is None or lazy.created:
+                    spark_session.wait_for_tasks_to_end(get_spark())
         if streaming:
             return self._run_stream(pipeline, plan, engine, job_id, options,
                                     attempt_host,
@@ -266,8 +270,12 @@ class InProcessSparkRunner(PipelineRunner):
                 error = e
                 if interrupt is not None:
                     # Ctrl-C: the run's Spark jobs stop, and the user sees
-                    # the interrupt, not the job failures it caused.
+                    # the interrupt, not the job failures it caused. Their
+                    # tasks end before it goes on: an interpreter exiting
+                    # under them stops the JVM while they end, which prints
+                    # Spark's task errors after the interrupt.
                     cancel_quietly(cancel)
+                    cancel_quietly(settle)
                     error = interrupt
                 elif isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
@@ -385,12 +393,15 @@ def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
 
 
 def cancel_quietly(cancel) -> None:
-    """Cancels the run's Spark jobs (by their tag) if it can; an interrupt
-    must not turn into a failure to cancel."""
+    """Cancels the run's Spark jobs (by their tag), or waits for their tasks
+    to end, if it can; an interrupt must not turn into a failure to cancel,
+    and another Ctrl-C ends the wait."""
     if cancel is None:
         return
     try:
         cancel()
+    except KeyboardInterrupt:
+        pass
     except Exception:
         _LOGGER.debug('Could not cancel the Spark jobs', exc_info=True)
 

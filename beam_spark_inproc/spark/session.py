@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import Iterable, Optional
 
 from beam_spark_inproc.errors import SparkMasterError
@@ -136,6 +137,10 @@ MASTER_FORMS_TEXT = ('local, local[N], local[*], local[N,retries], '
                      'spark://host:port[,host:port...], yarn or k8s://https://host:port')
 # Seconds to wait for a standalone master's port before giving up.
 MASTER_CONNECT_SECONDS = 5.0
+# How long an interrupted run waits for its cancelled tasks to end
+# (``wait_for_tasks_to_end``): PySpark kills a task's Python worker 2 s after
+# the kill by default (``spark.python.task.killTimeout``).
+TASKS_END_SECONDS = 15.0
 
 
 def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
@@ -271,6 +276,28 @@ def _start(builder, master: str):
             f'{master!r}; pyspark: {e}); the JVM printed its reason above '
             'this error. Check --spark_master and --spark_conf (spark-submit '
             'reads both), and that a Java 17+ runtime works.') from None
+
+
+def wait_for_tasks_to_end(session, timeout: float = TASKS_END_SECONDS) -> bool:
+    """Waits up to ``timeout`` seconds until no task runs on the session's
+    executors; True once none does.
+
+    After Ctrl-C has cancelled a run's jobs their tasks still end on the
+    executors: a task in a Python worker ends when the worker is killed, up
+    to ``spark.python.task.killTimeout`` later. A process exiting before
+    then stops its local JVM under them, whose task-completion errors then
+    reach the user's terminal after the interrupt. On Spark Connect the
+    tasks end on the server, whatever the client does."""
+    from beam_spark_inproc.spark.engine import is_connect
+    if is_connect(session):
+        return True
+    tracker = session.sparkContext.statusTracker()  # classic-only: tasks ending after a cancel
+    deadline = time.monotonic() + timeout
+    while any(e.numRunningTasks for e in tracker.getExecutorInfos()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def parallelism(session, requested: Optional[int]) -> int:
