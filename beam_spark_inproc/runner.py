@@ -274,8 +274,8 @@ class InProcessSparkRunner(PipelineRunner):
                     # tasks end before it goes on: an interpreter exiting
                     # under them stops the JVM while they end, which prints
                     # Spark's task errors after the interrupt.
-                    cancel_quietly(cancel)
-                    cancel_quietly(settle)
+                    quietly(cancel)
+                    quietly(settle)
                     error = interrupt
                 elif isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
@@ -392,14 +392,14 @@ def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
     return None
 
 
-def cancel_quietly(cancel) -> None:
-    """Cancels the run's Spark jobs (by their tag), or waits for their tasks
-    to end, if it can; an interrupt must not turn into a failure to cancel,
-    and another Ctrl-C ends the wait."""
-    if cancel is None:
+def quietly(step) -> None:
+    """Runs ``step`` of stopping an interrupted run (cancel its Spark jobs,
+    wait for their tasks to end) if there is one: an interrupt must not turn
+    into a failure to cancel, and another Ctrl-C ends the wait."""
+    if step is None:
         return
     try:
-        cancel()
+        step()
     except KeyboardInterrupt:
         pass
     except Exception:

@@ -297,6 +297,11 @@ def test_progress_of_an_unbounded_splittable_dofn():
     A micro-batch that begins before the residual's 10 ms resume delay has
     passed (the loop runs one before it waits for a residual) runs nothing:
     it moves no watermark and is left out of the count."""
+    def sdf_and_gbk(progress):
+        sdf = next(s for s in progress['stages']
+                   if s['name'].startswith('ParDo(Ticks)/Process'))
+        return sdf, progress['stages'][-1]
+
     results = []
     oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True),
                results=results)
@@ -304,9 +309,9 @@ def test_progress_of_an_unbounded_splittable_dofn():
     for progress in results[0].recent_progress():
         if progress['elements_in'] == 0 and recent:
             assert [(s['elements_out'], s['output_watermark'])
-                    for s in progress['stages'][2:]] == [
+                    for s in sdf_and_gbk(progress)] == [
                 (None if s['elements_out'] is None else 0, s['output_watermark'])
-                for s in recent[-1]['stages'][2:]], progress
+                for s in sdf_and_gbk(recent[-1])], progress
             continue
         recent.append(progress)
     assert len(recent) == 4, [  # what each micro-batch ran, if not 4
@@ -315,9 +320,7 @@ def test_progress_of_an_unbounded_splittable_dofn():
           for s in r['stages']]) for r in recent]
     fired = 0
     for k, progress in enumerate(recent):
-        sdf = next(s for s in progress['stages']
-                   if s['name'].startswith('ParDo(Ticks)/Process'))
-        gbk = progress['stages'][-1]
+        sdf, gbk = sdf_and_gbk(progress)
         last = k == len(recent) - 1
         mark = '+inf' if last else _at(3 * (k + 1))
         assert (sdf['output_watermark'], gbk['input_watermark']) == (mark, mark)
