@@ -403,7 +403,7 @@ def quietly(step) -> None:
     except KeyboardInterrupt:
         pass
     except Exception:
-        _LOGGER.debug('Could not cancel the Spark jobs', exc_info=True)
+        _LOGGER.debug('Could not stop the Spark jobs', exc_info=True)
 
 
 def runtime_options(options: PipelineOptions) -> tuple:
