@@ -17,6 +17,7 @@ unpickles a stage's task imports ``beam_spark_inproc.worker`` through this
 package and must not load the runner, planner and options with it
 (``tests/unit/test_worker_imports.py``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -73,8 +74,8 @@ class _SourceTreeTransforms(importlib.abc.MetaPathFinder):
         if fullname != __name__ + '.transforms':
             return None
         return importlib.util.spec_from_file_location(
-            fullname, self._folder / '__init__.py',
-            submodule_search_locations=[str(self._folder)])
+            fullname, self._folder / '__init__.py', submodule_search_locations=[str(self._folder)]
+        )
 
 
 def _find_source_tree_transforms() -> None:

@@ -16,6 +16,7 @@ drains the stream running on that checkpoint location
 (``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
 answers ``--help`` with an empty usage line, so a script never shows them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,27 +31,33 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ['status']:
         from beam_spark_inproc.status import main as status
+
         return status(argv[1:])
     if argv[:1] == ['drain']:
         from beam_spark_inproc.execution.streaming import drain
+
         return drain.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m beam_spark_inproc',
         description=__doc__.splitlines()[0].replace('explain|run', 'explain|run|status'),
         epilog=options_help('python -m beam_spark_inproc explain|run SCRIPT'),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument('command', choices=['explain', 'run'])
     parser.add_argument('script', help='a Python file that builds and runs a pipeline')
-    parser.add_argument('args', nargs=argparse.REMAINDER,
-                        help='arguments for the script (pipeline options)')
+    parser.add_argument(
+        'args', nargs=argparse.REMAINDER, help='arguments for the script (pipeline options)'
+    )
     args = parser.parse_args(argv)
     from beam_spark_inproc.runner import EXPLAIN_ENV, Explained
+
     script_args = list(args.args)
     if any(a in ('-h', '--help') for a in script_args):
-        print(options_help(f'python -m beam_spark_inproc {args.command} '
-                           f'{args.script}'))
-        print("Beam's own pipeline options (--streaming, ...) apply too; "
-              f"{args.script}'s own flags: python {args.script} --help")
+        print(options_help(f'python -m beam_spark_inproc {args.command} {args.script}'))
+        print(
+            "Beam's own pipeline options (--streaming, ...) apply too; "
+            f"{args.script}'s own flags: python {args.script} --help"
+        )
         return 0
     if not any(a == '--runner' or a.startswith('--runner=') for a in script_args):
         script_args.append(RUNNER_FLAG)
@@ -72,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
 def options_help(prog: str) -> str:
     """The runner's pipeline options (``SparkRunnerOptions``) with their help."""
     from beam_spark_inproc.options import SparkRunnerOptions
+
     parser = argparse.ArgumentParser(
-        prog=prog, add_help=False,
+        prog=prog,
+        add_help=False,
         usage=f'{prog} [InProcessSparkRunner options]',
-        description="InProcessSparkRunner's pipeline options:")
+        description="InProcessSparkRunner's pipeline options:",
+    )
     SparkRunnerOptions._add_argparse_args(parser)
     return parser.format_help()
 

@@ -1,4 +1,5 @@
 """Errors the runner raises to its callers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +12,7 @@ _BDB_QUIT = re.compile(r'\bbdb\.BdbQuit\b|\bBdbQuit\b')
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One transform the runner cannot execute, and what to do about it."""
+
     label: str
     urn: str
     environment: str
@@ -19,8 +21,10 @@ class Problem:
 
     def __str__(self) -> str:
         env = self.environment or '(none)'
-        return (f'- {self.label!r} (URN {self.urn or "(none)"}, '
-                f'environment {env}): {self.reason} {self.remedy}')
+        return (
+            f'- {self.label!r} (URN {self.urn or "(none)"}, '
+            f'environment {env}): {self.reason} {self.remedy}'
+        )
 
 
 class UnsupportedPipelineError(ValueError):
@@ -31,7 +35,8 @@ class UnsupportedPipelineError(ValueError):
         lines = [
             'InProcessSparkRunner cannot run this pipeline; nothing was '
             f'submitted to Spark. {len(self.problems)} transform(s) are '
-            'unsupported:']
+            'unsupported:'
+        ]
         lines += [str(problem) for problem in self.problems]
         super().__init__('\n'.join(lines))
 
@@ -46,27 +51,33 @@ class PipelineExecutionError(RuntimeError):
     (``protocol.report.Failure``), if the worker sent one.
     """
 
-    def __init__(self, message: str, stage: str | None = None,
-                 labels: tuple[str, ...] = (), worker_traceback: str = '',
-                 failure=None):
+    def __init__(
+        self,
+        message: str,
+        stage: str | None = None,
+        labels: tuple[str, ...] = (),
+        worker_traceback: str = '',
+        failure=None,
+    ):
         super().__init__(message)
         self.stage = stage
         self.labels = labels
         self.worker_traceback = worker_traceback
         self.failure = failure
         self.transform = failure.transform if failure is not None else ''
-        self.exception_type = (failure.exception_type if failure is not None
-                               else '')
+        self.exception_type = failure.exception_type if failure is not None else ''
 
 
 def remedy(worker_error: str) -> str:
     """A line telling the user what to do about a worker's failure (its
     summary and traceback), when the failure says; '' otherwise."""
     if _BDB_QUIT.search(worker_error):
-        return ('breakpoint() or pdb in a DoFn has no terminal in Spark\'s '
-                'Python workers, so the debugger quit at once: run with '
-                '--inproc_debug (or InProcessSparkRunner(debug=True)) to stop '
-                'at it in this process.')
+        return (
+            "breakpoint() or pdb in a DoFn has no terminal in Spark's "
+            'Python workers, so the debugger quit at once: run with '
+            '--inproc_debug (or InProcessSparkRunner(debug=True)) to stop '
+            'at it in this process.'
+        )
     return ''
 
 

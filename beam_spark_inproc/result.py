@@ -1,4 +1,5 @@
 """The PipelineResult a run returns, with the metrics its bundles reported."""
+
 from __future__ import annotations
 
 import threading
@@ -27,8 +28,13 @@ class SparkPipelineResult(PipelineResult):
     that ended so far committed.
     """
 
-    def __init__(self, state: str, reports: list[dict] | None = None,
-                 error: BaseException | None = None, live=None):
+    def __init__(
+        self,
+        state: str,
+        reports: list[dict] | None = None,
+        error: BaseException | None = None,
+        live=None,
+    ):
         super().__init__(state)
         self._error = error
         self._live = live if live is not None else LiveMetrics(reports or [])

@@ -1,4 +1,5 @@
 """InProcessSparkRunner: Beam pipeline -> check -> plan -> Spark DataFrames."""
+
 from __future__ import annotations
 
 import contextlib
@@ -71,6 +72,7 @@ class InProcessSparkRunner(PipelineRunner):
     ``debug`` (or ``--inproc_debug``): run the same plan and worker code in this
     process without Spark (see ``debug``).
     """
+
     # The runner-native transforms' URNs this runner runs as stages of their
     # own (``beam_spark_inproc.transforms`` asks a pipeline's runner this).
     native_urns = NATIVE_URNS
@@ -92,18 +94,20 @@ class InProcessSparkRunner(PipelineRunner):
             return None
         opts = options.view_as(SparkRunnerOptions)
         from beam_spark_inproc.spark import session
+
         return session.lazy_local_session(
-            functools.partial(self.session, options), opts.spark_master,
-            opts.spark_remote)
+            functools.partial(self.session, options), opts.spark_master, opts.spark_remote
+        )
 
     def session(self, options: Optional[PipelineOptions] = None):
         """The SparkSession this runner runs on (created on first use)."""
         if self._spark is None:
             from beam_spark_inproc.spark import session
+
             opts = (options or PipelineOptions()).view_as(SparkRunnerOptions)
             self._spark, _ = session.get_or_create(
-                opts.spark_master, opts.spark_remote,
-                parse_conf(opts.spark_conf))
+                opts.spark_master, opts.spark_remote, parse_conf(opts.spark_conf)
+            )
         return self._spark
 
     def run_pipeline(self, pipeline, options: PipelineOptions):
@@ -113,10 +117,12 @@ class InProcessSparkRunner(PipelineRunner):
         ``WatchFilePattern``'s start time fixed in the driver
         (``io.watch_file_pattern``)."""
         from beam_spark_inproc.execution.streaming.teststream_source import elements_aside
+
         pinned = contextlib.nullcontext()
         if 'apache_beam.ml.inference.utils' in sys.modules:
             # Only a pipeline that imported it can have WatchFilePattern.
             from beam_spark_inproc.io.watch_file_pattern import start_pinned
+
             pinned = start_pinned(pipeline)
         with elements_aside(pipeline) as events, pinned:
             # For ``_run_stream`` below ``run_portable_pipeline``, which
@@ -128,24 +134,25 @@ class InProcessSparkRunner(PipelineRunner):
                 _ASIDE.values = None
 
     def run_portable_pipeline(
-            self, pipeline: beam_runner_api_pb2.Pipeline,
-            options: PipelineOptions) -> SparkPipelineResult:
+        self, pipeline: beam_runner_api_pb2.Pipeline, options: PipelineOptions
+    ) -> SparkPipelineResult:
         validate_pipeline_graph(pipeline)
         from beam_spark_inproc.execution.streaming import support
-        streaming = support.is_streaming(
-            pipeline, options.view_as(StandardOptions).streaming)
+
+        streaming = support.is_streaming(pipeline, options.view_as(StandardOptions).streaming)
         capabilities.check(pipeline)
-        pipeline = merge_common_environments(
-            merge_superset_dep_environments(pipeline))
+        pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
         plan = plan_pipeline(
-            pipeline, self._is_drain,
-            reshuffle_keeps_panes=not options.is_compat_version_prior_to(
-                RESHUFFLE_PANES_VERSION),
-            streaming=streaming)
+            pipeline,
+            self._is_drain,
+            reshuffle_keeps_panes=not options.is_compat_version_prior_to(RESHUFFLE_PANES_VERSION),
+            streaming=streaming,
+        )
         if streaming:
             support.check(plan, pipeline)
         if os.environ.get(EXPLAIN_ENV):
             from beam_spark_inproc.planning.describe import describe
+
             raise Explained(describe(plan))
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
@@ -154,12 +161,15 @@ class InProcessSparkRunner(PipelineRunner):
         if opts.spark_split_after_seconds < 0:
             raise ValueError(
                 '--spark_split_after_seconds must be >= 0 (0 turns runner '
-                f'splitting off), got {opts.spark_split_after_seconds}.')
+                f'splitting off), got {opts.spark_split_after_seconds}.'
+            )
         if opts.spark_stream_spread_kb < 0:
             raise ValueError(
-                '--spark_stream_spread_kb must be >= 0 (0 keeps a micro-batch\'s '
-                f'driver rows in one partition), got {opts.spark_stream_spread_kb}.')
+                "--spark_stream_spread_kb must be >= 0 (0 keeps a micro-batch's "
+                f'driver rows in one partition), got {opts.spark_stream_spread_kb}.'
+            )
         from beam_spark_inproc.execution.executor import execute
+
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
         attempt_host = cancel = settle = diagnose = spark = None
@@ -167,36 +177,42 @@ class InProcessSparkRunner(PipelineRunner):
         debug = self._debug or opts.inproc_debug
         if debug:
             from beam_spark_inproc.debug.engine import LocalEngine
+
             parallelism = opts.spark_parallelism or 2
             # Spark work of runner-native transforms (ReadFromSpark, ...) runs
             # on a local session, made only if the pipeline has them.
-            engine = LocalEngine(parallelism,
-                                 session=functools.partial(self.session, options))
+            engine = LocalEngine(parallelism, session=functools.partial(self.session, options))
         else:
             from beam_spark_inproc.spark import session as spark_session
             from beam_spark_inproc.spark.engine import SparkEngine
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
+
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
-            small = (opts.spark_small_data_kb > 0 and not streaming
-                     and not any(s.kind == NATIVE_STAGE for s in plan.stages))
+            small = (
+                opts.spark_small_data_kb > 0
+                and not streaming
+                and not any(s.kind == NATIVE_STAGE for s in plan.stages)
+            )
             lazy = self._lazy_session(options) if small else None
             if lazy is None:
                 spark = self.session(options)
-                parallelism = spark_session.parallelism(
-                    spark, opts.spark_parallelism)
+                parallelism = spark_session.parallelism(spark, opts.spark_parallelism)
                 from beam_spark_inproc.spark import workers
+
                 problem = workers.known_problem(spark)
                 if problem is not None:
                     raise problem
 
                 def get_spark(ready=spark):
                     return ready
+
                 attempt_host = spark_session.callback_host(spark)
             else:
                 # A local session the runner creates, once a stage needs
                 # Spark: its cores and callback address are known up front.
-                parallelism = (opts.spark_parallelism or
-                               spark_session.local_parallelism(opts.spark_master))
+                parallelism = opts.spark_parallelism or spark_session.local_parallelism(
+                    opts.spark_master
+                )
                 get_spark = lazy.get
                 attempt_host = '127.0.0.1'
 
@@ -204,26 +220,35 @@ class InProcessSparkRunner(PipelineRunner):
                 if lazy is not None and not lazy.created:
                     return None
                 from beam_spark_inproc.spark import workers
+
                 return workers.explain_missing_modules(error, get_spark())
 
             def make_engine():
                 return SparkEngine(
-                    get_spark(), parallelism, job_id, extra_py_files,
-                    int(opts.spark_inline_side_input_mb * (1 << 20)))
+                    get_spark(),
+                    parallelism,
+                    job_id,
+                    extra_py_files,
+                    int(opts.spark_inline_side_input_mb * (1 << 20)),
+                )
 
             # The runtime SQL settings the runner relies on, on a user's
             # session too (its values come back afterwards).
             def settings():
                 return spark_session.runtime_settings(
-                    get_spark(), keep=parse_conf(opts.spark_conf),
-                    shuffle_partitions=parallelism)
+                    get_spark(), keep=parse_conf(opts.spark_conf), shuffle_partitions=parallelism
+                )
+
             if small:
                 from beam_spark_inproc.execution.small import SmallDataEngine
                 from beam_spark_inproc.spark.hand_over import SparkHandOver
+
                 engine = SmallDataEngine(
                     SparkHandOver(get_spark, make_engine, parallelism),
                     max_bytes=int(opts.spark_small_data_kb * 1024),
-                    settings=settings, spark_start=lazy)
+                    settings=settings,
+                    spark_start=lazy,
+                )
                 settings = contextlib.nullcontext  # entered by the engine
             else:
                 engine = make_engine()
@@ -236,13 +261,22 @@ class InProcessSparkRunner(PipelineRunner):
             def settle():
                 if lazy is None or lazy.created:
                     spark_session.wait_for_tasks_to_end(get_spark())
+
         if streaming:
-            return self._run_stream(pipeline, plan, engine, job_id, options,
-                                    attempt_host,
-                                    settings, parallelism, spark, cancel)
+            return self._run_stream(
+                pipeline,
+                plan,
+                engine,
+                job_id,
+                options,
+                attempt_host,
+                settings,
+                parallelism,
+                spark,
+                cancel,
+            )
         run_metrics = metrics.start(options, job_id, attempt_host)
-        result = SparkPipelineResult(PipelineState.RUNNING,
-                                     live=run_metrics.live)
+        result = SparkPipelineResult(PipelineState.RUNNING, live=run_metrics.live)
 
         def after_job(reports: list[dict]) -> None:
             run_metrics.pusher.after_job(reports)
@@ -254,19 +288,26 @@ class InProcessSparkRunner(PipelineRunner):
             try:
                 with settings():
                     reports = execute(
-                        plan, engine, job_id,
+                        plan,
+                        engine,
+                        job_id,
                         split_after=opts.spark_split_after_seconds,
                         split_ways=parallelism,
                         profile_dir=os.path.abspath(opts.spark_profile_dir)
-                        if opts.spark_profile_dir else '',
+                        if opts.spark_profile_dir
+                        else '',
                         after_job=after_job,
                         attempt_channel=run_metrics.channel,
                         runtime_options=runtime_options(options),
-                        native=_native_stage)
+                        native=_native_stage,
+                    )
             except BaseException as e:
                 interrupt = interruption(e)
-                state = (PipelineState.CANCELLED if result.cancel_requested.is_set()
-                         or interrupt is not None else PipelineState.FAILED)
+                state = (
+                    PipelineState.CANCELLED
+                    if result.cancel_requested.is_set() or interrupt is not None
+                    else PipelineState.FAILED
+                )
                 error = e
                 if interrupt is not None:
                     # Ctrl-C: the run's Spark jobs stop, and the user sees
@@ -279,16 +320,19 @@ class InProcessSparkRunner(PipelineRunner):
                     error = interrupt
                 elif isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
-                    error = ((diagnose and diagnose(e))
-                             or translate_error(e, plan))
+                    error = (diagnose and diagnose(e)) or translate_error(e, plan)
                 result.finished(state, error)
                 run_metrics.finish(state)
                 if error is e:
                     raise
                 raise error from None
             report.rewarn(reports)
-            _LOGGER.info('Pipeline %s: %d stages in %.2f s', job_id[:8],
-                         len(plan.stages), time.monotonic() - start)
+            _LOGGER.info(
+                'Pipeline %s: %d stages in %.2f s',
+                job_id[:8],
+                len(plan.stages),
+                time.monotonic() - start,
+            )
             result.finished(PipelineState.DONE)
             run_metrics.finish(PipelineState.DONE)
 
@@ -302,52 +346,72 @@ class InProcessSparkRunner(PipelineRunner):
             except BaseException:  # kept in the result for wait_until_finish
                 pass
 
-        thread = threading.Thread(target=run_quietly, daemon=True,
-                                  name='beam-pipeline-' + job_id[:8])
+        thread = threading.Thread(
+            target=run_quietly, daemon=True, name='beam-pipeline-' + job_id[:8]
+        )
         result.running(thread, cancel)
         thread.start()
         return result
 
-    def _run_stream(self, pipeline, plan, engine, job_id: str, options,
-                    attempt_host: str | None, settings, parallelism: int,
-                    spark=None, cancel=None):
+    def _run_stream(
+        self,
+        pipeline,
+        plan,
+        engine,
+        job_id: str,
+        options,
+        attempt_host: str | None,
+        settings,
+        parallelism: int,
+        spark=None,
+        cancel=None,
+    ):
         """A stream: the micro-batch loop on a driver thread (returns at once),
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
         from beam_spark_inproc.execution.streaming.update import parse_mapping
+
         opts = options.view_as(SparkRunnerOptions)
         mapping = parse_mapping(  # Beam's (Dataflow's) option, then ours
             options.view_as(GoogleCloudOptions).transform_name_mapping,
-            opts.spark_transform_name_mapping)
-        return run_stream(plan, engine, job_id,
-                          options.view_as(SparkRunnerOptions).checkpoint_location,
-                          lambda e: translate_error(e, plan),
-                          metrics.start(options, job_id, attempt_host),
-                          settings=settings,
-                          runtime_options=runtime_options(options),
-                          profile_dir=os.path.abspath(opts.spark_profile_dir)
-                          if opts.spark_profile_dir else '',
-                          spread=(parallelism,
-                                  int(opts.spark_stream_spread_kb * 1024)),
-                          prefetch=spark is not None,
-                          test_stream_values=getattr(
-                              _ASIDE, 'values', None),
-                          stateful_whole=opts.spark_stream_stateful_whole,
-                          cancel=cancel, transform_name_mapping=mapping,
-                          native=_native_stream, native_source=_native_source,
-                          drained_plan=functools.partial(
-                              plan_pipeline, pipeline, True,
-                              reshuffle_keeps_panes=not options.
-                              is_compat_version_prior_to(
-                                  RESHUFFLE_PANES_VERSION),
-                              streaming=True))
+            opts.spark_transform_name_mapping,
+        )
+        return run_stream(
+            plan,
+            engine,
+            job_id,
+            options.view_as(SparkRunnerOptions).checkpoint_location,
+            lambda e: translate_error(e, plan),
+            metrics.start(options, job_id, attempt_host),
+            settings=settings,
+            runtime_options=runtime_options(options),
+            profile_dir=os.path.abspath(opts.spark_profile_dir) if opts.spark_profile_dir else '',
+            spread=(parallelism, int(opts.spark_stream_spread_kb * 1024)),
+            prefetch=spark is not None,
+            test_stream_values=getattr(_ASIDE, 'values', None),
+            stateful_whole=opts.spark_stream_stateful_whole,
+            cancel=cancel,
+            transform_name_mapping=mapping,
+            native=_native_stream,
+            native_source=_native_source,
+            drained_plan=functools.partial(
+                plan_pipeline,
+                pipeline,
+                True,
+                reshuffle_keeps_panes=not options.is_compat_version_prior_to(
+                    RESHUFFLE_PANES_VERSION
+                ),
+                streaming=True,
+            ),
+        )
 
 
 def _native_stage(executor, index: int, stage):
     """Runs a runner-native stage (ReadFromSpark, WriteToSpark, SparkSql): the
     transforms' own handler for its URN, loaded when a plan has one."""
     from beam_spark_inproc.transforms import runtime
+
     return runtime.build(executor, index, stage)
 
 
@@ -355,6 +419,7 @@ def _native_stream(engine, coders, root: str, job):
     """The handler of a stream's runner-native stages (WriteToSpark, SparkSql):
     the transforms' own, loaded when a plan has one."""
     from beam_spark_inproc.transforms import runtime
+
     return runtime.stream_stages(engine, coders, root, job)
 
 
@@ -363,6 +428,7 @@ def _native_source(stage, engine, context, folder: str):
     over a streaming DataFrame), else None: the transforms' own, loaded when a
     stream has one."""
     from beam_spark_inproc.transforms import runtime
+
     return runtime.stream_source(stage, engine, context, folder)
 
 
@@ -376,7 +442,8 @@ def warn_unused_environment(options: PipelineOptions) -> None:
             "DoFns in Spark's Python workers (the driver's interpreter on a "
             "local master, the executors' Python on a cluster); drop the flag, "
             'and install dependencies there or ship them with --spark_py_files.',
-            kind)
+            kind,
+        )
 
 
 def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
@@ -460,10 +527,14 @@ def translate_error(error: Exception, plan) -> Exception:
             f'{lines[-1].strip() if lines else "unknown error"}\n'
             f'{_remedy(traceback_text)}\n'
             f'Worker traceback:\n{traceback_text}',
-            worker_traceback=traceback_text)
+            worker_traceback=traceback_text,
+        )
     names = [s.name for s in plan.stages]
-    where = (f'stage {names.index(failure.stage) + 1} of {len(names)}'
-             if failure.stage in names else 'an unknown stage')
+    where = (
+        f'stage {names.index(failure.stage) + 1} of {len(names)}'
+        if failure.stage in names
+        else 'an unknown stage'
+    )
     failing = failure.transform or ', '.join(failure.labels)
     subject = f'Beam transform {failing!r}' if failing else 'A Beam transform'
     traceback_text = failure.traceback.rstrip()
@@ -471,5 +542,8 @@ def translate_error(error: Exception, plan) -> Exception:
         f'{subject} failed ({where}): {failure.summary()}\n'
         f'{_remedy(failure.summary() + traceback_text)}\n'
         f'Worker traceback:\n{traceback_text}',
-        stage=failure.stage, labels=failure.labels,
-        worker_traceback=traceback_text, failure=failure)
+        stage=failure.stage,
+        labels=failure.labels,
+        worker_traceback=traceback_text,
+        failure=failure,
+    )

@@ -31,6 +31,7 @@ pipeline is the same, and the script prints the table's rows
 (``<minute> <page> <clicks>``) once the stream has read what was there.
 Runs on InProcessSparkRunner only (the read is Spark work).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,11 +62,9 @@ def generate_clicks(files: int, per_file: int, seed: int) -> list[list[dict]]:
     for f in range(files):
         records = []
         for _ in range(per_file):
-            at = START + datetime.timedelta(
-                seconds=30 * f + rnd.uniform(0, 30) - rnd.uniform(0, 5))
+            at = START + datetime.timedelta(seconds=30 * f + rnd.uniform(0, 30) - rnd.uniform(0, 5))
             click = {'user': f'u{rnd.randrange(50)}', 'page': rnd.choice(PAGES)}
-            records.append({'value': json.dumps(click),
-                            'timestamp': at.isoformat()})
+            records.append({'value': json.dumps(click), 'timestamp': at.isoformat()})
         out.append(records)
     return out
 
@@ -84,28 +83,42 @@ PER_PAGE = RowTypeConstraint.from_fields([('page', str), ('clicks', int)])
 
 
 def clicks_per_minute(records: beam.PCollection) -> beam.PCollection:
-    return (records
-            | 'Page' >> beam.Map(lambda r: json.loads(r.value)['page'])
-            | 'Minutes' >> beam.WindowInto(FixedWindows(60))
-            | 'PerPage' >> beam.combiners.Count.PerElement()
-            | 'AsRow' >> beam.Map(lambda kv: beam.Row(page=kv[0], clicks=kv[1])
-                                  ).with_output_types(PER_PAGE))
+    return (
+        records
+        | 'Page' >> beam.Map(lambda r: json.loads(r.value)['page'])
+        | 'Minutes' >> beam.WindowInto(FixedWindows(60))
+        | 'PerPage' >> beam.combiners.Count.PerElement()
+        | 'AsRow'
+        >> beam.Map(lambda kv: beam.Row(page=kv[0], clicks=kv[1])).with_output_types(PER_PAGE)
+    )
 
 
 def source(args, spark):
     from beam_spark_inproc.transforms import ReadFromSpark
+
     if args.landing:
         return ReadFromSpark.stream(
-            format='json', path=args.landing, schema=RECORD_SCHEMA,
-            options={'maxFilesPerTrigger': 1}, event_time='timestamp',
-            max_out_of_orderness=10, trigger='available_now', spark=spark)
+            format='json',
+            path=args.landing,
+            schema=RECORD_SCHEMA,
+            options={'maxFilesPerTrigger': 1},
+            event_time='timestamp',
+            max_out_of_orderness=10,
+            trigger='available_now',
+            spark=spark,
+        )
     return ReadFromSpark.stream(
-        format='kafka', options={
+        format='kafka',
+        options={
             'kafka.bootstrap.servers': args.bootstrap_servers,
             'subscribe': args.topic,
             'startingOffsets': 'earliest',
-            'maxOffsetsPerTrigger': 100_000},
-        event_time='timestamp', max_out_of_orderness=10, spark=spark)
+            'maxOffsetsPerTrigger': 100_000,
+        },
+        event_time='timestamp',
+        max_out_of_orderness=10,
+        spark=spark,
+    )
 
 
 def run(argv: list[str] | None = None) -> list[str]:
@@ -122,20 +135,26 @@ def run(argv: list[str] | None = None) -> list[str]:
         parser.error('give --bootstrap_servers (Kafka) or --landing (files)')
     if args.bootstrap_servers:
         import pyspark
-        beam_args += ['--spark_conf', 'spark.jars.packages=' +
-                      KAFKA_PACKAGE.format(version=pyspark.__version__)]
+
+        beam_args += [
+            '--spark_conf',
+            'spark.jars.packages=' + KAFKA_PACKAGE.format(version=pyspark.__version__),
+        ]
     options = PipelineOptions(beam_args)
     runner = InProcessSparkRunner()
     spark = runner.session(options)
     p = beam.Pipeline(runner=runner, options=options)
     _ = clicks_per_minute(p | 'Read' >> source(args, spark)) | 'Write' >> WriteToSpark(
-        path=os.path.abspath(args.out), mode='append',
-        window_start='window_start', spark=spark)
+        path=os.path.abspath(args.out), mode='append', window_start='window_start', spark=spark
+    )
     p.run().wait_until_finish()
     spark.conf.set('spark.sql.session.timeZone', 'UTC')  # minutes in UTC
-    rows = spark.read.parquet(os.path.abspath(args.out)).selectExpr(
-        "date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks') \
-        .orderBy('minute', 'page').collect()
+    rows = (
+        spark.read.parquet(os.path.abspath(args.out))
+        .selectExpr("date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks')
+        .orderBy('minute', 'page')
+        .collect()
+    )
     lines = [f'{r.minute} {r.page} {r.clicks}' for r in rows]
     for line in lines:
         print(line)

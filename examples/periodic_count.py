@@ -16,6 +16,7 @@ Ticks start half an interval after a whole second, so with ``--interval 0.1
 --window 1`` every window printed counts 10: a window comes out only once
 the watermark passed its end, so a window cut by the cancellation never does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,7 @@ class WriteCount(beam.DoFn):
         name = f'{win.start.micros}-{win.end.micros}'
         with open(os.path.join(self._folder, name + '.tmp'), 'w') as f:
             f.write(f'{win.start.micros} {win.end.micros} {count}\n')
-        os.replace(os.path.join(self._folder, name + '.tmp'),
-                   os.path.join(self._folder, name))
+        os.replace(os.path.join(self._folder, name + '.tmp'), os.path.join(self._folder, name))
 
 
 def read_counts(folder: str) -> list[tuple[float, float, int]]:
@@ -58,15 +58,18 @@ def read_counts(folder: str) -> list[tuple[float, float, int]]:
 
 
 def build(p: beam.Pipeline, folder: str, interval: float, window_seconds: float):
-    _ = (p
-         # Ticks start at the next whole second plus half an interval, so
-         # none falls on a window boundary.
-         | 'Ticks' >> PeriodicImpulse(
-             start_timestamp=math.ceil(time.time()) + interval / 2,
-             fire_interval=interval)
-         | 'Window' >> beam.WindowInto(window.FixedWindows(window_seconds))
-         | 'Count' >> beam.combiners.Count.Globally().without_defaults()
-         | 'Write' >> beam.ParDo(WriteCount(folder)))
+    _ = (
+        p
+        # Ticks start at the next whole second plus half an interval, so
+        # none falls on a window boundary.
+        | 'Ticks'
+        >> PeriodicImpulse(
+            start_timestamp=math.ceil(time.time()) + interval / 2, fire_interval=interval
+        )
+        | 'Window' >> beam.WindowInto(window.FixedWindows(window_seconds))
+        | 'Count' >> beam.combiners.Count.Globally().without_defaults()
+        | 'Write' >> beam.ParDo(WriteCount(folder))
+    )
 
 
 def run(argv: list[str] | None = None):
@@ -77,8 +80,7 @@ def run(argv: list[str] | None = None):
     args, beam_args = parser.parse_known_args(argv)
     options = PipelineOptions(beam_args)
     if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = (
-            'beam_spark_inproc.InProcessSparkRunner')
+        options.view_as(StandardOptions).runner = 'beam_spark_inproc.InProcessSparkRunner'
     with tempfile.TemporaryDirectory() as folder:
         p = beam.Pipeline(options=options)
         build(p, folder, args.interval, args.window)

@@ -19,6 +19,7 @@ status 1 if not).
 Without ``--runner`` the pipeline runs on InProcessSparkRunner; any Beam runner
 can be passed instead, with no change to the code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,7 @@ class ExpandRestrictions(RestrictionProvider):
 class Expand(beam.DoFn):
     """(x, N) -> (x, i) for each offset i the tracker lets it claim."""
 
-    def process(self, element,
-                tracker=beam.DoFn.RestrictionParam(ExpandRestrictions())):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(ExpandRestrictions())):
         x, _ = element
         i = tracker.current_restriction().start
         while tracker.try_claim(i):
@@ -79,8 +79,7 @@ class Expand(beam.DoFn):
             i += 1
 
 
-def check(inputs: list[tuple[str, int]],
-          lines: list[str]) -> tuple[dict[str, int], list[str]]:
+def check(inputs: list[tuple[str, int]], lines: list[str]) -> tuple[dict[str, int], list[str]]:
     """Per-x counts of output lines ``x<TAB>i``, and what is wrong with them."""
     seen = collections.Counter(tuple(line.split('\t')) for line in lines)
     counts = collections.Counter(x for x, _ in seen.elements())
@@ -94,30 +93,31 @@ def check(inputs: list[tuple[str, int]],
     if extra:
         problems.append(f'{len(extra)} unexpected pairs, e.g. {sorted(extra)[:3]}')
     if twice:
-        problems.append(f'{len(twice)} pairs more than once, e.g. '
-                        f'{sorted(twice.items())[:3]}')
+        problems.append(f'{len(twice)} pairs more than once, e.g. {sorted(twice.items())[:3]}')
     return {x: counts[x] for x, _ in inputs}, problems
 
 
 def run(argv: list[str] | None = None) -> dict[str, int]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--inputs', default=DEFAULT_INPUTS,
-                        help='Elements to expand, as X=N,X=N,...')
+    parser.add_argument(
+        '--inputs', default=DEFAULT_INPUTS, help='Elements to expand, as X=N,X=N,...'
+    )
     args, beam_args = parser.parse_known_args(argv)
     options = PipelineOptions(beam_args)
     if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = (
-            'beam_spark_inproc.InProcessSparkRunner')
+        options.view_as(StandardOptions).runner = 'beam_spark_inproc.InProcessSparkRunner'
 
     inputs = parse_inputs(args.inputs)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, 'pairs')
         with beam.Pipeline(options=options) as p:
-            (p
-             | 'Inputs' >> beam.Create(inputs)
-             | 'Expand' >> beam.ParDo(Expand())
-             | 'Format' >> beam.MapTuple(lambda x, i: f'{x}\t{i}')
-             | 'Write' >> beam.io.WriteToText(out))
+            (
+                p
+                | 'Inputs' >> beam.Create(inputs)
+                | 'Expand' >> beam.ParDo(Expand())
+                | 'Format' >> beam.MapTuple(lambda x, i: f'{x}\t{i}')
+                | 'Write' >> beam.io.WriteToText(out)
+            )
         # The DoFns ran in Spark's Python workers: read their output here.
         lines = []
         for path in sorted(glob.glob(out + '*')):

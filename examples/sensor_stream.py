@@ -36,6 +36,7 @@ Without ``--forever`` the query reads what is available and ends (watermark
 (``<sensor> <window start second> <count> <sum> <max>``). Runs on
 InProcessSparkRunner only (the read and the write are Spark work).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,7 @@ def reading_value(n: int) -> int:
 
 def reading(n: int) -> tuple:
     """Reading ``n`` as the source gives it: (sensor, value, ts)."""
-    return (f's{n % SENSORS}', reading_value(n),
-            START + datetime.timedelta(seconds=n / 2))
+    return (f's{n % SENSORS}', reading_value(n), START + datetime.timedelta(seconds=n / 2))
 
 
 def sensor_source():
@@ -116,9 +116,9 @@ def sensor_source():
     return SensorReadings
 
 
-SUMMARY = RowTypeConstraint.from_fields([
-    ('sensor', str), ('window_second', int), ('readings', int),
-    ('total', int), ('peak', int)])
+SUMMARY = RowTypeConstraint.from_fields(
+    [('sensor', str), ('window_second', int), ('readings', int), ('total', int), ('peak', int)]
+)
 
 
 def _peak(values) -> int:
@@ -129,16 +129,21 @@ def _peak(values) -> int:
 class Summarize(beam.DoFn):
     """Per sensor and window: count, sum and maximum in state, emitted by an
     event-time timer at the window's end."""
+
     COUNT = userstate.CombiningValueStateSpec('count', combine_fn=sum)
     TOTAL = userstate.CombiningValueStateSpec('total', combine_fn=sum)
     PEAK = userstate.CombiningValueStateSpec('peak', combine_fn=_peak)
     END = userstate.TimerSpec('end', TimeDomain.WATERMARK)
 
-    def process(self, element, w=beam.DoFn.WindowParam,
-                count=beam.DoFn.StateParam(COUNT),
-                total=beam.DoFn.StateParam(TOTAL),
-                peak=beam.DoFn.StateParam(PEAK),
-                end=beam.DoFn.TimerParam(END)):
+    def process(
+        self,
+        element,
+        w=beam.DoFn.WindowParam,
+        count=beam.DoFn.StateParam(COUNT),
+        total=beam.DoFn.StateParam(TOTAL),
+        peak=beam.DoFn.StateParam(PEAK),
+        end=beam.DoFn.TimerParam(END),
+    ):
         _, value = element
         count.add(1)
         total.add(value)
@@ -146,22 +151,32 @@ class Summarize(beam.DoFn):
         end.set(w.max_timestamp())
 
     @userstate.on_timer(END)
-    def emit(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
-             count=beam.DoFn.StateParam(COUNT),
-             total=beam.DoFn.StateParam(TOTAL),
-             peak=beam.DoFn.StateParam(PEAK)):
-        yield beam.Row(sensor=key, window_second=int(w.start) - int(START.timestamp()),
-                       readings=count.read(), total=total.read(),
-                       peak=peak.read())
+    def emit(
+        self,
+        key=beam.DoFn.KeyParam,
+        w=beam.DoFn.WindowParam,
+        count=beam.DoFn.StateParam(COUNT),
+        total=beam.DoFn.StateParam(TOTAL),
+        peak=beam.DoFn.StateParam(PEAK),
+    ):
+        yield beam.Row(
+            sensor=key,
+            window_second=int(w.start) - int(START.timestamp()),
+            readings=count.read(),
+            total=total.read(),
+            peak=peak.read(),
+        )
         for state in (count, total, peak):
             state.clear()
 
 
 def summaries(readings: beam.PCollection) -> beam.PCollection:
-    return (readings
-            | 'Windows' >> beam.WindowInto(FixedWindows(10))
-            | 'BySensor' >> beam.Map(lambda r: (r.sensor, r.value))
-            | 'Summarize' >> beam.ParDo(Summarize()).with_output_types(SUMMARY))
+    return (
+        readings
+        | 'Windows' >> beam.WindowInto(FixedWindows(10))
+        | 'BySensor' >> beam.Map(lambda r: (r.sensor, r.value))
+        | 'Summarize' >> beam.ParDo(Summarize()).with_output_types(SUMMARY)
+    )
 
 
 def run(argv: list[str] | None = None) -> list[str]:
@@ -172,8 +187,9 @@ def run(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--readings', type=int, default=600)
     parser.add_argument('--per_batch', type=int, default=100)
-    parser.add_argument('--forever', action='store_true',
-                        help='a source without end, read until Ctrl-C')
+    parser.add_argument(
+        '--forever', action='store_true', help='a source without end, read until Ctrl-C'
+    )
     parser.add_argument('--out', required=True, help="the table's folder")
     args, beam_args = parser.parse_known_args(argv)
     options = PipelineOptions(beam_args)
@@ -181,22 +197,24 @@ def run(argv: list[str] | None = None) -> list[str]:
     spark = runner.session(options)
     spark.dataSource.register(sensor_source())
     location = os.path.abspath(args.out)
-    spark.sql(f'CREATE TABLE IF NOT EXISTS {TABLE} (sensor STRING, window_second '
-              'BIGINT, readings BIGINT, total BIGINT, peak BIGINT) USING parquet '
-              f"LOCATION '{location}'")
+    spark.sql(
+        f'CREATE TABLE IF NOT EXISTS {TABLE} (sensor STRING, window_second '
+        'BIGINT, readings BIGINT, total BIGINT, peak BIGINT) USING parquet '
+        f"LOCATION '{location}'"
+    )
     p = beam.Pipeline(runner=runner, options=options)
     readings = p | 'Read' >> ReadFromSpark.stream(
-        format='sensor_readings', options={
-            'readings': 0 if args.forever else args.readings,
-            'per_batch': args.per_batch},
-        event_time='ts', max_out_of_orderness=5,
-        trigger=None if args.forever else 'available_now', spark=spark)
-    _ = summaries(readings) | 'Write' >> WriteToSpark(
-        TABLE, mode='append', spark=spark)
+        format='sensor_readings',
+        options={'readings': 0 if args.forever else args.readings, 'per_batch': args.per_batch},
+        event_time='ts',
+        max_out_of_orderness=5,
+        trigger=None if args.forever else 'available_now',
+        spark=spark,
+    )
+    _ = summaries(readings) | 'Write' >> WriteToSpark(TABLE, mode='append', spark=spark)
     p.run().wait_until_finish()
     rows = spark.table(TABLE).orderBy('sensor', 'window_second').collect()
-    lines = [f'{r.sensor} {r.window_second} {r.readings} {r.total} {r.peak}'
-             for r in rows]
+    lines = [f'{r.sensor} {r.window_second} {r.readings} {r.total} {r.peak}' for r in rows]
     for line in lines:
         print(line)
     return lines

@@ -19,6 +19,7 @@ The pipeline then
 The script prints the written table, read back with Spark, one line per row.
 Runs on InProcessSparkRunner only (ReadFromSpark/WriteToSpark are Spark work).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,15 +38,21 @@ PAGES = ('home', 'search', 'cart', 'checkout')
 START = datetime.datetime(2026, 11, 23, 9, 0, tzinfo=datetime.timezone.utc)
 WINDOW_SECONDS = 60
 PER_MINUTE = RowTypeConstraint.from_fields(
-    [('window_start', Timestamp), ('page', str), ('clicks', int)])
+    [('window_start', Timestamp), ('page', str), ('clicks', int)]
+)
 
 
 def generate_clicks(n: int, seed: int) -> list[tuple]:
     """(user, page, ts) over ten minutes from START."""
     rnd = random.Random(seed)
-    return [(f'u{rnd.randrange(50)}', rnd.choice(PAGES),
-             START + datetime.timedelta(microseconds=rnd.randrange(600_000_000)))
-            for _ in range(n)]
+    return [
+        (
+            f'u{rnd.randrange(50)}',
+            rnd.choice(PAGES),
+            START + datetime.timedelta(microseconds=rnd.randrange(600_000_000)),
+        )
+        for _ in range(n)
+    ]
 
 
 class PerMinute(beam.DoFn):
@@ -55,12 +62,13 @@ class PerMinute(beam.DoFn):
 
 
 def clicks_per_minute(clicks: beam.PCollection) -> beam.PCollection:
-    return (clicks
-            | 'AtEventTime' >> beam.Map(
-                lambda r: TimestampedValue(r.page, r.ts))
-            | 'Minutes' >> beam.WindowInto(FixedWindows(WINDOW_SECONDS))
-            | 'PerPage' >> beam.combiners.Count.PerElement()
-            | 'AsRow' >> beam.ParDo(PerMinute()).with_output_types(PER_MINUTE))
+    return (
+        clicks
+        | 'AtEventTime' >> beam.Map(lambda r: TimestampedValue(r.page, r.ts))
+        | 'Minutes' >> beam.WindowInto(FixedWindows(WINDOW_SECONDS))
+        | 'PerPage' >> beam.combiners.Count.PerElement()
+        | 'AsRow' >> beam.ParDo(PerMinute()).with_output_types(PER_MINUTE)
+    )
 
 
 def run(argv: list[str] | None = None):
@@ -77,16 +85,20 @@ def run(argv: list[str] | None = None):
     spark = runner.session(options)
     spark.conf.set('spark.sql.session.timeZone', 'UTC')  # for printing minutes
 
-    spark.createDataFrame(generate_clicks(args.num_clicks, args.seed),
-                          'user string, page string, ts timestamp') \
-        .write.mode('overwrite').saveAsTable('clicks')
+    spark.createDataFrame(
+        generate_clicks(args.num_clicks, args.seed), 'user string, page string, ts timestamp'
+    ).write.mode('overwrite').saveAsTable('clicks')
     with beam.Pipeline(runner=runner, options=options) as p:
         clicks = p | 'ReadClicks' >> ReadFromSpark('clicks', spark=spark)
         clicks_per_minute(clicks) | 'WriteCounts' >> WriteToSpark(
-            table='clicks_per_minute', mode='overwrite', spark=spark)
-    rows = spark.table('clicks_per_minute').selectExpr(
-        "date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks') \
-        .orderBy('minute', 'page').collect()
+            table='clicks_per_minute', mode='overwrite', spark=spark
+        )
+    rows = (
+        spark.table('clicks_per_minute')
+        .selectExpr("date_format(window_start, 'HH:mm') AS minute", 'page', 'clicks')
+        .orderBy('minute', 'page')
+        .collect()
+    )
     for row in rows:
         print(f'{row.minute} {row.page} {row.clicks}')
     print(f'{args.num_clicks} clicks -> {len(rows)} rows in clicks_per_minute')

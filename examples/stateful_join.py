@@ -25,6 +25,7 @@ batch, as in streaming); a few auctions name sellers that do not exist.
 Without ``--runner`` the pipeline runs on InProcessSparkRunner; any Beam runner
 can be passed instead, with no change to the code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,24 +47,49 @@ from apache_beam.utils.timestamp import Duration
 
 TTL_SECONDS = 10 * 60
 START = 1_704_099_600  # 2024-01-01 09:00:00 UTC
-FIRST = ['Ada', 'Alan', 'Barbara', 'Dennis', 'Edsger', 'Frances', 'Grace',
-         'John', 'Ken', 'Leslie', 'Margaret', 'Niklaus', 'Radia', 'Tony']
-LAST = ['Allen', 'Hopper', 'Kay', 'Knuth', 'Lamport', 'Liskov', 'Perlman',
-        'Ritchie', 'Thompson', 'Turing', 'Wirth']
+FIRST = [
+    'Ada',
+    'Alan',
+    'Barbara',
+    'Dennis',
+    'Edsger',
+    'Frances',
+    'Grace',
+    'John',
+    'Ken',
+    'Leslie',
+    'Margaret',
+    'Niklaus',
+    'Radia',
+    'Tony',
+]
+LAST = [
+    'Allen',
+    'Hopper',
+    'Kay',
+    'Knuth',
+    'Lamport',
+    'Liskov',
+    'Perlman',
+    'Ritchie',
+    'Thompson',
+    'Turing',
+    'Wirth',
+]
 
 
-def generate_persons(num_persons: int = 8,
-                     seed: int = 7) -> list[tuple[int, str, int]]:
+def generate_persons(num_persons: int = 8, seed: int = 7) -> list[tuple[int, str, int]]:
     """``(person id, name, unix seconds)``: one person registers per minute."""
     rng = random.Random(seed)
-    return [(pid, f'{rng.choice(FIRST)} {rng.choice(LAST)} #{pid}',
-             START + 60 * pid)
-            for pid in range(num_persons)]
+    return [
+        (pid, f'{rng.choice(FIRST)} {rng.choice(LAST)} #{pid}', START + 60 * pid)
+        for pid in range(num_persons)
+    ]
 
 
-def generate_auctions(persons: list[tuple[int, str, int]],
-                      num_auctions: int = 30,
-                      seed: int = 7) -> list[tuple[int, int, int]]:
+def generate_auctions(
+    persons: list[tuple[int, str, int]], num_auctions: int = 30, seed: int = 7
+) -> list[tuple[int, int, int]]:
     """``(auction id, seller id, unix seconds)``.
 
     An auction of a known seller happens between 2 minutes before and 8
@@ -86,16 +112,21 @@ def generate_auctions(persons: list[tuple[int, str, int]],
 
 class JoinPersonAuctions(beam.DoFn):
     """(person id, ('person', name) | ('auction', id)) -> (name, auction id)."""
+
     UNMATCHED = 'unmatched'
 
     PERSON = userstate.ReadModifyWriteStateSpec('person', StrUtf8Coder())
     PENDING = userstate.BagStateSpec('pending', VarIntCoder())
     EXPIRY = userstate.TimerSpec('expiry', TimeDomain.WATERMARK)
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                person=beam.DoFn.StateParam(PERSON),
-                pending=beam.DoFn.StateParam(PENDING),
-                expiry=beam.DoFn.TimerParam(EXPIRY)):
+    def process(
+        self,
+        element,
+        timestamp=beam.DoFn.TimestampParam,
+        person=beam.DoFn.StateParam(PERSON),
+        pending=beam.DoFn.StateParam(PENDING),
+        expiry=beam.DoFn.TimerParam(EXPIRY),
+    ):
         _, (kind, value) = element
         if kind == 'person':
             person.write(value)
@@ -112,9 +143,12 @@ class JoinPersonAuctions(beam.DoFn):
                 expiry.set(timestamp + Duration(seconds=TTL_SECONDS))
 
     @userstate.on_timer(EXPIRY)
-    def expire(self, key=beam.DoFn.KeyParam,
-               person=beam.DoFn.StateParam(PERSON),
-               pending=beam.DoFn.StateParam(PENDING)):
+    def expire(
+        self,
+        key=beam.DoFn.KeyParam,
+        person=beam.DoFn.StateParam(PERSON),
+        pending=beam.DoFn.StateParam(PENDING),
+    ):
         for auction_id in pending.read():
             yield beam.pvalue.TaggedOutput(self.UNMATCHED, (key, auction_id))
         person.clear()
@@ -126,23 +160,30 @@ def join(persons: beam.PCollection, auctions: beam.PCollection):
     keyed_persons = (
         persons
         | 'PersonTime' >> beam.Map(lambda p: TimestampedValue(p, p[2]))
-        | 'KeyPerson' >> beam.Map(lambda p: (p[0], ('person', p[1]))))
+        | 'KeyPerson' >> beam.Map(lambda p: (p[0], ('person', p[1])))
+    )
     keyed_auctions = (
         auctions
         | 'AuctionTime' >> beam.Map(lambda a: TimestampedValue(a, a[2]))
-        | 'KeyAuction' >> beam.Map(lambda a: (a[1], ('auction', a[0]))))
+        | 'KeyAuction' >> beam.Map(lambda a: (a[1], ('auction', a[0])))
+    )
     results = (
         (keyed_persons, keyed_auctions)
         | 'Flatten' >> beam.Flatten()
-        | 'Join' >> beam.ParDo(JoinPersonAuctions()).with_outputs(
-            JoinPersonAuctions.UNMATCHED, main='joined'))
+        | 'Join'
+        >> beam.ParDo(JoinPersonAuctions()).with_outputs(
+            JoinPersonAuctions.UNMATCHED, main='joined'
+        )
+    )
     return results.joined, results[JoinPersonAuctions.UNMATCHED]
 
 
 def _write(pcoll, label: str, path: str) -> None:
-    (pcoll
-     | f'{label}Json' >> beam.Map(json.dumps)
-     | f'{label}Write' >> beam.io.WriteToText(path, shard_name_template=''))
+    (
+        pcoll
+        | f'{label}Json' >> beam.Map(json.dumps)
+        | f'{label}Write' >> beam.io.WriteToText(path, shard_name_template='')
+    )
 
 
 def _read(path: str) -> list[tuple]:
@@ -158,8 +199,7 @@ def run(argv: list[str] | None = None):
     args, beam_args = parser.parse_known_args(argv)
     options = PipelineOptions(beam_args)
     if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = (
-            'beam_spark_inproc.InProcessSparkRunner')
+        options.view_as(StandardOptions).runner = 'beam_spark_inproc.InProcessSparkRunner'
 
     persons = generate_persons(args.num_persons, args.seed)
     auctions = generate_auctions(persons, args.num_auctions, args.seed)
@@ -168,15 +208,17 @@ def run(argv: list[str] | None = None):
         unmatched_path = os.path.join(tmp, 'unmatched')
         with beam.Pipeline(options=options) as p:
             joined, unmatched = join(
-                p | 'Persons' >> beam.Create(persons),
-                p | 'Auctions' >> beam.Create(auctions))
+                p | 'Persons' >> beam.Create(persons), p | 'Auctions' >> beam.Create(auctions)
+            )
             _write(joined, 'Joined', joined_path)
             _write(unmatched, 'Unmatched', unmatched_path)
         # The DoFns ran in Spark's Python workers: read their output here.
         joins = _read(joined_path)
         unmatched = _read(unmatched_path)
-    print(f'{len(persons)} persons, {len(auctions)} auctions: '
-          f'{len(joins)} joined, {len(unmatched)} unmatched')
+    print(
+        f'{len(persons)} persons, {len(auctions)} auctions: '
+        f'{len(joins)} joined, {len(unmatched)} unmatched'
+    )
     for name, auction_id in joins:
         print(f'joined: {name} <- auction {auction_id}')
     for seller, auction_id in unmatched:

@@ -24,6 +24,7 @@ when the TestStream is exhausted and every watermark reached +inf. Outputs are
 written by the DoFns as small files (so this works in Spark's workers too) and
 printed as ``stateful_join.py`` prints them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,9 @@ def events(persons, auctions) -> TestStream:
     stream = TestStream(output_tags={'persons', 'auctions'})
     for minute in sorted(by_minute):
         for tag in ('persons', 'auctions'):
-            values = [window.TimestampedValue(v, t)
-                      for kind, v, t in by_minute[minute] if kind == tag]
+            values = [
+                window.TimestampedValue(v, t) for kind, v, t in by_minute[minute] if kind == tag
+            ]
             if values:
                 stream = stream.add_elements(values, tag=tag)
         for tag in ('persons', 'auctions'):
@@ -74,16 +76,21 @@ def events(persons, auctions) -> TestStream:
 
 class JoinPanes(beam.DoFn):
     """(person id, {'persons': [name], 'auctions': [id]}) -> (name, auction id)."""
+
     UNMATCHED = 'unmatched'
 
     PERSON = userstate.ReadModifyWriteStateSpec('person', StrUtf8Coder())
     PENDING = userstate.BagStateSpec('pending', VarIntCoder())
     TTL = userstate.TimerSpec('ttl', TimeDomain.WATERMARK)
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                person=beam.DoFn.StateParam(PERSON),
-                pending=beam.DoFn.StateParam(PENDING),
-                ttl=beam.DoFn.TimerParam(TTL)):
+    def process(
+        self,
+        element,
+        timestamp=beam.DoFn.TimestampParam,
+        person=beam.DoFn.StateParam(PERSON),
+        pending=beam.DoFn.StateParam(PENDING),
+        ttl=beam.DoFn.TimerParam(TTL),
+    ):
         _, pane = element
         name = person.read()
         for new_name in pane['persons']:
@@ -100,9 +107,12 @@ class JoinPanes(beam.DoFn):
         ttl.set(timestamp + Duration(seconds=TTL_SECONDS))
 
     @userstate.on_timer(TTL)
-    def expire(self, key=beam.DoFn.KeyParam,
-               person=beam.DoFn.StateParam(PERSON),
-               pending=beam.DoFn.StateParam(PENDING)):
+    def expire(
+        self,
+        key=beam.DoFn.KeyParam,
+        person=beam.DoFn.StateParam(PERSON),
+        pending=beam.DoFn.StateParam(PENDING),
+    ):
         for auction_id in pending.read():
             yield beam.pvalue.TaggedOutput(self.UNMATCHED, (key, auction_id))
         person.clear()
@@ -126,24 +136,24 @@ def read_json(folder: str) -> list[tuple]:
     return sorted(found)
 
 
-def build(p: beam.Pipeline, persons, auctions, joined_dir: str,
-          unmatched_dir: str) -> None:
+def build(p: beam.Pipeline, persons, auctions, joined_dir: str, unmatched_dir: str) -> None:
     stream = p | 'Events' >> events(persons, auctions)
     windowing = dict(
         trigger=trigger.Repeatedly(trigger.AfterCount(1)),
         accumulation_mode=trigger.AccumulationMode.DISCARDING,
-        timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
-    panes = (
-        {'persons': stream['persons']
-         | 'PersonsWindow' >> beam.WindowInto(window.GlobalWindows(), **windowing),
-         'auctions': stream['auctions']
-         | 'AuctionsWindow' >> beam.WindowInto(window.GlobalWindows(), **windowing)}
-        | 'CoGroup' >> beam.CoGroupByKey())
+        timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST,
+    )
+    panes = {
+        'persons': stream['persons']
+        | 'PersonsWindow' >> beam.WindowInto(window.GlobalWindows(), **windowing),
+        'auctions': stream['auctions']
+        | 'AuctionsWindow' >> beam.WindowInto(window.GlobalWindows(), **windowing),
+    } | 'CoGroup' >> beam.CoGroupByKey()
     results = panes | 'Join' >> beam.ParDo(JoinPanes()).with_outputs(
-        JoinPanes.UNMATCHED, main='joined')
+        JoinPanes.UNMATCHED, main='joined'
+    )
     _ = results.joined | 'WriteJoined' >> beam.ParDo(WriteJson(joined_dir))
-    _ = results[JoinPanes.UNMATCHED] | 'WriteUnmatched' >> beam.ParDo(
-        WriteJson(unmatched_dir))
+    _ = results[JoinPanes.UNMATCHED] | 'WriteUnmatched' >> beam.ParDo(WriteJson(unmatched_dir))
 
 
 def run(argv: list[str] | None = None):
@@ -155,8 +165,7 @@ def run(argv: list[str] | None = None):
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).streaming = True
     if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = (
-            'beam_spark_inproc.InProcessSparkRunner')
+        options.view_as(StandardOptions).runner = 'beam_spark_inproc.InProcessSparkRunner'
     persons = generate_persons(args.num_persons, args.seed)
     auctions = generate_auctions(persons, args.num_auctions, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,8 +178,10 @@ def run(argv: list[str] | None = None):
         state = p.run().wait_until_finish()
         joins = read_json(joined_dir)
         unmatched = read_json(unmatched_dir)
-    print(f'stream {state}: {len(persons)} persons, {len(auctions)} auctions: '
-          f'{len(joins)} joined, {len(unmatched)} unmatched')
+    print(
+        f'stream {state}: {len(persons)} persons, {len(auctions)} auctions: '
+        f'{len(joins)} joined, {len(unmatched)} unmatched'
+    )
     for name, auction_id in joins:
         print(f'joined: {name} <- auction {auction_id}')
     for seller, auction_id in unmatched:

@@ -11,6 +11,7 @@ from ``--test-pipeline-options``:
     pytest examples/test_my_pipeline.py \\
         --test-pipeline-options="--runner=beam_spark_inproc.InProcessSparkRunner"
 """
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -19,18 +20,19 @@ from apache_beam.testing.util import equal_to
 
 
 def word_lengths(lines):
-    return (lines
-            | beam.FlatMap(str.split)
-            | beam.Map(lambda word: (len(word), word))
-            | beam.GroupByKey()
-            | beam.MapTuple(lambda n, words: (n, sorted(words))))
+    return (
+        lines
+        | beam.FlatMap(str.split)
+        | beam.Map(lambda word: (len(word), word))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda n, words: (n, sorted(words)))
+    )
 
 
 def test_word_lengths(beam_pipeline):
     with beam_pipeline as p:
         result = word_lengths(p | beam.Create(['a bb cc', 'ddd e']))
-        assert_that(result, equal_to([(1, ['a', 'e']), (2, ['bb', 'cc']),
-                                      (3, ['ddd'])]))
+        assert_that(result, equal_to([(1, ['a', 'e']), (2, ['bb', 'cc']), (3, ['ddd'])]))
 
 
 @pytest.mark.it_validatesrunner

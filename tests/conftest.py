@@ -1,4 +1,5 @@
 """Shared test setup: one local SparkSession for the whole run."""
+
 from __future__ import annotations
 
 import logging
@@ -23,16 +24,19 @@ collect_ignore = [] if CLUSTER else ['cluster']
 def shared_session():
     """The test run's SparkSession (created on first use, reused afterwards)."""
     from beam_spark_inproc.spark import session
+
     conf = {
         'spark.sql.shuffle.partitions': '4',
         'spark.driver.memory': '2g',
     }
     if CLUSTER:
-        conf.update({
-            # Retries as on a real cluster (local masters take them from the URL).
-            'spark.task.maxFailures': '4',
-            'spark.excludeOnFailure.enabled': 'false',
-        })
+        conf.update(
+            {
+                # Retries as on a real cluster (local masters take them from the URL).
+                'spark.task.maxFailures': '4',
+                'spark.excludeOnFailure.enabled': 'false',
+            }
+        )
     spark, _ = session.get_or_create(SPARK_MASTER, None, conf)
     return spark
 

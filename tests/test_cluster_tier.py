@@ -4,6 +4,7 @@ A process holds one SparkContext, and this run's is ``local[2]``: the tier runs
 in a pytest process of its own on ``local-cluster[2,1,1024]`` (two executors,
 one core and 1 GB each, each with its own Python workers).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,24 @@ MASTER = 'local-cluster[2,1,1024]'
 def test_cluster_tier():
     env = dict(os.environ, BEAM_SPARK_TEST_MASTER=MASTER)
     proc = subprocess.run(
-        [sys.executable, '-m', 'pytest', 'tests/cluster', '-q', '-rfEs',
-         '-p', 'no:cacheprovider', '-W', 'ignore::FutureWarning'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700)
+        [
+            sys.executable,
+            '-m',
+            'pytest',
+            'tests/cluster',
+            '-q',
+            '-rfEs',
+            '-p',
+            'no:cacheprovider',
+            '-W',
+            'ignore::FutureWarning',
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1700,
+    )
     summary = proc.stdout[-6000:]
     print(summary)
     assert proc.returncode == 0, f'{summary}\n{proc.stderr[-4000:]}'

@@ -13,6 +13,7 @@ the executor runs for them, by URN; the runner hands it to the executor),
 ``specs`` (what those three share) and ``files`` (local Parquet scans). Exports are lazy, so a worker unpickling a
 ``convert`` function loads no driver code.
 """
+
 from __future__ import annotations
 
 __all__ = ['ReadFromSpark', 'WriteToSpark', 'SparkSql', 'SparkInteropError']
@@ -21,5 +22,6 @@ __all__ = ['ReadFromSpark', 'WriteToSpark', 'SparkSql', 'SparkInteropError']
 def __getattr__(name: str):
     if name in __all__:
         from beam_spark_inproc.transforms import spark_io
+
         return getattr(spark_io, name)
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

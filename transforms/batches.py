@@ -36,6 +36,7 @@ the batches equal ``produce_batch``'s over the type matrix.
 
 Imported by workers: pyarrow, and pandas only when a consumer wants DataFrames.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
@@ -53,8 +54,11 @@ MAX_ROWS = 1 << 20
 MAX_BYTES = 64 << 20
 
 
-def coalesced(batches: Iterable[pa.RecordBatch], max_rows: Optional[int] = None,
-              max_bytes: Optional[int] = None) -> Iterator[Data]:
+def coalesced(
+    batches: Iterable[pa.RecordBatch],
+    max_rows: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+) -> Iterator[Data]:
     """``batches`` joined (a ``pa.Table`` of their columns, no copy) or split
     evenly (slices) into batches of at most ``max_rows`` rows (default
     ``MAX_ROWS``) and about ``max_bytes`` (``MAX_BYTES``); empty batches are
@@ -101,6 +105,7 @@ def batch_maker(converter, names: tuple[str, ...], hints: dict) -> Optional[Make
         if batch_type is pa.Table:
             return _table_maker(converter, names)
         import pandas as pd
+
         if batch_type is pd.DataFrame:
             return _dataframe_maker(converter, names, hints)
     except Exception:  # a converter of a shape not known here: Beam's way
@@ -110,16 +115,18 @@ def batch_maker(converter, names: tuple[str, ...], hints: dict) -> Optional[Make
 
 # Arrow casts that keep every value: the source's type -> the converter's.
 def _widening(found: pa.DataType, wanted: pa.DataType) -> bool:
-    if (found, wanted) in ((pa.large_string(), pa.string()),
-                           (pa.large_binary(), pa.binary())):
+    if (found, wanted) in ((pa.large_string(), pa.string()), (pa.large_binary(), pa.binary())):
         return True
-    return (pa.types.is_signed_integer(found) and
-            pa.types.is_signed_integer(wanted) and
-            found.bit_width < wanted.bit_width)
+    return (
+        pa.types.is_signed_integer(found)
+        and pa.types.is_signed_integer(wanted)
+        and found.bit_width < wanted.bit_width
+    )
 
 
 def _table_maker(converter, names) -> Optional[Maker]:
     from apache_beam.typehints.arrow_type_compatibility import PyarrowBatchConverter
+
     if type(converter) is not PyarrowBatchConverter:
         return None
     schema: pa.Schema = converter._arrow_schema
@@ -133,8 +140,7 @@ def _table_maker(converter, names) -> Optional[Maker]:
             column = batch.column(position[field.name])
             if column.type != field.type:
                 if not _widening(column.type, field.type):
-                    raise NotColumnar(
-                        f'field {field.name!r}: {column.type} is not {field.type}')
+                    raise NotColumnar(f'field {field.name!r}: {column.type} is not {field.type}')
                 column = column.cast(field.type)
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=schema)
@@ -144,15 +150,20 @@ def _table_maker(converter, names) -> Optional[Maker]:
 
 # Arrow's own pandas conversion, for the Arrow types it converts exactly.
 def _columnar_type(arrow_type: pa.DataType) -> bool:
-    return (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or
-            pa.types.is_boolean(arrow_type) or pa.types.is_string(arrow_type) or
-            pa.types.is_large_string(arrow_type))
+    return (
+        pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+        or pa.types.is_boolean(arrow_type)
+        or pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+    )
 
 
 def _dataframe_maker(converter, names, hints) -> Optional[Maker]:
     import numpy as np
     import pandas as pd
     from apache_beam.typehints import pandas_type_compatibility as ptc
+
     if type(converter) is not ptc.DataFrameBatchConverterDropIndex:
         return None
     fields = list(converter._element_type._fields)
@@ -160,9 +171,13 @@ def _dataframe_maker(converter, names, hints) -> Optional[Maker]:
         return None
     position = {name: i for i, name in enumerate(names)}
     # Nullable ints and bools through pandas' masked dtypes (not float64/object).
-    mapper = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
-              pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
-              pa.bool_(): pd.BooleanDtype()}.get
+    mapper = {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }.get
     dtypes = [(name, ptc.dtype_from_typehint(typehint)) for name, typehint in fields]
     plans = [(name, dtype, _columnar_dtype(pd, np, dtype)) for name, dtype in dtypes]
 
@@ -173,8 +188,7 @@ def _dataframe_maker(converter, names, hints) -> Optional[Maker]:
             if columnar and _columnar_type(column.type):
                 series = column.to_pandas(types_mapper=mapper)
             else:  # the rows' own values, as Beam's from_records takes them
-                series = pd.Series(types.column_to_beam(column, hints[name]),
-                                   dtype=object)
+                series = pd.Series(types.column_to_beam(column, hints[name]), dtype=object)
             data[name] = series.astype(dtype)
         return pd.DataFrame(data, columns=[name for name, _, _ in plans])
 

@@ -21,6 +21,7 @@ shares one encoded windowed-value prefix, written once.
 
 Imported by workers: only pyarrow, Beam's coders, ``protocol.rows`` and ``files``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,7 +49,7 @@ def _prefix(windowed_coder, sample) -> bytes | None:
     row_impl = windowed_coder.wrapped_value_coder.get_impl()
     whole = impl.encode_nested(GlobalWindows.windowed_value(sample))
     row = row_impl.encode_nested(sample)
-    return whole[:-len(row)] if whole.endswith(row) else None
+    return whole[: -len(row)] if whole.endswith(row) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,7 @@ class ArrowRows:
 
     With ``files``, a source batch holds task numbers and the data batches are
     the files those tasks read with pyarrow (``files.ParquetFiles``)."""
+
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the source's columns, in the row type's order
     files: Optional[ParquetFiles] = None
@@ -65,11 +67,11 @@ class ArrowRows:
         """The batch's rows as ``user_type`` (default: the row type's own)."""
         if self.files is not None:
             return itertools.chain.from_iterable(
-                self.data_rows(data, user_type) for data in self.files.read(batch))
+                self.data_rows(data, user_type) for data in self.files.read(batch)
+            )
         return self.data_rows(batch, user_type)
 
-    def data(self, batch: pa.RecordBatch, whole: bool = False
-             ) -> Iterator[pa.RecordBatch]:
+    def data(self, batch: pa.RecordBatch, whole: bool = False) -> Iterator[pa.RecordBatch]:
         """The source batch's data batches (the files' when ``files``: with
         ``whole``, a row group each)."""
         if self.files is not None:
@@ -83,6 +85,7 @@ class ArrowRows:
         batch it cannot convert) Beam's own ``produce_batch`` over the rows."""
         from beam_spark_inproc.transforms.batches import NotColumnar
         from beam_spark_inproc.transforms.batches import batch_maker
+
         columnar = batch_maker(converter, self.names, dict(self.row_type._fields))
 
         def make(data: pa.RecordBatch):
@@ -101,8 +104,10 @@ class ArrowRows:
         whole, everything joined or split under ``batches.MAX_ROWS`` /
         ``MAX_BYTES`` (``batches.coalesced``)."""
         from beam_spark_inproc.transforms.batches import coalesced
-        return coalesced(itertools.chain.from_iterable(
-            self.data(batch, whole=True) for batch in batches))
+
+        return coalesced(
+            itertools.chain.from_iterable(self.data(batch, whole=True) for batch in batches)
+        )
 
     def data_rows(self, batch, user_type=None) -> Iterator:
         """A data batch's (or table's) rows (``rows`` without the files'
@@ -113,11 +118,11 @@ class ArrowRows:
         if n > BATCH_ROWS:
             return itertools.chain.from_iterable(
                 self.data_rows(batch.slice(start, BATCH_ROWS), user_type)
-                for start in range(0, n, BATCH_ROWS))
+                for start in range(0, n, BATCH_ROWS)
+            )
         hints = dict(self.row_type._fields)
         user_type = user_type or self.row_type.user_type
-        columns = [types.column_to_beam(batch.column(n), hints[n])
-                   for n in self.names]
+        columns = [types.column_to_beam(batch.column(n), hints[n]) for n in self.names]
         if issubclass(user_type, tuple):
             # NamedTuples: tuple.__new__ called from C (map), no Python frame
             # per row as in _make, nor functools.partial's call (-25% per row).
@@ -125,8 +130,7 @@ class ArrowRows:
         return map(user_type._make, zip(*columns))
 
 
-def encoded_batches(rows: Iterator[tuple[int, None, bytes]]
-                    ) -> Iterator[pa.RecordBatch]:
+def encoded_batches(rows: Iterator[tuple[int, None, bytes]]) -> Iterator[pa.RecordBatch]:
     """Encoded rows ``(tag, key, data)`` as the row batches of
     ``protocol.rows``, each yielded as soon as it is full."""
     out: list[pa.RecordBatch] = []
@@ -142,6 +146,7 @@ def encoded_batches(rows: Iterator[tuple[int, None, bytes]]
 @dataclasses.dataclass(frozen=True)
 class ToBeamRows:
     """mapInArrow function: Spark rows -> encoded Beam rows (``protocol.rows``)."""
+
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the DataFrame's columns, in the row type's order
@@ -164,8 +169,7 @@ class ToBeamRows:
                     stream.write(prefix)
                     row_impl.encode_to_stream(row, stream, True)
                 else:
-                    wv_impl.encode_to_stream(
-                        GlobalWindows.windowed_value(row), stream, True)
+                    wv_impl.encode_to_stream(GlobalWindows.windowed_value(row), stream, True)
                 if stream.size() >= CHUNK_BYTES:
                     yield 0, None, stream.get()
                     stream = create_OutputStream()
@@ -180,6 +184,7 @@ class ToArrow:
     Control rows (reports of upstream bundles) are dropped: the caller reads
     them from the same input separately.
     """
+
     windowed_coder: object  # the wire coder of the PCollection
     schema: pa.Schema
     max_rows: int = 8192
@@ -211,8 +216,9 @@ class ToArrow:
 def arrow_batch(elements: list, schema: pa.Schema) -> pa.RecordBatch:
     """Beam rows as one Arrow batch of ``schema``, a column at a time."""
     return pa.RecordBatch.from_arrays(
-        [types.column_to_arrow([getattr(e, f.name) for e in elements], f)
-         for f in schema], schema=schema)
+        [types.column_to_arrow([getattr(e, f.name) for e in elements], f) for f in schema],
+        schema=schema,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +227,7 @@ class ToTimestampedRows:
     rows, each element at the instant of its event-time column
     (``spark_stream``), in the global window. ``one_per_row``: one element a
     row (an ``ELEMENTS`` output port, read by a Reshuffle), else chunks."""
+
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
     row_type: object  # the Beam row type (RowTypeConstraint)
     names: tuple[str, ...]  # the staged columns, in the row type's order
@@ -235,19 +242,20 @@ class ToTimestampedRows:
     def rows(self, batches) -> Iterator[tuple[int, None, bytes]]:
         from apache_beam.transforms.window import GlobalWindow
         from apache_beam.utils import windowed_value
+
         convert = ArrowRows(self.row_type, self.names)
         impl = self.windowed_coder.get_impl()
         create = windowed_value.create
         windows = (GlobalWindow(),)
         stream = create_OutputStream()
         for batch in batches:
-            micros = batch.column(self.names.index(self.event_time)).cast(
-                pa.int64()).to_pylist()
+            micros = batch.column(self.names.index(self.event_time)).cast(pa.int64()).to_pylist()
             if None in micros:
                 raise ValueError(
                     f'{self.label}: a row with a null event time (column '
                     f'{self.event_time!r}); filter such rows out of the '
-                    'streaming DataFrame, or give them a time.')
+                    'streaming DataFrame, or give them a time.'
+                )
             for row, at in zip(convert.rows(batch), micros):
                 impl.encode_to_stream(create(row, at, windows), stream, True)
                 if self.one_per_row or stream.size() >= CHUNK_BYTES:

@@ -28,6 +28,7 @@ files at the same paths (else Spark's reader reads them).
 
 Imported by workers: only pyarrow.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,7 +50,8 @@ _COLUMN = re.compile(r'^(?P<name>[A-Za-z_][A-Za-z0-9_]*)#\d+L?$')
 _SCAN = re.compile(
     r'^(\*\(\d+\) )?FileScan parquet (\S+)?\[(?P<columns>[^\]]*)\] '
     r'Batched: \w+, DataFilters: \[\], Format: Parquet, Location: .*, '
-    r'PartitionFilters: \[\], PushedFilters: \[\], ReadSchema: .*$')
+    r'PartitionFilters: \[\], PushedFilters: \[\], ReadSchema: .*$'
+)
 _PROJECT = re.compile(r'^(\*\(\d+\) )?Project \[(?P<columns>[^\]]*)\]$')
 _COLUMNAR_TO_ROW = re.compile(r'^(\*\(\d+\) )?ColumnarToRow$')
 
@@ -57,39 +59,38 @@ _COLUMNAR_TO_ROW = re.compile(r'^(\*\(\d+\) )?ColumnarToRow$')
 @dataclasses.dataclass(frozen=True)
 class ParquetFiles:
     """Worker side: task ``i`` reads ``units[i]`` ((path, row groups or None)...)."""
+
     units: tuple[tuple[tuple[str, Optional[tuple[int, ...]]], ...], ...]
     schema: pa.Schema  # the read's Arrow schema (names in the DataFrame's order)
 
-    def read(self, batch: pa.RecordBatch, whole: bool = False
-             ) -> Iterator[pa.RecordBatch]:
+    def read(self, batch: pa.RecordBatch, whole: bool = False) -> Iterator[pa.RecordBatch]:
         """The data batches of the task numbers in ``batch`` (column 0):
         ``BATCH_ROWS`` rows each, or with ``whole`` one per row group (as
         Beam's ``ReadFromParquetBatched`` reads them; for batched consumers,
         ``batches.coalesced`` caps them)."""
         import pyarrow.parquet as pq
+
         names = self.schema.names
         for task in batch.column(0).to_pylist():
             for path, groups in self.units[task]:
                 # Spark reads INT96 timestamps (its default) as micros as well.
                 reader = pq.ParquetFile(path, coerce_int96_timestamp_unit='us')
                 if whole:
-                    for group in (range(reader.num_row_groups) if groups is None
-                                  else groups):
-                        table = reader.read_row_group(group, columns=names,
-                                                      use_threads=False)
-                        yield from table.select(names).cast(self.schema) \
-                            .combine_chunks().to_batches()
+                    for group in range(reader.num_row_groups) if groups is None else groups:
+                        table = reader.read_row_group(group, columns=names, use_threads=False)
+                        yield from (
+                            table.select(names).cast(self.schema).combine_chunks().to_batches()
+                        )
                     continue
                 for data in reader.iter_batches(
-                        batch_size=BATCH_ROWS, row_groups=groups, columns=names,
-                        use_threads=False):
+                    batch_size=BATCH_ROWS, row_groups=groups, columns=names, use_threads=False
+                ):
                     yield pa.RecordBatch.from_arrays(
                         [data.column(n) for n in names], names=names
                     ).cast(self.schema)
 
 
-def file_units(dataframe, schema: pa.Schema, parallelism: int
-               ) -> Optional[ParquetFiles]:
+def file_units(dataframe, schema: pa.Schema, parallelism: int) -> Optional[ParquetFiles]:
     """The read's files for ``ParquetFiles``, or None: Spark's reader reads it."""
     try:
         if not _bare_parquet_scan(_plan(dataframe), schema.names):
@@ -100,6 +101,7 @@ def file_units(dataframe, schema: pa.Schema, parallelism: int
     if not paths or None in paths:
         return None
     import pyarrow.parquet as pq
+
     sizes = {}
     try:
         for path in paths:
@@ -109,14 +111,14 @@ def file_units(dataframe, schema: pa.Schema, parallelism: int
     except Exception:
         return None
     units: list[tuple[str, Optional[tuple[int, ...]], int]] = [
-        (path, None, sizes[path]) for path in paths]
+        (path, None, sizes[path]) for path in paths
+    ]
     if len(paths) < parallelism:  # fewer files than tasks: split by row groups
         units = []
         for path in paths:
             meta = pq.ParquetFile(path).metadata
             groups = range(meta.num_row_groups)
-            units.extend((path, (g,), meta.row_group(g).total_byte_size)
-                         for g in groups)
+            units.extend((path, (g,), meta.row_group(g).total_byte_size) for g in groups)
     tasks: list[list] = [[] for _ in range(max(1, min(parallelism, len(units))))]
     loads = [0] * len(tasks)
     for path, groups, size in sorted(units, key=lambda u: -u[2]):
@@ -136,8 +138,11 @@ def _plan(dataframe) -> str:
 
 
 def _bare_parquet_scan(plan: str, names: list[str]) -> bool:
-    lines = [line.strip().lstrip('+- ').strip() for line in plan.splitlines()
-             if line.strip() and not line.startswith('==')]
+    lines = [
+        line.strip().lstrip('+- ').strip()
+        for line in plan.splitlines()
+        if line.strip() and not line.startswith('==')
+    ]
     if not lines:
         return False
     scan = _SCAN.match(lines[-1])
@@ -153,8 +158,7 @@ def _bare_parquet_scan(plan: str, names: list[str]) -> bool:
             return False
     columns = (project or scan).group('columns')
     parsed = [_COLUMN.match(c.strip()) for c in columns.split(',')]
-    return (None not in parsed and
-            [m.group('name') for m in parsed] == list(names))
+    return None not in parsed and [m.group('name') for m in parsed] == list(names)
 
 
 def _local_path(uri: str) -> Optional[str]:

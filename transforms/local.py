@@ -24,6 +24,7 @@ applied, naming the runners they work on.
 The DataFrames and sessions stay in this process, in ``_LIVE`` by token; the
 DoFns carry only the token (a SparkSession does not pickle).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -56,7 +57,8 @@ def live(token: str, what: str):
             f'{what}: its SparkSession lives in the process that built the '
             'pipeline, and this DoFn runs in another one. Run the pipeline '
             'with an in-process runner (DirectRunner, FnApiRunner) or on '
-            'InProcessSparkRunner.') from None
+            'InProcessSparkRunner.'
+        ) from None
 
 
 def in_process(pipeline) -> bool:
@@ -65,8 +67,8 @@ def in_process(pipeline) -> bool:
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
     from apache_beam.runners.direct.direct_runner import DirectRunner
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    if not isinstance(pipeline.runner,
-                      (DirectRunner, BundleBasedDirectRunner, FnApiRunner)):
+
+    if not isinstance(pipeline.runner, (DirectRunner, BundleBasedDirectRunner, FnApiRunner)):
         return False
     mode = pipeline._options.view_as(DirectOptions).direct_running_mode
     return mode in (None, 'in_memory', 'multi_threading')
@@ -74,8 +76,7 @@ def in_process(pipeline) -> bool:
 
 def rows_of(dataframe, arrow_schema: pa.Schema):
     """The DataFrame's rows as Beam rows of the schema's row type."""
-    to_rows = convert.ArrowRows(types.row_type(arrow_schema),
-                                tuple(f.name for f in arrow_schema))
+    to_rows = convert.ArrowRows(types.row_type(arrow_schema), tuple(f.name for f in arrow_schema))
     for batch in dataframe.toArrow().to_batches():
         yield from to_rows.rows(batch)
 
@@ -83,7 +84,8 @@ def rows_of(dataframe, arrow_schema: pa.Schema):
 def dataframe_of(session, elements: list, arrow_schema: pa.Schema):
     """A DataFrame of Beam rows, through one Arrow table."""
     table = pa.Table.from_batches(
-        [convert.arrow_batch(elements, arrow_schema)], schema=arrow_schema)
+        [convert.arrow_batch(elements, arrow_schema)], schema=arrow_schema
+    )
     return session.createDataFrame(table)
 
 
@@ -92,8 +94,7 @@ class _Read(beam.DoFn):
         self._token, self._schema, self._what = token, schema, what
 
     def process(self, unused_impulse):
-        yield from rows_of(live(self._token, self._what),
-                           specs.decode_schema(self._schema))
+        yield from rows_of(live(self._token, self._what), specs.decode_schema(self._schema))
 
 
 class _Write(beam.DoFn):
@@ -102,12 +103,12 @@ class _Write(beam.DoFn):
 
     def process(self, elements):
         from beam_spark_inproc.transforms import runtime
+
         session = live(self._token, self._what)
         schema = specs.decode_schema(self._spec['schema'])
         if self._spec['table']:  # the table may have appeared since building
             schema = specs.target_schema(session, self._spec, schema, self._what)
-        runtime.write(session, self._spec, dataframe_of(session, elements, schema),
-                      self._what)
+        runtime.write(session, self._spec, dataframe_of(session, elements, schema), self._what)
 
 
 class _Sql(beam.DoFn):
@@ -117,31 +118,41 @@ class _Sql(beam.DoFn):
     def process(self, unused_impulse, **views):
         session = live(self._token, self._what)
         for name, elements in views.items():
-            dataframe_of(session, elements, specs.decode_schema(
-                self._spec['views'][name])).createOrReplaceTempView(name)
-        yield from rows_of(session.sql(self._spec['query']),
-                           specs.decode_schema(self._spec['schema']))
+            dataframe_of(
+                session, elements, specs.decode_schema(self._spec['views'][name])
+            ).createOrReplaceTempView(name)
+        yield from rows_of(
+            session.sql(self._spec['query']), specs.decode_schema(self._spec['schema'])
+        )
 
 
 def read(pbegin, dataframe, spec: dict, row_type, what: str):
-    return (pbegin | 'Impulse' >> beam.Impulse()
-            | 'Read with Spark' >> beam.ParDo(
-                _Read(keep(dataframe), spec['schema'], what))
-            .with_output_types(row_type))
+    return (
+        pbegin
+        | 'Impulse' >> beam.Impulse()
+        | 'Read with Spark'
+        >> beam.ParDo(_Read(keep(dataframe), spec['schema'], what)).with_output_types(row_type)
+    )
 
 
 def write(pcoll, session, spec: dict, what: str):
-    return (pcoll | 'Global window' >> beam.WindowInto(GlobalWindows())
-            | 'All elements' >> beam.combiners.ToList()
-            | 'Write with Spark' >> beam.ParDo(_Write(keep(session), spec, what)))
+    return (
+        pcoll
+        | 'Global window' >> beam.WindowInto(GlobalWindows())
+        | 'All elements' >> beam.combiners.ToList()
+        | 'Write with Spark' >> beam.ParDo(_Write(keep(session), spec, what))
+    )
 
 
 def sql(pcolls: dict, session, spec: dict, row_type, what: str):
     pipeline = next(iter(pcolls.values())).pipeline
-    views = {name: beam.pvalue.AsSingleton(
-        pcoll | f'View {name}' >> beam.combiners.ToList())
-        for name, pcoll in pcolls.items()}
-    return (pipeline | 'Impulse' >> beam.Impulse()
-            | 'Query with Spark' >> beam.ParDo(
-                _Sql(keep(session), spec, what), **views)
-            .with_output_types(row_type))
+    views = {
+        name: beam.pvalue.AsSingleton(pcoll | f'View {name}' >> beam.combiners.ToList())
+        for name, pcoll in pcolls.items()
+    }
+    return (
+        pipeline
+        | 'Impulse' >> beam.Impulse()
+        | 'Query with Spark'
+        >> beam.ParDo(_Sql(keep(session), spec, what), **views).with_output_types(row_type)
+    )

@@ -28,6 +28,7 @@ Handlers use the engine contract only (``execution.engine``: ``spark_session``,
 Spark and on the debug engine alike; the debug engine does Spark's part on a
 local SparkSession and its own in the driver.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,9 +58,9 @@ def build(executor, index: int, stage: p.StagePlan) -> Any:
         raise ValueError(
             f'Stage {stage.name!r} ({", ".join(stage.labels)}): no handler for '
             f'runner-native URN {stage.native_urn!r}; known: '
-            f'{", ".join(sorted(HANDLERS))}.') from None
-    return handler(_Context(executor, index, stage),
-                   json.loads(stage.native_payload))
+            f'{", ".join(sorted(HANDLERS))}.'
+        ) from None
+    return handler(_Context(executor, index, stage), json.loads(stage.native_payload))
 
 
 class _Context:
@@ -79,7 +80,8 @@ class _Context:
         except Exception as e:
             raise specs.SparkInteropError(
                 f'{self.label} ({stage.native_urn}) needs a SparkSession for its '
-                f'Spark work, and none could be made: {e}') from None
+                f'Spark work, and none could be made: {e}'
+            ) from None
 
     def coder(self, coder_id: str):
         return self.executor.coder(coder_id)
@@ -89,8 +91,7 @@ class _Context:
         n = len(self.stage.outputs)
         if n <= 1:
             return data
-        return self.engine.union([self.engine.select(data, 0, tag, tag == 0)
-                                  for tag in range(n)])
+        return self.engine.union([self.engine.select(data, 0, tag, tag == 0) for tag in range(n)])
 
     def input(self, tag: int) -> tuple[Any, Any]:
         """(rows of input port ``tag``, its control rows for this stage to
@@ -111,18 +112,19 @@ class _Context:
         if port.layout == p.ARROW_LAYOUT:  # its one reader makes the rows
             return ArrowOutput(source, ArrowRows(row_type, names, parquet))
         return self.engine.map_stage(
-            source, ToBeamRows(self.coder(port.coder_id), row_type, names, parquet))
+            source, ToBeamRows(self.coder(port.coder_id), row_type, names, parquet)
+        )
 
     def to_dataframe(self, data, port: p.InputPort, schema):
-        return self.engine.to_dataframe(
-            data, ToArrow(self.coder(port.coder_id), schema), schema)
+        return self.engine.to_dataframe(data, ToArrow(self.coder(port.coder_id), schema), schema)
 
     def check_schema(self, dataframe, expected, what: str) -> None:
         found = types.spark_to_arrow(dataframe.schema)
         if [(f.name, f.type) for f in found] != [(f.name, f.type) for f in expected]:
             raise specs.SparkInteropError(
                 f'{self.label}: the schema of {what} changed since the pipeline '
-                f'was built: now {found}, then {expected}. Build the pipeline again.')
+                f'was built: now {found}, then {expected}. Build the pipeline again.'
+            )
 
 
 def _read(ctx: _Context, spec: dict) -> Any:
@@ -133,15 +135,20 @@ def _read(ctx: _Context, spec: dict) -> Any:
             if dataframe is None:
                 raise specs.SparkInteropError(
                     f'{ctx.label}: its DataFrame lives in the process that built '
-                    'the pipeline; run the pipeline there, or read a table/query.')
+                    'the pipeline; run the pipeline there, or read a table/query.'
+                )
             if dataframe.sparkSession is not ctx.session:
                 raise specs.SparkInteropError(
                     f'{ctx.label}: the DataFrame belongs to another SparkSession '
                     "than the runner's; give the runner that session "
-                    '(InProcessSparkRunner(spark=df.sparkSession)).')
+                    '(InProcessSparkRunner(spark=df.sparkSession)).'
+                )
         elif dataframe is None or dataframe.sparkSession is not ctx.session:
-            dataframe = (ctx.session.table(spec['table']) if spec['source'] == 'table'
-                         else ctx.session.sql(spec['query']))
+            dataframe = (
+                ctx.session.table(spec['table'])
+                if spec['source'] == 'table'
+                else ctx.session.sql(spec['query'])
+            )
         ctx.check_schema(dataframe, schema, 'the source')
     except specs.SparkInteropError:
         raise
@@ -162,8 +169,9 @@ def _read_frame(ctx: _Context, tag: int, view_schema):
         return None
     dataframe, _ = ctx.executor.native_frames[writer]
     wanted = types.arrow_to_spark(view_schema)
-    if [(f.name, f.dataType) for f in dataframe.schema.fields] != \
-            [(f.name, f.dataType) for f in wanted.fields]:
+    if [(f.name, f.dataType) for f in dataframe.schema.fields] != [
+        (f.name, f.dataType) for f in wanted.fields
+    ]:
         return None
     return dataframe
 
@@ -175,9 +183,16 @@ def _write(ctx: _Context, spec: dict) -> Any:
     data, control = ctx.input(0)
     if spec.get('window_columns'):  # the windows and panes as columns too
         from beam_spark_inproc.transforms.stream_convert import WindowedToArrow
-        dataframe = ctx.engine.to_dataframe(data, WindowedToArrow(
-            ctx.coder(ctx.stage.inputs[0].coder_id), schema,
-            columns=tuple(spec['window_columns'].items())), schema)
+
+        dataframe = ctx.engine.to_dataframe(
+            data,
+            WindowedToArrow(
+                ctx.coder(ctx.stage.inputs[0].coder_id),
+                schema,
+                columns=tuple(spec['window_columns'].items()),
+            ),
+            schema,
+        )
     else:
         dataframe = ctx.to_dataframe(data, ctx.stage.inputs[0], schema)
     with ctx.executor.job([ctx.index], f'write {spec["table"] or spec["path"]}'):
@@ -224,12 +239,14 @@ def stream_source(stage: p.StagePlan, engine, context, folder: str) -> Any:
     if stage.native_urn != READ_STREAM_URN:
         return None
     from beam_spark_inproc.transforms.spark_stream import SparkStreamSource
+
     return SparkStreamSource(stage, engine, context, folder)
 
 
 def stream_stages(engine, coders, root: str, job):
     """What runs WriteToSpark and SparkSql in a stream (``stream_runtime``)."""
     from beam_spark_inproc.transforms.stream_runtime import StreamStages
+
     return StreamStages(engine, coders, root, job)
 
 

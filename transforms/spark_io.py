@@ -16,6 +16,7 @@ pipeline in this process (DirectRunner, FnApiRunner) they expand to Beam
 transforms calling the SparkSession (``local``); on any other runner they fail
 when applied, saying so (they never silently do nothing).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -47,10 +48,12 @@ def active_session(spark=None):
     if spark is not None:
         return spark
     from pyspark.sql import SparkSession
+
     session = SparkSession.getActiveSession()
     if session is None:
         try:
             from pyspark.sql.connect.session import SparkSession as Connect
+
             session = Connect.getActiveSession()
         except ImportError:
             pass
@@ -63,6 +66,7 @@ def _native(pipeline, what: str, urn: str) -> bool:
     running DoFns in this process (``local``: through the SparkSession);
     else a SparkInteropError naming the runners these transforms need."""
     from beam_spark_inproc.transforms import local
+
     runner = pipeline.runner
     if urn in getattr(runner, 'native_urns', ()):
         return True
@@ -74,7 +78,8 @@ def _native(pipeline, what: str, urn: str) -> bool:
         'this process (DirectRunner, BundleBasedDirectRunner, FnApiRunner in '
         f"memory); this pipeline's runner is {type(runner).__name__}. Run the "
         'pipeline with InProcessSparkRunner(), or use a Beam IO (e.g. '
-        'beam.io.ReadFromParquet, beam.io.WriteToParquet) on other runners.')
+        'beam.io.ReadFromParquet, beam.io.WriteToParquet) on other runners.'
+    )
 
 
 class ReadFromSpark(beam.PTransform):
@@ -96,31 +101,47 @@ class ReadFromSpark(beam.PTransform):
     last batch is staged). See ``stream`` and ``spark_stream``.
     """
 
-    def __init__(self, table: Optional[str] = None, *, query: Optional[str] = None,
-                 dataframe=None, spark=None, event_time: Optional[str] = None,
-                 max_out_of_orderness=None, trigger: Optional[str] = None,
-                 name: Optional[str] = None, _identity: Optional[dict] = None):
+    def __init__(
+        self,
+        table: Optional[str] = None,
+        *,
+        query: Optional[str] = None,
+        dataframe=None,
+        spark=None,
+        event_time: Optional[str] = None,
+        max_out_of_orderness=None,
+        trigger: Optional[str] = None,
+        name: Optional[str] = None,
+        _identity: Optional[dict] = None,
+    ):
         super().__init__()
-        given = [n for n, v in (('table', table), ('query', query),
-                                ('dataframe', dataframe)) if v is not None]
+        given = [
+            n
+            for n, v in (('table', table), ('query', query), ('dataframe', dataframe))
+            if v is not None
+        ]
         if len(given) != 1:
             raise SparkInteropError(
                 'ReadFromSpark needs exactly one of table=, query= or dataframe= '
-                f'(got {", ".join(given) or "none"}).')
+                f'(got {", ".join(given) or "none"}).'
+            )
         self._source = given[0]
-        self._what = (f'ReadFromSpark(table={table!r})' if table is not None else
-                      f'ReadFromSpark(query={query!r})' if query is not None else
-                      'ReadFromSpark(dataframe=...)')
-        session = dataframe.sparkSession if dataframe is not None else \
-            active_session(spark)
+        self._what = (
+            f'ReadFromSpark(table={table!r})'
+            if table is not None
+            else f'ReadFromSpark(query={query!r})'
+            if query is not None
+            else 'ReadFromSpark(dataframe=...)'
+        )
+        session = dataframe.sparkSession if dataframe is not None else active_session(spark)
         if session is None:
             raise SparkInteropError(
                 f'{self._what} needs a SparkSession to read the schema: pass '
-                'spark=session, or create one first.')
+                'spark=session, or create one first.'
+            )
         try:
             if dataframe is None:
-                dataframe = (session.table(table) if table is not None
-                             else session.sql(query))
+                dataframe = session.table(table) if table is not None else session.sql(query)
             spark_schema = dataframe.schema  # analyses: unknown table, bad SQL
         except Exception as e:
             raise spark_error(self._what, e) from None
@@ -130,23 +151,50 @@ class ReadFromSpark(beam.PTransform):
             raise SparkInteropError(f'{self._what}: {e}') from None
         self._token = f'df-{next(_tokens)}'
         _DATAFRAMES[self._token] = dataframe
-        self._spec = {'source': self._source, 'table': table, 'query': query,
-                      'token': self._token, 'schema': encode_schema(self._arrow)}
+        self._spec = {
+            'source': self._source,
+            'table': table,
+            'query': query,
+            'token': self._token,
+            'schema': encode_schema(self._arrow),
+        }
         self._stream = None
         streaming = self._source == 'dataframe' and dataframe.isStreaming
-        if streaming or event_time is not None or max_out_of_orderness \
-                is not None or trigger is not None:
+        if (
+            streaming
+            or event_time is not None
+            or max_out_of_orderness is not None
+            or trigger is not None
+        ):
             from beam_spark_inproc.transforms import spark_stream
+
             identity = _identity or ({'name': name} if name else None)
-            self._stream = dict(self._spec, **spark_stream.stream_spec(
-                self._what, dataframe if streaming else None, event_time,
-                max_out_of_orderness, trigger, identity))
+            self._stream = dict(
+                self._spec,
+                **spark_stream.stream_spec(
+                    self._what,
+                    dataframe if streaming else None,
+                    event_time,
+                    max_out_of_orderness,
+                    trigger,
+                    identity,
+                ),
+            )
 
     @classmethod
-    def stream(cls, format: Optional[str] = None, *, path: Optional[str] = None,
-               options: Optional[dict] = None, schema=None, dataframe=None,
-               event_time: Optional[str] = None, max_out_of_orderness=None,
-               trigger: Optional[str] = None, spark=None) -> 'ReadFromSpark':
+    def stream(
+        cls,
+        format: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        options: Optional[dict] = None,
+        schema=None,
+        dataframe=None,
+        event_time: Optional[str] = None,
+        max_out_of_orderness=None,
+        trigger: Optional[str] = None,
+        spark=None,
+    ) -> 'ReadFromSpark':
         """A streaming source of the session as an unbounded PCollection:
         ``ReadFromSpark.stream(format='kafka', options={'subscribe': 'events',
         'kafka.bootstrap.servers': 'host:9092'}, event_time='timestamp',
@@ -156,46 +204,60 @@ class ReadFromSpark(beam.PTransform):
         what = f'ReadFromSpark.stream(format={format!r})'
         if (format is None) == (dataframe is None):
             raise SparkInteropError(
-                'ReadFromSpark.stream needs exactly one of format= or dataframe=.')
+                'ReadFromSpark.stream needs exactly one of format= or dataframe=.'
+            )
         if dataframe is not None:
             if not dataframe.isStreaming:
                 raise SparkInteropError(
                     'ReadFromSpark.stream(dataframe=...): a batch DataFrame where '
                     'a stream is required; make it with spark.readStream, or read '
-                    'it bounded with ReadFromSpark(dataframe=...).')
-            return cls(dataframe=dataframe, event_time=event_time,
-                       max_out_of_orderness=max_out_of_orderness, trigger=trigger)
+                    'it bounded with ReadFromSpark(dataframe=...).'
+                )
+            return cls(
+                dataframe=dataframe,
+                event_time=event_time,
+                max_out_of_orderness=max_out_of_orderness,
+                trigger=trigger,
+            )
         session = active_session(spark)
         if session is None:
             raise SparkInteropError(
-                f'{what} needs a SparkSession: pass spark=session, or create one '
-                'first.')
+                f'{what} needs a SparkSession: pass spark=session, or create one first.'
+            )
         from beam_spark_inproc.transforms import spark_stream
-        dataframe, identity = spark_stream.reader(
-            session, what, format, path, options, schema)
-        return cls(dataframe=dataframe, event_time=event_time,
-                   max_out_of_orderness=max_out_of_orderness, trigger=trigger,
-                   _identity=identity)
+
+        dataframe, identity = spark_stream.reader(session, what, format, path, options, schema)
+        return cls(
+            dataframe=dataframe,
+            event_time=event_time,
+            max_out_of_orderness=max_out_of_orderness,
+            trigger=trigger,
+            _identity=identity,
+        )
 
     def expand(self, pbegin):
         if self._stream is not None:
-            if getattr(pbegin.pipeline.runner, 'native_urns', ()) and \
-                    READ_STREAM_URN in pbegin.pipeline.runner.native_urns:
+            if (
+                getattr(pbegin.pipeline.runner, 'native_urns', ())
+                and READ_STREAM_URN in pbegin.pipeline.runner.native_urns
+            ):
                 return pvalue.PCollection(
-                    pbegin.pipeline, element_type=self._row_type,
-                    is_bounded=False)
+                    pbegin.pipeline, element_type=self._row_type, is_bounded=False
+                )
             raise SparkInteropError(
                 f'{self._what} over a streaming DataFrame runs on '
                 'beam_spark_inproc.InProcessSparkRunner (a stream of its '
-                f'micro-batch loop); this pipeline\'s runner is '
-                f'{type(pbegin.pipeline.runner).__name__}.')
+                f"micro-batch loop); this pipeline's runner is "
+                f'{type(pbegin.pipeline.runner).__name__}.'
+            )
         if not _native(pbegin.pipeline, self._what, READ_URN):
             from beam_spark_inproc.transforms import local
+
             self._local = True
-            return local.read(pbegin, _DATAFRAMES[self._token], self._spec,
-                              self._row_type, self._what)
-        return pvalue.PCollection(
-            pbegin.pipeline, element_type=self._row_type, is_bounded=True)
+            return local.read(
+                pbegin, _DATAFRAMES[self._token], self._spec, self._row_type, self._what
+            )
+        return pvalue.PCollection(pbegin.pipeline, element_type=self._row_type, is_bounded=True)
 
     def infer_output_type(self, unused_input_type):
         return self._row_type
@@ -230,60 +292,83 @@ class WriteToSpark(beam.PTransform):
     (``stream_tables``).
     """
 
-    def __init__(self, table: Optional[str] = None, *, path: Optional[str] = None,
-                 format: Optional[str] = None, mode: str = 'errorifexists',
-                 options: Optional[dict] = None, partition_by=(), spark=None,
-                 window_start: Optional[str] = None,
-                 window_end: Optional[str] = None,
-                 pane_timing: Optional[str] = None,
-                 pane_index: Optional[str] = None):
+    def __init__(
+        self,
+        table: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        format: Optional[str] = None,
+        mode: str = 'errorifexists',
+        options: Optional[dict] = None,
+        partition_by=(),
+        spark=None,
+        window_start: Optional[str] = None,
+        window_end: Optional[str] = None,
+        pane_timing: Optional[str] = None,
+        pane_index: Optional[str] = None,
+    ):
         super().__init__()
         if (table is None) == (path is None):
-            raise SparkInteropError(
-                'WriteToSpark needs exactly one of table= or path=.')
+            raise SparkInteropError('WriteToSpark needs exactly one of table= or path=.')
         if mode not in WRITE_MODES:
             raise SparkInteropError(
-                f'WriteToSpark: mode {mode!r} is not one of {", ".join(WRITE_MODES)}.')
+                f'WriteToSpark: mode {mode!r} is not one of {", ".join(WRITE_MODES)}.'
+            )
         if path is not None and format is None:
             format = 'parquet'
-        self._what = (f'WriteToSpark(table={table!r})' if table is not None
-                      else f'WriteToSpark(path={path!r})')
+        self._what = (
+            f'WriteToSpark(table={table!r})'
+            if table is not None
+            else f'WriteToSpark(path={path!r})'
+        )
         self._session = spark
-        self._spec = {'table': table, 'path': path, 'format': format, 'mode': mode,
-                      'options': {k: str(v) for k, v in (options or {}).items()},
-                      'partition_by': list(partition_by),
-                      'window_columns': {
-                          role: name for role, name in (
-                              ('window_start', window_start),
-                              ('window_end', window_end),
-                              ('pane_timing', pane_timing),
-                              ('pane_index', pane_index)) if name}}
+        self._spec = {
+            'table': table,
+            'path': path,
+            'format': format,
+            'mode': mode,
+            'options': {k: str(v) for k, v in (options or {}).items()},
+            'partition_by': list(partition_by),
+            'window_columns': {
+                role: name
+                for role, name in (
+                    ('window_start', window_start),
+                    ('window_end', window_end),
+                    ('pane_timing', pane_timing),
+                    ('pane_index', pane_index),
+                )
+                if name
+            },
+        }
 
     def expand(self, pcoll):
         native = _native(pcoll.pipeline, self._what, WRITE_URN)
         try:
-            arrow = types.arrow_schema(types.element_schema(
-                pcoll.element_type, f'The input of {self._what}'))
+            arrow = types.arrow_schema(
+                types.element_schema(pcoll.element_type, f'The input of {self._what}')
+            )
         except types.SchemaError as e:
             raise SparkInteropError(str(e)) from None
-        arrow = _with_window_columns(arrow, self._spec['window_columns'],
-                                     self._what)
+        arrow = _with_window_columns(arrow, self._spec['window_columns'], self._what)
         stream = pcoll.is_bounded is False
         if stream:  # the rules of a streaming write, while building
             from beam_spark_inproc.planning.native_streaming import write_problems
+
             problems = write_problems(self._spec)
             if problems:
                 raise SparkInteropError(
-                    f'{self._what} on an unbounded PCollection: '
-                    + ' '.join(problems))
+                    f'{self._what} on an unbounded PCollection: ' + ' '.join(problems)
+                )
         session = active_session(self._session)
         if stream and self._spec['table']:  # resolved in the catalog now
             if session is None:
                 raise SparkInteropError(
                     f'{self._what} on an unbounded PCollection needs a '
                     'SparkSession to find the table in: pass spark=session, '
-                    'or create one first.')
+                    'or create one first.'
+                )
             from beam_spark_inproc.transforms import stream_tables
+
             arrow = stream_tables.check(session, self._spec, arrow, self._what)
         elif session is not None and self._spec['table']:
             arrow = target_schema(session, self._spec, arrow, self._what)
@@ -292,15 +377,18 @@ class WriteToSpark(beam.PTransform):
         self._spec['schema'] = encode_schema(arrow)
         if not native:
             from beam_spark_inproc.transforms import local
+
             if stream or self._spec['window_columns']:
                 raise SparkInteropError(
                     f'{self._what}: window/pane columns and unbounded input '
                     'need InProcessSparkRunner; this runner writes through '
-                    'the session in one batch.')
+                    'the session in one batch.'
+                )
             if session is None:
                 raise SparkInteropError(
                     f'{self._what} needs a SparkSession to write with: pass '
-                    'spark=session, or create one first.')
+                    'spark=session, or create one first.'
+                )
             self._local = True
             return local.write(pcoll, session, self._spec, self._what)
         return pvalue.PDone(pcoll.pipeline)
@@ -315,6 +403,7 @@ def _with_window_columns(arrow, columns: dict, what: str):
     """The write's schema: the elements' fields, then the window/pane columns."""
     from beam_spark_inproc.transforms import stream_convert
     import pyarrow as pa
+
     if not columns:
         return arrow
     names = {f.name.lower() for f in arrow}
@@ -323,7 +412,8 @@ def _with_window_columns(arrow, columns: dict, what: str):
         raise SparkInteropError(
             f'{what}: window/pane column names {sorted(columns.values())} must '
             'differ from each other and from the fields of the PCollection '
-            f'({", ".join(f.name for f in arrow)}).')
+            f'({", ".join(f.name for f in arrow)}).'
+        )
     return pa.schema(list(arrow) + stream_convert.column_fields(columns))
 
 
@@ -348,9 +438,14 @@ class SparkSql(beam.PTransform):
     they name (``stream_convert.WindowedToBeamRows``).
     """
 
-    def __init__(self, query: str, spark=None, *,
-                 window_start: str = 'window_start',
-                 window_end: str = 'window_end'):
+    def __init__(
+        self,
+        query: str,
+        spark=None,
+        *,
+        window_start: str = 'window_start',
+        window_end: str = 'window_end',
+    ):
         super().__init__()
         self._query = query
         self._session = spark
@@ -363,7 +458,8 @@ class SparkSql(beam.PTransform):
             pcolls = {'PCOLLECTION': pcolls}
         if not isinstance(pcolls, dict) or not pcolls:
             raise SparkInteropError(
-                f'{self._what} takes a PCollection or a dict of them by view name.')
+                f'{self._what} takes a PCollection or a dict of them by view name.'
+            )
         pipeline = next(iter(pcolls.values())).pipeline
         native = _native(pipeline, self._what, SQL_URN)
         stream = any(pc.is_bounded is False for pc in pcolls.values())
@@ -375,7 +471,8 @@ class SparkSql(beam.PTransform):
             if id(pcoll) in seen:
                 raise SparkInteropError(
                     f'{self._what}: views {seen[id(pcoll)]!r} and {name!r} are the '
-                    'same PCollection; give it once and refer to it twice in SQL.')
+                    'same PCollection; give it once and refer to it twice in SQL.'
+                )
             seen[id(pcoll)] = name
             windowfn = pcoll.windowing.windowfn
             if not stream and not isinstance(windowfn, GlobalWindows):
@@ -384,39 +481,42 @@ class SparkSql(beam.PTransform):
                     f'({type(windowfn).__name__}); Spark SQL runs over the global '
                     'window only. Re-window it into the global window '
                     '(beam.WindowInto(GlobalWindows())), with the window in a '
-                    'column if the query needs it.')
+                    'column if the query needs it.'
+                )
             try:
-                views[name] = types.arrow_schema(types.element_schema(
-                    pcoll.element_type, f'View {name!r} of {self._what}'))
+                views[name] = types.arrow_schema(
+                    types.element_schema(pcoll.element_type, f'View {name!r} of {self._what}')
+                )
             except types.SchemaError as e:
                 raise SparkInteropError(str(e)) from None
             if stream:
-                views[name] = _with_window_columns(views[name], self._columns,
-                                                   self._what)
+                views[name] = _with_window_columns(views[name], self._columns, self._what)
         session = active_session(self._session)
         if session is None:
             raise SparkInteropError(
                 f'{self._what} needs a SparkSession to analyse the query: pass '
-                'spark=session, or create one first.')
+                'spark=session, or create one first.'
+            )
         output, self._row_type = analyse(session, self._query, views, self._what)
-        self._spec = {'query': self._query, 'schema': encode_schema(output),
-                      'views': {n: encode_schema(s) for n, s in views.items()}}
+        self._spec = {
+            'query': self._query,
+            'schema': encode_schema(output),
+            'views': {n: encode_schema(s) for n, s in views.items()},
+        }
         if stream:
             _check_window_output(output, self._columns, self._what)
             self._spec['window_columns'] = self._columns
-            self._spec['global_window'] = isinstance(
-                self._windowing.windowfn, GlobalWindows)
+            self._spec['global_window'] = isinstance(self._windowing.windowfn, GlobalWindows)
         if not native:
             if stream:
                 raise SparkInteropError(
-                    f'{self._what} on an unbounded PCollection needs '
-                    'InProcessSparkRunner.')
+                    f'{self._what} on an unbounded PCollection needs InProcessSparkRunner.'
+                )
             from beam_spark_inproc.transforms import local
+
             self._local = True
-            return local.sql(pcolls, session, self._spec, self._row_type,
-                             self._what)
-        return pvalue.PCollection(pipeline, element_type=self._row_type,
-                                  is_bounded=not stream)
+            return local.sql(pcolls, session, self._spec, self._row_type, self._what)
+        return pvalue.PCollection(pipeline, element_type=self._row_type, is_bounded=not stream)
 
     def get_windowing(self, unused_inputs):
         return self._windowing or Windowing(GlobalWindows())
@@ -431,22 +531,26 @@ def _stream_sql_windowing(pcolls: dict, what: str) -> Windowing:
     """The windowing of SparkSql's one input in a stream (its output's too),
     or why a query over it would mean nothing."""
     from apache_beam.transforms.trigger import DefaultTrigger
+
     if len(pcolls) != 1:
         raise SparkInteropError(
             f'{what} on unbounded input: one view only (got '
             f'{", ".join(sorted(pcolls))}). In a stream the query runs over '
             "each micro-batch's fired panes, and two inputs' panes of a window "
             'fire in different micro-batches; join them with Beam first '
-            '(e.g. CoGroupByKey), then query the result.')
-    (name, pcoll), = pcolls.items()
+            '(e.g. CoGroupByKey), then query the result.'
+        )
+    ((name, pcoll),) = pcolls.items()
     windowing = pcoll.windowing
     if isinstance(windowing.windowfn, GlobalWindows) and isinstance(
-            windowing.triggerfn, DefaultTrigger):
+        windowing.triggerfn, DefaultTrigger
+    ):
         raise SparkInteropError(
             f'{what} on unbounded input: view {name!r} is in the global window '
             'with the default trigger, whose only pane fires at the end of '
             'the stream. Window it (beam.WindowInto(FixedWindows(...))) or '
-            'give it a trigger, so the query runs over each fired pane.')
+            'give it a trigger, so the query runs over each fired pane.'
+        )
     return windowing
 
 
@@ -454,16 +558,19 @@ def _check_window_output(output, columns: dict, what: str) -> None:
     """A streaming query selects the window's bounds as timestamps: its rows
     go back into the window they name."""
     import pyarrow as pa
+
     names = {f.name: f for f in output}
-    missing = [c for c in columns.values()
-               if c not in names or not pa.types.is_timestamp(names[c].type)]
+    missing = [
+        c for c in columns.values() if c not in names or not pa.types.is_timestamp(names[c].type)
+    ]
     if missing:
         raise SparkInteropError(
             f'{what} on unbounded input: the result must have the window '
             f'columns {columns["window_start"]!r} and {columns["window_end"]!r} '
             '(timestamps, as the view gives them), so that each row goes back '
             f'into its window; missing or not timestamps: {missing}. Select '
-            'them (and GROUP BY them when aggregating).')
+            'them (and GROUP BY them when aggregating).'
+        )
 
 
 def analyse(session, query: str, views: dict, what: str):
@@ -472,8 +579,7 @@ def analyse(session, query: str, views: dict, what: str):
     created = []
     try:
         for name, schema in views.items():
-            session.createDataFrame([], types.arrow_to_spark(schema)) \
-                .createOrReplaceTempView(name)
+            session.createDataFrame([], types.arrow_to_spark(schema)).createOrReplaceTempView(name)
             created.append(name)
         result = session.sql(query).schema
     except Exception as e:

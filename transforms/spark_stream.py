@@ -64,6 +64,7 @@ time column (or the ``name=`` given). A changed Spark source under the same
 checkpoint location is also refused by Spark itself when its offsets do not
 fit.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +97,9 @@ def _seconds(value) -> float:
     return micros / 1e6 if micros is not None else float(value)
 
 
-def stream_spec(what: str, dataframe, event_time, max_out_of_orderness,
-                trigger, identity: dict | None) -> dict:
+def stream_spec(
+    what: str, dataframe, event_time, max_out_of_orderness, trigger, identity: dict | None
+) -> dict:
     """The spec of a streaming read (checked: the event-time column, the
     trigger); raises SparkInteropError naming ``what``."""
     if dataframe is None or not dataframe.isStreaming:
@@ -105,39 +107,50 @@ def stream_spec(what: str, dataframe, event_time, max_out_of_orderness,
             f'{what}: event_time=, max_out_of_orderness= and trigger= read a '
             'streaming DataFrame (spark.readStream...), and this one is a batch '
             'DataFrame (a table, a query or spark.read...). Drop them to read '
-            'it bounded, or give ReadFromSpark a streaming DataFrame.')
+            'it bounded, or give ReadFromSpark a streaming DataFrame.'
+        )
     if event_time is None:
         raise specs.SparkInteropError(
             f'{what}: a streaming DataFrame needs event_time=: the timestamp '
             "column giving each element's event time (e.g. 'timestamp' of "
             "Kafka's or the rate source's rows), and max_out_of_orderness= how "
-            'late (seconds) rows may come behind the latest one.')
+            'late (seconds) rows may come behind the latest one.'
+        )
     fields = {f.name: f for f in dataframe.schema.fields}
     if event_time not in fields:
         raise specs.SparkInteropError(
             f'{what}: event_time={event_time!r} is not a column of the streaming '
             f'DataFrame (columns: {", ".join(fields)}); add it, e.g. with '
-            "withColumn(..., F.col(...).cast('timestamp')).")
+            "withColumn(..., F.col(...).cast('timestamp'))."
+        )
     kind = fields[event_time].dataType.simpleString()
     if kind not in ('timestamp', 'timestamp_ntz'):
         raise specs.SparkInteropError(
             f'{what}: event_time column {event_time!r} is {kind}, not a '
             "timestamp; cast it (F.col(...).cast('timestamp'), or "
-            'F.timestamp_millis for epoch milliseconds).')
+            'F.timestamp_millis for epoch milliseconds).'
+        )
     lateness = _seconds(max_out_of_orderness or 0)
     if lateness < 0:
-        raise specs.SparkInteropError(
-            f'{what}: max_out_of_orderness must be >= 0, got {lateness}.')
-    if trigger is not None and trigger != AVAILABLE_NOW and not (
-            isinstance(trigger, str) and trigger.strip()):
+        raise specs.SparkInteropError(f'{what}: max_out_of_orderness must be >= 0, got {lateness}.')
+    if (
+        trigger is not None
+        and trigger != AVAILABLE_NOW
+        and not (isinstance(trigger, str) and trigger.strip())
+    ):
         raise specs.SparkInteropError(
             f"{what}: trigger is '{AVAILABLE_NOW}' or a processing-time interval "
-            f"such as '5 seconds', got {trigger!r}.")
+            f"such as '5 seconds', got {trigger!r}."
+        )
     if identity is None:
         identity = {'schema': dataframe.schema.simpleString()}
     identity = dict(identity, event_time=event_time)
-    return {'event_time': event_time, 'lateness_micros': int(lateness * 1e6),
-            'trigger': trigger, 'identity': identity}
+    return {
+        'event_time': event_time,
+        'lateness_micros': int(lateness * 1e6),
+        'trigger': trigger,
+        'identity': identity,
+    }
 
 
 def reader(session, what: str, format: str, path, options: dict | None, schema):
@@ -153,8 +166,7 @@ def reader(session, what: str, format: str, path, options: dict | None, schema):
     except Exception as e:
         raise specs.spark_error(what, e) from None
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
-    return dataframe, {'format': format, 'path': path,
-                       'options': digest.hexdigest()[:16]}
+    return dataframe, {'format': format, 'path': path, 'options': digest.hexdigest()[:16]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,23 +175,31 @@ class StageBatch:
     batch ``batch_id`` as Parquet in ``folder/batch_id``, then its marker.
     Runs where Spark runs the function: the driver on classic Spark, the
     server's Python workers over Spark Connect."""
+
     folder: str
     event_time: str
 
     def __call__(self, dataframe, batch_id: int) -> None:
         from pyspark.sql import functions as f
+
         target = os.path.join(self.folder, str(batch_id))
         marker = os.path.join(target, MARKER)
         if os.path.exists(marker):  # staged before the driver died: as it is
             return
         dataframe.write.mode('overwrite').parquet(target)
         written = dataframe.sparkSession.read.parquet(target)
-        stats = written.agg(f.count(f.lit(1)).alias('rows'),
-                            f.max(f.unix_micros(f.col(self.event_time))
-                                  ).alias('max')).first()
+        stats = written.agg(
+            f.count(f.lit(1)).alias('rows'),
+            f.max(f.unix_micros(f.col(self.event_time))).alias('max'),
+        ).first()
         with open(marker + '.tmp', 'w') as out:
-            json.dump({'rows': int(stats['rows']), 'max_event_time': (
-                None if stats['max'] is None else int(stats['max']))}, out)
+            json.dump(
+                {
+                    'rows': int(stats['rows']),
+                    'max_event_time': (None if stats['max'] is None else int(stats['max'])),
+                },
+                out,
+            )
         os.replace(marker + '.tmp', marker)
 
 
@@ -216,8 +236,12 @@ class SparkStreamSource:
 
     def checkpoint(self) -> dict:
         self._collect_garbage()
-        return {'identity': self._spec['identity'], 'next_batch': self.next_batch,
-                'max_event_time': self._max_event, 'drained': self._drained}
+        return {
+            'identity': self._spec['identity'],
+            'next_batch': self.next_batch,
+            'max_event_time': self._max_event,
+            'drained': self._drained,
+        }
 
     def restore(self, record: dict) -> None:
         if record.get('identity') != self._spec['identity']:
@@ -225,7 +249,8 @@ class SparkStreamSource:
                 f'{self.label}: the checkpoint location holds the position of '
                 f'another source ({record.get("identity")}), not of this one '
                 f'({self._spec["identity"]}); use another --checkpoint_location '
-                'for a changed source.')
+                'for a changed source.'
+            )
         self.next_batch = self._durable = int(record['next_batch'])
         self._max_event = record.get('max_event_time')
         self._drained = bool(record.get('drained'))
@@ -257,8 +282,7 @@ class SparkStreamSource:
         self.next_batch = ids[-1] + 1
         for s in stats:
             if s['max_event_time'] is not None:
-                self._max_event = max(self._max_event or s['max_event_time'],
-                                      s['max_event_time'])
+                self._max_event = max(self._max_event or s['max_event_time'], s['max_event_time'])
         self._watermark = max(self._watermark, self._event_watermark())
         full = [i for i, s in zip(ids, stats) if s['rows']]
         if full:
@@ -292,18 +316,20 @@ class SparkStreamSource:
         if dataframe is None:
             raise specs.SparkInteropError(
                 f'{self.label}: its streaming DataFrame lives in the process that '
-                'built the pipeline; run the pipeline there.')
+                'built the pipeline; run the pipeline there.'
+            )
         session = self._engine.spark_session()
         if dataframe.sparkSession is not session:
             raise specs.SparkInteropError(
                 f'{self.label}: the streaming DataFrame belongs to another '
                 "SparkSession than the runner's; give the runner that session "
-                '(InProcessSparkRunner(spark=df.sparkSession)).')
+                '(InProcessSparkRunner(spark=df.sparkSession)).'
+            )
         self._own_folder()
         os.makedirs(self._batches, exist_ok=True)
         writer = dataframe.writeStream.foreachBatch(
-            StageBatch(self._batches, self._spec['event_time'])).option(
-            'checkpointLocation', os.path.join(self._folder, 'checkpoint'))
+            StageBatch(self._batches, self._spec['event_time'])
+        ).option('checkpointLocation', os.path.join(self._folder, 'checkpoint'))
         trigger = self._spec['trigger']
         if trigger == AVAILABLE_NOW:
             writer = writer.trigger(availableNow=True)
@@ -312,8 +338,7 @@ class SparkStreamSource:
         try:
             self._query = writer.start()
         except Exception as e:
-            raise specs.spark_error(f'{self.label}: starting its streaming query',
-                                    e) from None
+            raise specs.spark_error(f'{self.label}: starting its streaming query', e) from None
 
     def _own_folder(self) -> None:
         """Refuses a folder another source staged into (module doc)."""
@@ -327,7 +352,8 @@ class SparkStreamSource:
                 raise specs.SparkInteropError(
                     f'{self.label}: {self._folder!r} holds the staged batches and '
                     f'Spark checkpoint of another source ({theirs}), not of this '
-                    f'one ({identity}); use another --checkpoint_location.')
+                    f'one ({identity}); use another --checkpoint_location.'
+                )
             return
         with open(owner + '.tmp', 'w') as f:
             json.dump(identity, f)
@@ -340,8 +366,8 @@ class SparkStreamSource:
         error = self._query.exception()
         if error is not None:
             raise specs.SparkInteropError(
-                f'{self.label}: its streaming query failed: '
-                f'{str(error).strip().splitlines()[0]}')
+                f'{self.label}: its streaming query failed: {str(error).strip().splitlines()[0]}'
+            )
         return False
 
     def _staged(self, wait: float) -> list[int]:
@@ -352,7 +378,8 @@ class SparkStreamSource:
         while True:
             ids = []
             while len(ids) < MAX_BATCHES and os.path.exists(
-                    self._marker(self.next_batch + len(ids))):
+                self._marker(self.next_batch + len(ids))
+            ):
                 ids.append(self.next_batch + len(ids))
             now = time.monotonic()
             if ids or now >= start + wait:
@@ -379,30 +406,42 @@ class SparkStreamSource:
         """The staged batches' rows as engine data of the stage's outputs."""
         from beam_spark_inproc.transforms.convert import ToTimestampedRows
         from beam_spark_inproc.planning import plan as p
+
         schema = specs.decode_schema(self._spec['schema'])
         row_type = types.row_type(schema)
         names = tuple(f.name for f in schema)
         session = self._engine.spark_session()
-        frame = session.read.parquet(
-            *[os.path.join(self._batches, str(i)) for i in ids]).select(*names)
+        frame = session.read.parquet(*[os.path.join(self._batches, str(i)) for i in ids]).select(
+            *names
+        )
         source = self._engine.arrow_source(frame)
         datas = []
         for tag, port in enumerate(self.stage.outputs):
             if port.layout not in (p.CHUNKS, p.ELEMENTS):
-                raise ValueError(f'{self.label}: output layout {port.layout!r} '
-                                 'is not one a streaming read writes')
-            datas.append(self._engine.map_stage(source, ToTimestampedRows(
-                self._context.coders[port.coder_id], row_type, names,
-                self._spec['event_time'], self.label,
-                port.layout == p.ELEMENTS, tag)))
+                raise ValueError(
+                    f'{self.label}: output layout {port.layout!r} '
+                    'is not one a streaming read writes'
+                )
+            datas.append(
+                self._engine.map_stage(
+                    source,
+                    ToTimestampedRows(
+                        self._context.coders[port.coder_id],
+                        row_type,
+                        names,
+                        self._spec['event_time'],
+                        self.label,
+                        port.layout == p.ELEMENTS,
+                        tag,
+                    ),
+                )
+            )
         return datas[0] if len(datas) == 1 else self._engine.union(datas)
 
     def _collect_garbage(self) -> None:
         """Removes the staged batches the last written record had stepped
         past (a record newer than it is about to be written)."""
-        for name in os.listdir(self._batches) if os.path.isdir(
-                self._batches) else ():
+        for name in os.listdir(self._batches) if os.path.isdir(self._batches) else ():
             if name.isdigit() and int(name) < self._durable:
-                shutil.rmtree(os.path.join(self._batches, name),
-                              ignore_errors=True)
+                shutil.rmtree(os.path.join(self._batches, name), ignore_errors=True)
         self._durable = self.next_batch

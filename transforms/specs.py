@@ -5,6 +5,7 @@ schema encoding of a transform's spec, the one error type, and the schema a
 write checks a table against. A module of its own so that none of the three
 imports another for them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,6 +16,7 @@ from beam_spark_inproc.transforms import types
 
 # DataFrames given to ReadFromSpark, by token, for the runner in this process.
 _DATAFRAMES: dict[str, object] = {}
+
 
 class SparkInteropError(ValueError):
     """Bad input to ReadFromSpark, WriteToSpark or SparkSql."""
@@ -47,16 +49,19 @@ def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema
     if mode in ('error', 'errorifexists'):
         raise SparkInteropError(
             f'{what}: table {table!r} already exists and mode is {mode!r}: '
-            "use mode='append' or 'overwrite', or another table.")
+            "use mode='append' or 'overwrite', or another table."
+        )
     if mode != 'append':
         return arrow
     table_arrow = types.spark_to_arrow(session.table(table).schema)
     problems = mismatches(arrow, table_arrow, 'the table')
     if problems:
         raise SparkInteropError(
-            f'{what}: the PCollection\'s schema does not match table {table!r}: '
-            + '; '.join(problems) + '. Convert the elements (e.g. with beam.Select '
-            "or beam.Map), or write with mode='overwrite'.")
+            f"{what}: the PCollection's schema does not match table {table!r}: "
+            + '; '.join(problems)
+            + '. Convert the elements (e.g. with beam.Select '
+            "or beam.Map), or write with mode='overwrite'."
+        )
     return table_arrow
 
 
@@ -66,13 +71,14 @@ def path_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
     PCollection's. A path with nothing Spark can read is written as new."""
     import os
     import urllib.parse
+
     parsed = urllib.parse.urlparse(spec['path'])
     if parsed.scheme in ('', 'file') and not os.path.exists(
-            parsed.path if parsed.scheme else spec['path']):
+        parsed.path if parsed.scheme else spec['path']
+    ):
         return arrow  # nothing there yet (Spark would log a failed read)
     try:
-        found = session.read.format(spec['format'] or 'parquet') \
-            .load(spec['path']).schema
+        found = session.read.format(spec['format'] or 'parquet').load(spec['path']).schema
     except Exception:  # no such path, or nothing to infer a schema from
         return arrow
     theirs = types.spark_to_arrow(found)
@@ -80,12 +86,19 @@ def path_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
     if problems:
         raise SparkInteropError(
             f"{what}: the PCollection's schema does not match the data "
-            f"already at {spec['path']!r}: " + '; '.join(problems) +
-            '. Convert the elements (e.g. with beam.Select or beam.Map), or '
-            'write to another path.')
-    return pa.schema([theirs.field(theirs.get_field_index(f.name))
-                      if theirs.get_field_index(f.name) >= 0 else f
-                      for f in arrow])
+            f'already at {spec["path"]!r}: '
+            + '; '.join(problems)
+            + '. Convert the elements (e.g. with beam.Select or beam.Map), or '
+            'write to another path.'
+        )
+    return pa.schema(
+        [
+            theirs.field(theirs.get_field_index(f.name))
+            if theirs.get_field_index(f.name) >= 0
+            else f
+            for f in arrow
+        ]
+    )
 
 
 def mismatches(arrow: pa.Schema, target: pa.Schema, where: str) -> list[str]:
@@ -98,12 +111,14 @@ def mismatches(arrow: pa.Schema, target: pa.Schema, where: str) -> list[str]:
         if name not in theirs:
             problems.append(f'field {ours[name].name!r} is not a column of {where}')
         elif name not in ours:
-            problems.append(f'column {theirs[name].name!r} of {where} is not '
-                            'a field of the PCollection')
+            problems.append(
+                f'column {theirs[name].name!r} of {where} is not a field of the PCollection'
+            )
         elif not _compatible(ours[name].type, theirs[name].type):
             problems.append(
                 f'field {ours[name].name!r}: Beam gives {_spark_type(ours[name])}, '
-                f'{where} has {_spark_type(theirs[name])}')
+                f'{where} has {_spark_type(theirs[name])}'
+            )
     return problems
 
 
@@ -121,14 +136,16 @@ def _compatible(ours: pa.DataType, theirs: pa.DataType) -> bool:
         return True  # tinyint reads as int16: writing it back checks the range
     if pa.types.is_struct(ours) and pa.types.is_struct(theirs):
         return ours.num_fields == theirs.num_fields and all(
-            ours.field(i).name == theirs.field(i).name and
-            _compatible(ours.field(i).type, theirs.field(i).type)
-            for i in range(ours.num_fields))
+            ours.field(i).name == theirs.field(i).name
+            and _compatible(ours.field(i).type, theirs.field(i).type)
+            for i in range(ours.num_fields)
+        )
     if pa.types.is_list(ours) and pa.types.is_list(theirs):
         return _compatible(ours.value_type, theirs.value_type)
     if pa.types.is_map(ours) and pa.types.is_map(theirs):
-        return (_compatible(ours.key_type, theirs.key_type) and
-                _compatible(ours.item_type, theirs.item_type))
+        return _compatible(ours.key_type, theirs.key_type) and _compatible(
+            ours.item_type, theirs.item_type
+        )
     return ours == theirs
 
 
@@ -149,6 +166,7 @@ def write_dataframe(session, spec: dict, dataframe, label: str) -> None:
             writer.save(spec['path'])
     except Exception as e:
         from pyspark.errors import PythonException
+
         if isinstance(e, PythonException):
             raise  # a Beam transform upstream failed: the runner names it
         raise spark_error(f'{label}: writing {target}', e) from None

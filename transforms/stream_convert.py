@@ -18,6 +18,7 @@ input rows came from.
 
 Imported by workers: only pyarrow, Beam's coders and windows, ``convert``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,11 @@ WINDOW_COLUMNS = {
 def column_fields(columns: dict[str, str]) -> list[pa.Field]:
     """Arrow fields of the window/pane columns ``{role: column name}``, in
     ``WINDOW_COLUMNS`` order."""
-    return [pa.field(columns[role], WINDOW_COLUMNS[role])
-            for role in WINDOW_COLUMNS if columns.get(role)]
+    return [
+        pa.field(columns[role], WINDOW_COLUMNS[role])
+        for role in WINDOW_COLUMNS
+        if columns.get(role)
+    ]
 
 
 def _value(role: str, window, pane):
@@ -67,6 +71,7 @@ def _value(role: str, window, pane):
 class WindowedToArrow(ToArrow):
     """mapInArrow function: rows -> Arrow batches of ``schema``, whose last
     fields are the window/pane ``columns`` ({role: name})."""
+
     columns: tuple[tuple[str, str], ...] = ()  # (role, column name)
 
     def decode(self, stream, impl, pending: list) -> None:
@@ -82,8 +87,9 @@ class WindowedToArrow(ToArrow):
         for f in self.schema:
             role = roles.get(f.name)
             if role is None:
-                arrays.append(types.column_to_arrow(
-                    [getattr(e, f.name) for e, _, _ in elements], f))
+                arrays.append(
+                    types.column_to_arrow([getattr(e, f.name) for e, _, _ in elements], f)
+                )
                 continue
             values = [_value(role, w, pane) for _, w, pane in elements]
             if pa.types.is_timestamp(f.type):
@@ -98,6 +104,7 @@ class WindowedToBeamRows:
     """mapInArrow function: a query result's Arrow batches -> encoded Beam
     rows (``protocol.rows``), each in the window its ``start``/``end``
     columns name."""
+
     windowed_coder: object  # WindowedValueCoder(RowCoder) of the output
     row_type: object
     names: tuple[str, ...]
@@ -119,12 +126,16 @@ class WindowedToBeamRows:
                 if start is None or end is None:
                     raise ValueError(
                         f'A SparkSql result row has no window: its {self.start!r}'
-                        f' or {self.end!r} column is null ({row}).')
-                window = (GlobalWindow() if self.global_window else
-                          IntervalWindow(Timestamp(micros=start),
-                                         Timestamp(micros=end)))
-                impl.encode_to_stream(WindowedValue(
-                    row, window.max_timestamp(), (window,)), stream, True)
+                        f' or {self.end!r} column is null ({row}).'
+                    )
+                window = (
+                    GlobalWindow()
+                    if self.global_window
+                    else IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))
+                )
+                impl.encode_to_stream(
+                    WindowedValue(row, window.max_timestamp(), (window,)), stream, True
+                )
                 if stream.size() >= CHUNK_BYTES:
                     yield 0, None, stream.get()
                     stream = create_OutputStream()

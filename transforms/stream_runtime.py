@@ -53,6 +53,7 @@ replaced in the next micro-batch), and its rows go back into the windows
 their bounds name (``stream_convert.WindowedToBeamRows``), lazily, as any
 stage's result.
 """
+
 from __future__ import annotations
 
 import functools
@@ -86,8 +87,7 @@ class StreamStages:
     jobs of the micro-batch."""
 
     def __init__(self, engine: Any, coders: Any, root: str, job):
-        self._engine, self._coders, self._root, self._job = \
-            engine, coders, root, job
+        self._engine, self._coders, self._root, self._job = engine, coders, root, job
         self._sinks: dict[str, PathSink] = {}
 
     def run(self, stage: Any, key: str, data: Any, micro_batch: int) -> Any:
@@ -98,48 +98,57 @@ class StreamStages:
         if stage.native_urn == SQL_URN:
             return self._query(stage, spec, label, data)
         if stage.native_urn != WRITE_URN:
-            raise ValueError(f'{label}: no streaming handler for '
-                             f'{stage.native_urn}')
+            raise ValueError(f'{label}: no streaming handler for {stage.native_urn}')
         self._write(stage, spec, label, key, data, micro_batch)
         return None
 
-    def _write(self, stage, spec: dict, label: str, key: str, data: Any,
-               micro_batch: int) -> None:
+    def _write(self, stage, spec: dict, label: str, key: str, data: Any, micro_batch: int) -> None:
         sink = self._sinks.get(key)
         if sink is None:
             if spec['table']:  # a catalog table's folder (stream_tables)
                 from beam_spark_inproc.transforms import stream_tables
+
                 session = self._engine.spark_session()
                 table = stream_tables.target(session, spec, label)
                 sink = PathSink(
-                    table.location, self._sink_id(key), label,
-                    table.write_options(), functools.partial(
-                        stream_tables.refresh, session, table, label))
+                    table.location,
+                    self._sink_id(key),
+                    label,
+                    table.write_options(),
+                    functools.partial(stream_tables.refresh, session, table, label),
+                )
             else:
                 sink = PathSink(_local(spec['path']), self._sink_id(key), label)
             self._sinks[key] = sink
             sink.recover()
         if micro_batch <= sink.published:
-            _LOGGER.info('%s: micro-batch %d was published before the restart; '
-                         'not written again', label, micro_batch)
+            _LOGGER.info(
+                '%s: micro-batch %d was published before the restart; not written again',
+                label,
+                micro_batch,
+            )
             return
         schema = specs.decode_schema(spec['schema'])
         coder = self._coders[stage.inputs[0].coder_id]
         columns = spec.get('window_columns') or {}
-        fn = (WindowedToArrow(coder, schema, columns=tuple(columns.items()))
-              if columns else ToArrow(coder, schema))
+        fn = (
+            WindowedToArrow(coder, schema, columns=tuple(columns.items()))
+            if columns
+            else ToArrow(coder, schema)
+        )
         dataframe = self._engine.to_dataframe(data, fn, schema)
         with self._job():
             sink.write(micro_batch, dataframe, spec, self._engine.spark_session())
 
     def _query(self, stage, spec: dict, label: str, data: Any) -> Any:
-        (name, view), = spec['views'].items()
+        ((name, view),) = spec['views'].items()
         view_schema = specs.decode_schema(view)
         columns = spec['window_columns']
         session = self._engine.spark_session()
         coder = self._coders[stage.inputs[0].coder_id]
-        frame = self._engine.to_dataframe(data, WindowedToArrow(
-            coder, view_schema, columns=tuple(columns.items())), view_schema)
+        frame = self._engine.to_dataframe(
+            data, WindowedToArrow(coder, view_schema, columns=tuple(columns.items())), view_schema
+        )
         schema = specs.decode_schema(spec['schema'])
         try:
             # Analysed now, on the view as it stands (replaced next time).
@@ -149,10 +158,16 @@ class StreamStages:
             raise specs.spark_error(label, e) from None
         out = stage.outputs[0]
         return self._engine.map_stage(
-            self._engine.arrow_source(result), WindowedToBeamRows(
-                self._coders[out.coder_id], types.row_type(schema),
-                tuple(f.name for f in schema), columns['window_start'],
-                columns['window_end'], bool(spec.get('global_window'))))
+            self._engine.arrow_source(result),
+            WindowedToBeamRows(
+                self._coders[out.coder_id],
+                types.row_type(schema),
+                tuple(f.name for f in schema),
+                columns['window_start'],
+                columns['window_end'],
+                bool(spec.get('global_window')),
+            ),
+        )
 
     def _sink_id(self, key: str) -> str:
         """The sink's id, kept in the checkpoint (made on its first run)."""
@@ -178,9 +193,14 @@ class PathSink:
     spec's (a table's format and partition columns); ``on_publish``: called
     after each publish and after ``recover`` (a table's catalog refresh)."""
 
-    def __init__(self, path: str, sink_id: str, label: str,
-                 options: dict | None = None,
-                 on_publish: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        path: str,
+        sink_id: str,
+        label: str,
+        options: dict | None = None,
+        on_publish: Callable[[], None] | None = None,
+    ):
         self.path = path
         self.sink_id = sink_id
         self.label = label
@@ -207,36 +227,44 @@ class PathSink:
                 os.remove(path)
                 removed += 1
         if removed:
-            _LOGGER.info('%s: removed %d files of micro-batches after the '
-                         'published %d from %s', self.label, removed,
-                         self.published, self.path)
+            _LOGGER.info(
+                '%s: removed %d files of micro-batches after the published %d from %s',
+                self.label,
+                removed,
+                self.published,
+                self.path,
+            )
         if self._on_publish is not None:
             self._on_publish()
         return removed
 
-    def write(self, micro_batch: int, dataframe: Any, spec: dict,
-              session: Any) -> list[str]:
+    def write(self, micro_batch: int, dataframe: Any, spec: dict, session: Any) -> list[str]:
         """Spark writes the micro-batch into staging, the driver renames its
         files into the path and records it published; returns the files."""
         staging = os.path.join(self.folder, 'staging', str(micro_batch))
         shutil.rmtree(staging, ignore_errors=True)
         specs.write_dataframe(
-            session, dict(spec, **self._options, table=None, path=staging,
-                          mode='overwrite'),
-            dataframe, self.label)
+            session,
+            dict(spec, **self._options, table=None, path=staging, mode='overwrite'),
+            dataframe,
+            self.label,
+        )
         published = []
         for source in self._data_files(staging):
             if _empty(source):
                 continue
             folder = os.path.relpath(os.path.dirname(source), staging)
-            target = os.path.normpath(os.path.join(
-                self.path, folder,
-                f'{self._prefix}{micro_batch}-{os.path.basename(source)}'))
+            target = os.path.normpath(
+                os.path.join(
+                    self.path, folder, f'{self._prefix}{micro_batch}-{os.path.basename(source)}'
+                )
+            )
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(source, target)
             published.append(os.path.relpath(target, self.path))
-        _write_atomically(self._record, json.dumps(
-            {'micro_batch': micro_batch, 'files': published}).encode())
+        _write_atomically(
+            self._record, json.dumps({'micro_batch': micro_batch, 'files': published}).encode()
+        )
         self.published = micro_batch
         shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
         if self._on_publish is not None:
@@ -250,8 +278,7 @@ class PathSink:
         found = []
         for folder, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if not d.startswith(('_', '.'))]
-            found += [os.path.join(folder, n) for n in names
-                      if not n.startswith(('_', '.'))]
+            found += [os.path.join(folder, n) for n in names if not n.startswith(('_', '.'))]
         return found
 
 
@@ -262,6 +289,7 @@ def _empty(path: str) -> bool:
         return True
     if path.endswith('.parquet'):
         import pyarrow.parquet as pq
+
         try:
             return pq.read_metadata(path).num_rows == 0
         except Exception:  # pylint: disable=broad-except

@@ -37,6 +37,7 @@ The data files are written in the table's format with its partition
 columns as folders (``col=value``), the columns in the table's order; the
 table's own storage options are Spark's to apply on read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,14 +53,18 @@ FILE_FORMATS = ('parquet', 'orc', 'json')
 class TableTarget:
     """A catalog table as a stream writes it: its folder, format and
     partition columns."""
+
     table: str
     location: str  # a local path
     format: str
     partition_by: tuple[str, ...]
 
     def as_spec(self) -> dict:
-        return {'location': self.location, 'format': self.format,
-                'partition_by': list(self.partition_by)}
+        return {
+            'location': self.location,
+            'format': self.format,
+            'partition_by': list(self.partition_by),
+        }
 
     def write_options(self) -> dict:
         """What a staged write of the table's files takes from the table."""
@@ -70,8 +75,7 @@ def describe(session, table: str, what: str) -> dict:
     """``DESCRIBE TABLE EXTENDED``'s detail rows by name, and the partition
     columns under ``partition_by``."""
     try:
-        rows = [tuple(r) for r in session.sql(
-            f'DESCRIBE TABLE EXTENDED {table}').collect()]
+        rows = [tuple(r) for r in session.sql(f'DESCRIBE TABLE EXTENDED {table}').collect()]
     except Exception as e:
         raise specs.spark_error(what, e) from None
     found: dict = {'partition_by': []}
@@ -103,26 +107,28 @@ def resolve(session, table: str, what: str) -> TableTarget:
         raise specs.SparkInteropError(
             f'{what}: table {table!r} does not exist. A stream appends to an '
             'existing table: create it first (CREATE TABLE ... USING parquet, '
-            'with PARTITIONED BY if it has partitions), or write to path=.')
+            'with PARTITIONED BY if it has partitions), or write to path=.'
+        )
     detail = describe(session, table, what)
     kind = detail.get('Type', '').upper()
     provider = detail.get('Provider', '').lower()
     if kind == 'VIEW' or 'View Text' in detail:
-        raise specs.SparkInteropError(
-            f'{what}: {table!r} is a view; a stream appends to a table.')
+        raise specs.SparkInteropError(f'{what}: {table!r} is a view; a stream appends to a table.')
     if provider in ('delta', 'iceberg', 'hudi'):
         raise specs.SparkInteropError(
             f'{what}: table {table!r} is a {provider} table, which keeps its own '
             "transaction log that the stream's file renames would bypass; "
             "exactly-once appends through its transactions (Delta's "
             'txnAppId/txnVersion) are not offered. Write to a parquet, orc or '
-            'json table, or to path=.')
+            'json table, or to path=.'
+        )
     if provider not in FILE_FORMATS:
         raise specs.SparkInteropError(
             f'{what}: table {table!r} has provider {provider or "unknown"!r}; a '
             'stream appends exactly once to file-backed datasource tables '
             f'(USING {", ".join(FILE_FORMATS)}) by publishing files into their '
-            'location.')
+            'location.'
+        )
     location = detail.get('Location', '')
     parsed = urllib.parse.urlparse(location)
     if not location or parsed.scheme not in ('', 'file'):
@@ -130,7 +136,8 @@ def resolve(session, table: str, what: str) -> TableTarget:
             f'{what}: table {table!r} is at {location or "no location"!r}; a '
             'stream publishes each micro-batch by renaming files in the '
             "driver, on a file system it shares with Spark's executors (a "
-            'local or mounted path).')
+            'local or mounted path).'
+        )
     path = os.path.abspath(parsed.path if parsed.scheme else location)
     return TableTarget(table, path, provider, tuple(detail['partition_by']))
 
@@ -141,8 +148,9 @@ def check(session, spec: dict, arrow, what: str):
     target = resolve(session, spec['table'], what)
     if spec['format'] and spec['format'].lower() != target.format:
         raise specs.SparkInteropError(
-            f"{what}: format {spec['format']!r} but table {spec['table']!r} is "
-            f'{target.format}; drop format= (the table says it).')
+            f'{what}: format {spec["format"]!r} but table {spec["table"]!r} is '
+            f'{target.format}; drop format= (the table says it).'
+        )
     schema = specs.target_schema(session, spec, arrow, what)
     spec['table_target'] = target.as_spec()
     return schema
@@ -156,12 +164,15 @@ def target(session, spec: dict, label: str) -> TableTarget:
     found = resolve(session, spec['table'], label)
     built = spec.get('table_target')
     if built and (built['format'], built['partition_by']) != (
-            found.format, list(found.partition_by)):
+        found.format,
+        list(found.partition_by),
+    ):
         raise specs.SparkInteropError(
-            f"{label}: table {spec['table']!r} changed since the pipeline was "
-            f"built (format {built['format']}, partitions "
-            f"{built['partition_by']}; now {found.format}, "
-            f'{list(found.partition_by)}); build the pipeline again.')
+            f'{label}: table {spec["table"]!r} changed since the pipeline was '
+            f'built (format {built["format"]}, partitions '
+            f'{built["partition_by"]}; now {found.format}, '
+            f'{list(found.partition_by)}); build the pipeline again.'
+        )
     os.makedirs(found.location, exist_ok=True)
     return found
 
@@ -175,5 +186,6 @@ def refresh(session, table: TableTarget, label: str) -> None:
         session.sql(f'REFRESH TABLE {table.table}')
     except Exception as e:
         # py4j's own text says only which call failed: the JVM's says why.
-        raise specs.spark_error(f'{label}: refreshing {table.table}', getattr(
-            e, 'java_exception', e)) from None
+        raise specs.spark_error(
+            f'{label}: refreshing {table.table}', getattr(e, 'java_exception', e)
+        ) from None

@@ -26,6 +26,7 @@ function, built once per schema (``to_beam`` / ``to_arrow``).
 
 A type that cannot cross raises ``SchemaError`` naming the field and both types.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -53,6 +54,7 @@ class SchemaError(TypeError):
 
 # --- Arrow -> Beam -----------------------------------------------------------
 
+
 def _beam_fieldtype(arrow_type: pa.DataType, where: str) -> schema_pb2.FieldType:
     if pa.types.is_timestamp(arrow_type):
         return schemas.typing_to_runner_api(Timestamp)
@@ -63,16 +65,26 @@ def _beam_fieldtype(arrow_type: pa.DataType, where: str) -> schema_pb2.FieldType
         # when it makes a Python type, so decimals read as Beam's decimal.
         return schemas.typing_to_runner_api(decimal.Decimal)
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return schema_pb2.FieldType(array_type=schema_pb2.ArrayType(
-            element_type=_beam_field_type(arrow_type.value_field, where + '[]')))
+        return schema_pb2.FieldType(
+            array_type=schema_pb2.ArrayType(
+                element_type=_beam_field_type(arrow_type.value_field, where + '[]')
+            )
+        )
     if pa.types.is_map(arrow_type):
-        return schema_pb2.FieldType(map_type=schema_pb2.MapType(
-            key_type=_beam_field_type(arrow_type.key_field, where + '.key'),
-            value_type=_beam_field_type(arrow_type.item_field, where + '.value')))
+        return schema_pb2.FieldType(
+            map_type=schema_pb2.MapType(
+                key_type=_beam_field_type(arrow_type.key_field, where + '.key'),
+                value_type=_beam_field_type(arrow_type.item_field, where + '.value'),
+            )
+        )
     if pa.types.is_struct(arrow_type):
-        return schema_pb2.FieldType(row_type=schema_pb2.RowType(
-            schema=beam_schema([arrow_type.field(i)
-                                for i in range(arrow_type.num_fields)], where)))
+        return schema_pb2.FieldType(
+            row_type=schema_pb2.RowType(
+                schema=beam_schema(
+                    [arrow_type.field(i) for i in range(arrow_type.num_fields)], where
+                )
+            )
+        )
     if pa.types.is_int8(arrow_type):
         # Beam Python's BYTE coder writes 0..255 only (Java's byte is signed):
         # Spark's tinyint (-128..127) reads as int16.
@@ -85,8 +97,8 @@ def _beam_fieldtype(arrow_type: pa.DataType, where: str) -> schema_pb2.FieldType
         return atc._beam_fieldtype_from_arrow_type(arrow_type)
     except ValueError:
         raise SchemaError(
-            f'field {where!r}: Arrow type {arrow_type} has no Beam schema '
-            'type') from None
+            f'field {where!r}: Arrow type {arrow_type} has no Beam schema type'
+        ) from None
 
 
 def _beam_field_type(field: pa.Field, where: str) -> schema_pb2.FieldType:
@@ -97,32 +109,36 @@ def _beam_field_type(field: pa.Field, where: str) -> schema_pb2.FieldType:
 
 def beam_schema(fields, where: str = '') -> schema_pb2.Schema:
     prefix = where + '.' if where else ''
-    return schema_pb2.Schema(fields=[
-        schema_pb2.Field(name=f.name, type=_beam_field_type(f, prefix + f.name))
-        for f in fields])
+    return schema_pb2.Schema(
+        fields=[
+            schema_pb2.Field(name=f.name, type=_beam_field_type(f, prefix + f.name)) for f in fields
+        ]
+    )
 
 
 def row_type(arrow_schema: pa.Schema) -> RowTypeConstraint:
     """The Beam row type (a generated NamedTuple with RowCoder) of an Arrow schema."""
     schema = beam_schema(list(arrow_schema))
     return schemas.typing_from_runner_api(
-        schema_pb2.FieldType(row_type=schema_pb2.RowType(schema=schema)))
+        schema_pb2.FieldType(row_type=schema_pb2.RowType(schema=schema))
+    )
 
 
 def spark_to_arrow(spark_schema) -> pa.Schema:
     """A Spark StructType as Arrow, timestamps (with or without zone) as UTC micros."""
     from pyspark.sql.pandas.types import to_arrow_schema
+
     try:
         arrow = to_arrow_schema(spark_schema, timezone='UTC')
     except Exception as e:  # pyspark names the unsupported type
         bad = _first_unsupported(spark_schema)
-        raise SchemaError(
-            f'{bad}has no Arrow/Beam equivalent ({type(e).__name__}: {e})') from None
+        raise SchemaError(f'{bad}has no Arrow/Beam equivalent ({type(e).__name__}: {e})') from None
     return pa.schema([_utc(f) for f in arrow])
 
 
 def _first_unsupported(spark_schema) -> str:
     from pyspark.sql.pandas.types import to_arrow_type
+
     for field in spark_schema.fields:
         try:
             to_arrow_type(field.dataType, timezone='UTC')
@@ -146,10 +162,12 @@ def _utc(field: pa.Field) -> pa.Field:
 
 def arrow_to_spark(arrow_schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
+
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
 
 
 # --- Beam -> Arrow -----------------------------------------------------------
+
 
 def spark_row_type(spark_schema) -> tuple[pa.Schema, RowTypeConstraint]:
     """(Arrow schema, Beam row type) of a Spark schema; a field that cannot
@@ -162,7 +180,8 @@ def spark_row_type(spark_schema) -> tuple[pa.Schema, RowTypeConstraint]:
             raise SchemaError(
                 f'field {spark_field.name!r}: Spark type '
                 f'{spark_field.dataType.simpleString()} (Arrow {arrow_field.type}) '
-                'has no Beam schema type') from None
+                'has no Beam schema type'
+            ) from None
     return arrow, row_type(arrow)
 
 
@@ -175,7 +194,8 @@ def element_schema(element_type, what: str) -> schema_pb2.Schema:
         raise SchemaError(
             f'{what} has element type {name}, which has no Beam schema: '
             'give it one (beam.Row elements, a NamedTuple registered with '
-            'beam.coders.RowCoder, or .with_output_types(...)).') from None
+            'beam.coders.RowCoder, or .with_output_types(...)).'
+        ) from None
 
 
 def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
@@ -190,25 +210,29 @@ def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
             return pa.decimal128(*DEFAULT_DECIMAL)
         if urn == FIXED_DECIMAL_URN:
             values = field_type.logical_type.argument.row_value.values
-            return pa.decimal128(values[0].atomic_value.int32,
-                                 values[1].atomic_value.int32)
-        hint = (' (Beam could not infer the field\'s type: declare it, e.g. with '
-                '.with_output_types(...) on the transform making the rows, or a '
-                'NamedTuple registered with RowCoder)'
-                if urn == schemas.PYTHON_ANY_URN else '')
+            return pa.decimal128(values[0].atomic_value.int32, values[1].atomic_value.int32)
+        hint = (
+            " (Beam could not infer the field's type: declare it, e.g. with "
+            '.with_output_types(...) on the transform making the rows, or a '
+            'NamedTuple registered with RowCoder)'
+            if urn == schemas.PYTHON_ANY_URN
+            else ''
+        )
         raise SchemaError(
-            f'field {where!r}: Beam logical type {urn} has no Arrow/Spark type'
-            + hint)
+            f'field {where!r}: Beam logical type {urn} has no Arrow/Spark type' + hint
+        )
     if kind == 'array_type':
-        return pa.list_(_arrow_field(
-            'element', field_type.array_type.element_type, where + '[]'))
+        return pa.list_(_arrow_field('element', field_type.array_type.element_type, where + '[]'))
     if kind == 'iterable_type':
-        return pa.list_(_arrow_field(
-            'element', field_type.iterable_type.element_type, where + '[]'))
+        return pa.list_(
+            _arrow_field('element', field_type.iterable_type.element_type, where + '[]')
+        )
     if kind == 'map_type':
         m = field_type.map_type
-        return pa.map_(_arrow_field('key', m.key_type, where + '.key'),
-                       _arrow_field('value', m.value_type, where + '.value'))
+        return pa.map_(
+            _arrow_field('key', m.key_type, where + '.key'),
+            _arrow_field('value', m.value_type, where + '.value'),
+        )
     if kind == 'row_type':
         return pa.struct(arrow_fields(field_type.row_type.schema, where))
     try:
@@ -216,7 +240,8 @@ def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
     except (ValueError, NotImplementedError):
         raise SchemaError(
             f'field {where!r}: Beam type {schema_pb2.AtomicType.Name(field_type.atomic_type) if kind == "atomic_type" else kind} '
-            'has no Arrow/Spark type') from None
+            'has no Arrow/Spark type'
+        ) from None
 
 
 def _arrow_field(name: str, field_type: schema_pb2.FieldType, where: str) -> pa.Field:
@@ -244,23 +269,31 @@ def _optional(fn: Callable) -> Callable:
 def to_beam(arrow_type: pa.DataType, beam_type) -> Convert:
     """Per-value function from ``to_pylist`` output to Beam's language type."""
     if pa.types.is_timestamp(arrow_type):
-        return _optional(lambda v: Timestamp(micros=((
-            v if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc)
-        ) - _EPOCH) // _MICROSECOND))
+        return _optional(
+            lambda v: Timestamp(
+                micros=((v if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc)) - _EPOCH)
+                // _MICROSECOND
+            )
+        )
     beam_type = _unwrap(beam_type)
     if pa.types.is_struct(arrow_type):
-        user_type = beam_type.user_type if isinstance(
-            beam_type, RowTypeConstraint) else beam_type
+        user_type = beam_type.user_type if isinstance(beam_type, RowTypeConstraint) else beam_type
         names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
-        inner = [to_beam(arrow_type.field(i).type, t)
-                 for i, (_, t) in enumerate(_fields_of(user_type))]
-        return _optional(lambda v: user_type(*[
-            v[n] if c is None or v[n] is None else c(v[n])
-            for n, c in zip(names, inner)]))
+        inner = [
+            to_beam(arrow_type.field(i).type, t) for i, (_, t) in enumerate(_fields_of(user_type))
+        ]
+        return _optional(
+            lambda v: user_type(
+                *[v[n] if c is None or v[n] is None else c(v[n]) for n, c in zip(names, inner)]
+            )
+        )
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         inner = to_beam(arrow_type.value_type, _args(beam_type)[0])
-        return None if inner is None else _optional(
-            lambda v: [None if x is None else inner(x) for x in v])
+        return (
+            None
+            if inner is None
+            else _optional(lambda v: [None if x is None else inner(x) for x in v])
+        )
     if pa.types.is_map(arrow_type):
         key_type, item_type = _args(beam_type)
         k = to_beam(arrow_type.key_type, key_type) or (lambda x: x)
@@ -284,10 +317,13 @@ def to_arrow(arrow_type: pa.DataType) -> Convert:
     if pa.types.is_timestamp(arrow_type):
         return _optional(lambda v: v.micros if isinstance(v, Timestamp) else v)
     if pa.types.is_struct(arrow_type):
-        fields = [(arrow_type.field(i).name, to_arrow(arrow_type.field(i).type))
-                  for i in range(arrow_type.num_fields)]
-        return _optional(lambda v: {
-            n: (getattr(v, n) if c is None else c(getattr(v, n))) for n, c in fields})
+        fields = [
+            (arrow_type.field(i).name, to_arrow(arrow_type.field(i).type))
+            for i in range(arrow_type.num_fields)
+        ]
+        return _optional(
+            lambda v: {n: (getattr(v, n) if c is None else c(getattr(v, n))) for n, c in fields}
+        )
     if pa.types.is_list(arrow_type):
         inner = to_arrow(arrow_type.value_type)
         return None if inner is None else _optional(lambda v: [inner(x) for x in v])
@@ -309,8 +345,8 @@ def column_to_arrow(values: list, field: pa.Field) -> pa.Array:
         return pa.array(values, field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise SchemaError(
-            f'field {field.name!r}: a value does not fit Arrow type '
-            f'{field.type}: {e}') from None
+            f'field {field.name!r}: a value does not fit Arrow type {field.type}: {e}'
+        ) from None
 
 
 def _fields_of(user_type) -> list:
@@ -320,6 +356,7 @@ def _fields_of(user_type) -> list:
 def _unwrap(beam_type):
     """T for Optional[T] (typing's or Beam's), else the type itself."""
     from apache_beam.typehints import typehints
+
     if isinstance(beam_type, typehints.UnionConstraint):
         rest = [t for t in beam_type.union_types if t is not type(None)]
         return rest[0] if len(rest) == 1 else beam_type
@@ -331,6 +368,7 @@ def _unwrap(beam_type):
 
 def _args(beam_type) -> tuple:
     from apache_beam.typehints import typehints
+
     beam_type = _unwrap(beam_type)
     if beam_type is None:
         return (None, None)
@@ -338,8 +376,7 @@ def _args(beam_type) -> tuple:
         inner = getattr(beam_type, 'inner_type', None)
         if inner is not None:
             return (inner, None)
-        return (getattr(beam_type, 'key_type', None),
-                getattr(beam_type, 'value_type', None))
+        return (getattr(beam_type, 'key_type', None), getattr(beam_type, 'value_type', None))
     args = getattr(beam_type, '__args__', None) or ()
     if type(None) in args:  # Optional[T]
         return _args([a for a in args if a is not type(None)][0])

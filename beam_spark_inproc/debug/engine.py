@@ -13,6 +13,7 @@ pipeline without them starts no Spark): a source's Arrow batches are collected
 to the driver (``toArrow``), and data written or queried becomes a DataFrame
 with ``createDataFrame`` of an Arrow table.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -32,7 +33,8 @@ class LocalEngine(LocalPartitions):
         if self._session_factory is None:
             raise RuntimeError(
                 'This debug engine has no SparkSession for Spark work: run on '
-                'InProcessSparkRunner(debug=True), which makes a local one.')
+                'InProcessSparkRunner(debug=True), which makes a local one.'
+            )
         return self._session_factory()
 
     def arrow_source(self, dataframe) -> Partitions:
@@ -44,8 +46,7 @@ class LocalEngine(LocalPartitions):
         return parts
 
     def to_dataframe(self, data: Partitions, fn, arrow_schema):
-        batches = [batch for partition in self.map_stage(data, fn)
-                   for batch in partition]
+        batches = [batch for partition in self.map_stage(data, fn) for batch in partition]
         table = pa.Table.from_batches(batches, schema=arrow_schema)
         return self.spark_session().createDataFrame(table)
 

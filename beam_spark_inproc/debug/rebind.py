@@ -10,6 +10,7 @@ CombineFn and its arguments) has its functions rebuilt over the globals of the
 module they were defined in; so are the methods of user classes unpickled by
 value (Beam's own classes are left alone).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,7 @@ _original_loads = pickler.loads
 _MAX_DEPTH = 4
 
 
-def _function(f: types.FunctionType, memo: dict,
-              depth: int) -> types.FunctionType:
+def _function(f: types.FunctionType, memo: dict, depth: int) -> types.FunctionType:
     # The memo holds the original too: once a cell drops it, its id could be
     # reused by another function within this same pass.
     if id(f) in memo:
@@ -48,8 +48,9 @@ def _function(f: types.FunctionType, memo: dict,
     module = sys.modules.get(f.__module__ or '')
     if module is None or f.__globals__ is vars(module):
         return f
-    rebound = types.FunctionType(f.__code__, vars(module), f.__name__,
-                                 f.__defaults__, f.__closure__)
+    rebound = types.FunctionType(
+        f.__code__, vars(module), f.__name__, f.__defaults__, f.__closure__
+    )
     rebound.__kwdefaults__ = f.__kwdefaults__
     rebound.__qualname__ = f.__qualname__
     rebound.__annotations__ = f.__annotations__

@@ -25,6 +25,7 @@ Policy:
 * every job (``_job``) is described by the Beam stages it runs, for the engine
   (Spark's job description) and the progress log (``progress``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -66,11 +67,18 @@ _SHUFFLES = {
 }
 
 
-def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
-            split_after: float = 0.0, split_ways: int = 2,
-            profile_dir: str = '', after_job=None,
-            attempt_channel: tuple = (), runtime_options: tuple = (),
-            native=None) -> list[dict]:
+def execute(
+    plan: p.SparkPlan,
+    engine: Engine,
+    job_id: str | None = None,
+    split_after: float = 0.0,
+    split_ways: int = 2,
+    profile_dir: str = '',
+    after_job=None,
+    attempt_channel: tuple = (),
+    runtime_options: tuple = (),
+    native=None,
+) -> list[dict]:
     """Runs the plan; returns the reports of all bundles (see ``protocol.report``).
 
     ``split_after``/``split_ways``: runner-initiated splitting of splittable
@@ -84,16 +92,22 @@ def execute(plan: p.SparkPlan, engine: Engine, job_id: str | None = None,
     ``native``: ``native(executor, index, stage)`` runs a runner-native stage
     (``beam_spark_inproc.transforms.runtime.build``, which the runner passes).
     """
-    executor = Executor(plan, engine, job_id or uuid.uuid4().hex, split_after,
-                        split_ways, profile_dir, runtime_options)
+    executor = Executor(
+        plan,
+        engine,
+        job_id or uuid.uuid4().hex,
+        split_after,
+        split_ways,
+        profile_dir,
+        runtime_options,
+    )
     executor.native = native
     executor.after_job = after_job
     executor.attempt_channel = attempt_channel
     return executor.run()
 
 
-def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
-                                      collections.Counter]:
+def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list], collections.Counter]:
     """(stage index, buffer id) -> writers [(stage index, tag)] it reads, and
     the number of reads of each stage's result.
 
@@ -119,8 +133,9 @@ def wire(plan: p.SparkPlan) -> tuple[dict[tuple[int, bytes], list],
     return reads, uses
 
 
-def reshuffle(engine: Engine, stage: p.StagePlan,
-              context: pipeline_context.PipelineContext, data: Any) -> Any:
+def reshuffle(
+    engine: Engine, stage: p.StagePlan, context: pipeline_context.PipelineContext, data: Any
+) -> Any:
     """A RESHUFFLE_STAGE (batch and streaming): rows keep their bytes (tag 0);
     each output port gets them under its tag, re-encoded where its coder
     differs from the input's (a Reshuffle feeding a GroupByKey, whose input
@@ -130,12 +145,10 @@ def reshuffle(engine: Engine, stage: p.StagePlan,
     input_coder = context.coders[stage.inputs[0].coder_id]
     parts = []
     for tag, port in enumerate(stage.outputs):
-        part = (shuffled if len(stage.outputs) == 1 else
-                engine.select(shuffled, 0, tag, tag == 0))
+        part = shuffled if len(stage.outputs) == 1 else engine.select(shuffled, 0, tag, tag == 0)
         output_coder = context.coders[port.coder_id]
         if output_coder != input_coder or stage.reset_panes:
-            part = engine.map_stage(part, Recode(
-                input_coder, output_coder, stage.reset_panes))
+            part = engine.map_stage(part, Recode(input_coder, output_coder, stage.reset_panes))
         parts.append(part)
     return parts[0] if len(parts) == 1 else engine.union(parts)
 
@@ -165,9 +178,16 @@ class CarryOnce:
 
 
 class Executor:
-    def __init__(self, plan: p.SparkPlan, engine: Engine, job_id: str,
-                 split_after: float = 0.0, split_ways: int = 2,
-                 profile_dir: str = '', runtime_options: tuple = ()):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        engine: Engine,
+        job_id: str,
+        split_after: float = 0.0,
+        split_ways: int = 2,
+        profile_dir: str = '',
+        runtime_options: tuple = (),
+    ):
         self.plan = plan
         self.runtime_options = runtime_options
         self.profile_dir = profile_dir
@@ -176,7 +196,8 @@ class Executor:
         self.split_after = split_after
         self.split_ways = split_ways
         self._context = pipeline_context.PipelineContext(
-            beam_runner_api_pb2.Components.FromString(plan.components))
+            beam_runner_api_pb2.Components.FromString(plan.components)
+        )
         self._results: dict[int, Any] = {}
         self._carried = CarryOnce()
         self._reports: list[bytes] = []
@@ -198,13 +219,14 @@ class Executor:
                 if self._uses[index] > 1:
                     result = self.engine.cache(result)
                 self._results[index] = result
-            leaves = [self._results[i] for i in range(len(self.plan.stages))
-                      if self._uses[i] == 0]
+            leaves = [self._results[i] for i in range(len(self.plan.stages)) if self._uses[i] == 0]
             if leaves:
-                with self._job([i for i in range(len(self.plan.stages))
-                                if self._uses[i] == 0], 'leaves') as reports:
-                    reports.extend(self.engine.collect(
-                        self.engine.union(leaves), elements=False)[1])
+                with self._job(
+                    [i for i in range(len(self.plan.stages)) if self._uses[i] == 0], 'leaves'
+                ) as reports:
+                    reports.extend(
+                        self.engine.collect(self.engine.union(leaves), elements=False)[1]
+                    )
         finally:
             self.engine.release()
         return [report.decode(r) for r in self._reports]
@@ -264,8 +286,7 @@ class Executor:
         stage must carry on, or None). A native stage consuming only the elements
         (a write, a SQL view) then reads the input twice, so it is cached."""
         port = self.plan.stages[index].inputs[tag]
-        fresh = [i for i, _ in self._reads[(index, port.buffer_id)]
-                 if i not in self._carried]
+        fresh = [i for i, _ in self._reads[(index, port.buffer_id)] if i not in self._carried]
         parts = self._read(index, port.buffer_id, 0)
         data = parts[0] if len(parts) == 1 else self.engine.union(parts)
         if not fresh:
@@ -280,9 +301,8 @@ class Executor:
         writers = self._reads.get((index, port.buffer_id), ())
         if len(writers) != 1:
             return None
-        (writer, out_tag), = writers
-        return writer if out_tag == 0 and len(self.plan.stages[writer].outputs) == 1 \
-            else None
+        ((writer, out_tag),) = writers
+        return writer if out_tag == 0 and len(self.plan.stages[writer].outputs) == 1 else None
 
     def job(self, roots: list[int], what: str):
         """A context running Spark jobs for stages ``roots`` (see ``_job``)."""
@@ -291,7 +311,7 @@ class Executor:
     def _arrow_source(self, index: int, stage: p.StagePlan) -> ArrowOutput:
         """An ``ARROW`` stage's input: its one writer's ``ArrowOutput``."""
         writers = self._reads[(index, stage.inputs[0].buffer_id)]
-        (writer, _), = writers
+        ((writer, _),) = writers
         self._carried.add(writer)  # its control rows, if any, come with it
         return self._results[writer]
 
@@ -312,7 +332,8 @@ class Executor:
                 raise ValueError(
                     f'Stage {stage.name!r} ({", ".join(stage.labels)}): a '
                     f'runner-native stage ({stage.native_urn}) and no handler '
-                    'for runner-native stages given to the executor.')
+                    'for runner-native stages given to the executor.'
+                )
             return self.native(self, index, stage)
         arrow_input = control = None
         if stage.input_mode == p.ARROW:
@@ -325,12 +346,20 @@ class Executor:
         shuffle = _SHUFFLES[stage.input_mode]
         if shuffle is not None:
             data = self.engine.shuffle(data, shuffle)
-        task = StageTask(self.job_id, stage, self._side_input_state(index, stage),
-                         self.split_after, self.split_ways, self.profile_dir,
-                         self.attempt_channel, self.runtime_options,
-                         log_level=logs.driver_level(), arrow_input=arrow_input,
-                         collected=self._collected(index),
-                         working_directory=os.getcwd())
+        task = StageTask(
+            self.job_id,
+            stage,
+            self._side_input_state(index, stage),
+            self.split_after,
+            self.split_ways,
+            self.profile_dir,
+            self.attempt_channel,
+            self.runtime_options,
+            log_level=logs.driver_level(),
+            arrow_input=arrow_input,
+            collected=self._collected(index),
+            working_directory=os.getcwd(),
+        )
         if stage.input_mode == p.SPLITTABLE and self.split_after > 0:
             return self._splittable(index, data, task)
         result = self.engine.map_stage(data, task)
@@ -341,13 +370,16 @@ class Executor:
     def _collected(self, index: int) -> bool:
         """Whether every read of stage ``index``'s outputs is a side input's
         (the output goes to the driver whole: ``_side_input_state``)."""
-        reads = [(reader, buffer_id) for (reader, buffer_id), writers
-                 in self._reads.items() if any(w == index for w, _ in writers)]
+        reads = [
+            (reader, buffer_id)
+            for (reader, buffer_id), writers in self._reads.items()
+            if any(w == index for w, _ in writers)
+        ]
         return bool(reads) and all(
             buffer_id in {si.buffer_id for si in self.plan.stages[reader].side_inputs}
-            and buffer_id not in {port.buffer_id
-                                  for port in self.plan.stages[reader].inputs}
-            for reader, buffer_id in reads)
+            and buffer_id not in {port.buffer_id for port in self.plan.stages[reader].inputs}
+            for reader, buffer_id in reads
+        )
 
     def _reshuffle(self, stage: p.StagePlan, data: Any) -> Any:
         return reshuffle(self.engine, stage, self._context, data)
@@ -361,8 +393,7 @@ class Executor:
         if spread is not None:
             data, balanced = spread
             if balanced:
-                return self.engine.map_stage(
-                    data, dataclasses.replace(task, split_after=0.0))
+                return self.engine.map_stage(data, dataclasses.replace(task, split_after=0.0))
         return self._rounds(index, data, task)
 
     def _rounds(self, index: int, data: Any, task: StageTask) -> Any:
@@ -374,21 +405,23 @@ class Executor:
         while True:
             result = self.engine.cache(result)
             rounds.append(result)
-            residuals = self.engine.select(
-                result, RESIDUAL_TAG, RESIDUAL_TAG, False)
+            residuals = self.engine.select(result, RESIDUAL_TAG, RESIDUAL_TAG, False)
             self._ran.discard(index)  # each round runs the stage again
             with self._job([index], f'splittable round {len(rounds)}'):
                 split_off, _ = self.engine.collect(residuals)
             if not split_off:
                 break
-            _LOGGER.info('Stage %r: round %d split off restrictions; running '
-                         'them as round %d', task.stage.name[-60:], len(rounds),
-                         len(rounds) + 1)
+            _LOGGER.info(
+                'Stage %r: round %d split off restrictions; running them as round %d',
+                task.stage.name[-60:],
+                len(rounds),
+                len(rounds) + 1,
+            )
             # The residuals are equal shares, one per core: splitting them again
             # would only add rounds.
             result = self.engine.map_stage(
-                self.engine.shuffle(residuals, e.SPREAD),
-                dataclasses.replace(task, split_after=0.0))
+                self.engine.shuffle(residuals, e.SPREAD), dataclasses.replace(task, split_after=0.0)
+            )
         return rounds[0] if len(rounds) == 1 else self.engine.union(rounds)
 
     def _side_input_state(self, index: int, stage: p.StagePlan) -> tuple:
@@ -399,14 +432,18 @@ class Executor:
             writers = tuple(self._reads[(index, side_input.buffer_id)])
             if writers not in self._side_inputs:
                 chunks = []
-                with self._job([w for w, _ in writers],
-                               f'side input {side_input.tag!r}') as reports:
+                with self._job(
+                    [w for w, _ in writers], f'side input {side_input.tag!r}'
+                ) as reports:
                     for part in self._read(index, side_input.buffer_id, 0):
                         part_chunks, control = self.engine.collect(part)
                         chunks.extend(part_chunks)
                         reports.extend(control)
                 self._side_inputs[writers] = chunks
             coder = self._context.coders[side_input.coder_id]
-            parts.append(self.engine.side_input(tuple(state_entries(
-                side_input, coder, self._side_inputs[writers]))))
+            parts.append(
+                self.engine.side_input(
+                    tuple(state_entries(side_input, coder, self._side_inputs[writers]))
+                )
+            )
         return tuple(parts)

@@ -41,6 +41,7 @@ bytes). Nor is a drained pipeline's stage cut (``is_drain``: it truncates each
 restriction, e.g. to its first half, and the halves of a cut one would be
 truncated each: Beam's ``test_sdf_with_truncate``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,7 @@ MIN_SHARE = 1024
 _SLACK = 0.02
 
 
-def spread(stage, rows: list[tuple], ways: int
-           ) -> Optional[tuple[list[list[tuple]], bool]]:
+def spread(stage, rows: list[tuple], ways: int) -> Optional[tuple[list[list[tuple]], bool]]:
     """``rows`` ``(tag, key, data)`` of a splittable stage's input (``stage``: a
     ``planning.plan.StagePlan`` with ``split_input``) cut into ``ways`` parts of
     equal restriction size: (parts, balanced), control rows in the first part;
@@ -88,16 +88,14 @@ def spread(stage, rows: list[tuple], ways: int
 
 
 def _spread(stage, rows, ways):
-    ports = [port for port in stage.inputs
-             if port.transform_id == stage.split_input]
+    ports = [port for port in stage.inputs if port.transform_id == stage.split_input]
     if len(stage.inputs) != 1 or len(ports) != 1:
         return None
     control = [row for row in rows if row[0] == CONTROL_TAG]
     elements = [row for row in rows if row[0] != CONTROL_TAG]
     if not elements or any(row[0] != 0 for row in elements):
         return None
-    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
-        stage.descriptor)
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     if any(t.spec.urn == _TRUNCATE for t in descriptor.transforms.values()):
         return None  # drained: each restriction is truncated as it is
     context = pipeline_context.PipelineContext(descriptor)
@@ -123,8 +121,7 @@ def _spread(stage, rows, ways):
     def put(windowed, restriction, state, size):
         nonlocal filled
         (element, _), _ = windowed.value
-        parts[part].append(windowed.with_value(
-            ((element, (restriction, state)), size)))
+        parts[part].append(windowed.with_value(((element, (restriction, state)), size)))
         filled += size
 
     for windowed, size in zip(values, sizes):
@@ -173,16 +170,19 @@ def _cut(provider, element, restriction, fraction: float):
         # reading. The pieces travel as (weight, source, start, stop), without
         # the claim.
         ranges = restriction.range_tracker()
-        if (isinstance(ranges, range_trackers.OffsetRangeTracker)
-                and ranges.try_claim(ranges.start_position())):
+        if isinstance(ranges, range_trackers.OffsetRangeTracker) and ranges.try_claim(
+            ranges.start_position()
+        ):
             split = tracker.try_split(fraction)
     if not split:
         return None
     primary, residual = split
     if primary is None or residual is None:
         return None
-    return ((primary, float(provider.restriction_size(element, primary))),
-            (residual, float(provider.restriction_size(element, residual))))
+    return (
+        (primary, float(provider.restriction_size(element, primary))),
+        (residual, float(provider.restriction_size(element, residual))),
+    )
 
 
 def _restriction_provider(descriptor, context):
@@ -192,8 +192,10 @@ def _restriction_provider(descriptor, context):
     for transform in descriptor.transforms.values():
         if transform.spec.urn == urn:
             payload = proto_utils.parse_Bytes(
-                transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-            dofn = pickler.loads(core.DoFnInfo.from_runner_api(
-                payload.do_fn, context).serialized_dofn_data())[0]
+                transform.spec.payload, beam_runner_api_pb2.ParDoPayload
+            )
+            dofn = pickler.loads(
+                core.DoFnInfo.from_runner_api(payload.do_fn, context).serialized_dofn_data()
+            )[0]
             return common.DoFnSignature(dofn).get_restriction_provider()
     raise ValueError('no splittable DoFn in the stage')

@@ -17,6 +17,7 @@ Shuffles are the contract's, over ``parallelism`` partitions: ``GROUP`` and
 which differs between processes), ``SPREAD`` round-robin in order,
 ``BUCKETED`` by the key's state bucket (``protocol.buckets.bucket_of``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,13 @@ Partitions = list  # list[list[pa.RecordBatch]]
 def partition_rows(partition: list) -> list[tuple]:
     rows = []
     for batch in partition:
-        rows.extend(zip(batch.column(TAG).to_pylist(), batch.column(KEY).to_pylist(),
-                        batch.column(DATA).to_pylist()))
+        rows.extend(
+            zip(
+                batch.column(TAG).to_pylist(),
+                batch.column(KEY).to_pylist(),
+                batch.column(DATA).to_pylist(),
+            )
+        )
     return rows
 
 
@@ -49,9 +55,12 @@ def rows_batch(rows: list[tuple]) -> list:
     if not rows:
         return []
     tags, keys, datas = zip(*rows)
-    return [pa.RecordBatch.from_arrays(
-        [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
-         pa.array(datas, pa.binary())], schema=SCHEMA)]
+    return [
+        pa.RecordBatch.from_arrays(
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()), pa.array(datas, pa.binary())],
+            schema=SCHEMA,
+        )
+    ]
 
 
 class LocalPartitions:
@@ -70,12 +79,17 @@ class LocalPartitions:
         cuts = [len(rows) * i // parts for i in range(parts + 1)]
         return [rows_batch(rows[a:b]) for a, b in zip(cuts, cuts[1:])]
 
-    def select(self, data: Partitions, tag: int, new_tag: int,
-               control: bool) -> Partitions:
-        return [rows_batch([(new_tag if t == tag else t, k, d)
-                            for t, k, d in partition_rows(partition)
-                            if t == tag or (control and t == CONTROL_TAG)])
-                for partition in data]
+    def select(self, data: Partitions, tag: int, new_tag: int, control: bool) -> Partitions:
+        return [
+            rows_batch(
+                [
+                    (new_tag if t == tag else t, k, d)
+                    for t, k, d in partition_rows(partition)
+                    if t == tag or (control and t == CONTROL_TAG)
+                ]
+            )
+            for partition in data
+        ]
 
     def union(self, datas: list) -> Partitions:
         if not datas:
@@ -95,8 +109,12 @@ class LocalPartitions:
             for row in rows:  # whole state buckets per partition
                 bucket = -1 if row[1] is None else bucket_of(row[1])
                 parts[max(bucket, 0) % self._parallelism].append((bucket, row))
-            return [rows_batch([row for _, row in sorted(
-                p, key=lambda r: (r[0], r[1][1] or b'', r[1][0]))]) for p in parts]
+            return [
+                rows_batch(
+                    [row for _, row in sorted(p, key=lambda r: (r[0], r[1][1] or b'', r[1][0]))]
+                )
+                for p in parts
+            ]
         for row in rows:  # a stable hash of the key bytes, never Python's hash
             parts[zlib.crc32(row[1] or b'') % self._parallelism].append(row)
         if how == e.GROUP:
@@ -109,8 +127,8 @@ class LocalPartitions:
         """A splittable stage's input cut into one part per core
         (``execution.initial_split``): (data, balanced), or None."""
         spread = initial_split.spread(
-            stage, [row for partition in data for row in partition_rows(partition)],
-            ways)
+            stage, [row for partition in data for row in partition_rows(partition)], ways
+        )
         if spread is None:
             return None
         parts, balanced = spread
@@ -122,8 +140,9 @@ class LocalPartitions:
     def uncache(self, data: Partitions) -> None:
         pass
 
-    def collect(self, data: Partitions, elements: bool = True,
-                started=None) -> tuple[list[bytes], list[bytes]]:
+    def collect(
+        self, data: Partitions, elements: bool = True, started=None
+    ) -> tuple[list[bytes], list[bytes]]:
         if started is not None:  # already computed: nothing to wait for
             started()
         chunks, control = [], []

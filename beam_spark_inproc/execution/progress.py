@@ -8,6 +8,7 @@ silent unless the user turns logging on (Beam's examples do), so tests stay
 quiet. The same text is the Spark job's description (see ``SparkEngine.job``),
 so the Spark UI reads as the pipeline.
 """
+
 from __future__ import annotations
 
 import collections
@@ -55,8 +56,10 @@ def elements_read(plan: p.SparkPlan, reports: list[dict]) -> dict[str, int]:
         wanted = inputs.get(r.get('stage'), set())
         for data in r.get('monitoring_infos', ()):
             info = metrics_pb2.MonitoringInfo.FromString(data)
-            if (info.urn == monitoring_infos.ELEMENT_COUNT_URN and
-                    info.labels.get(monitoring_infos.PCOLLECTION_LABEL) in wanted):
+            if (
+                info.urn == monitoring_infos.ELEMENT_COUNT_URN
+                and info.labels.get(monitoring_infos.PCOLLECTION_LABEL) in wanted
+            ):
                 counts[r['stage']] += monitoring_infos.extract_counter_value(info)
     return counts
 
@@ -79,10 +82,8 @@ class Progress:
         shown = ', '.join(labels[:_MAX_LABELS])
         if len(labels) > _MAX_LABELS:
             shown += f', ... ({len(labels) - _MAX_LABELS} more)'
-        stages = (f'stages {stage_ranges(indices)} of {n}' if indices
-                  else 'no new stages')
-        return (f'Beam pipeline {self.pipeline}, job {self.jobs + 1} ({what}): '
-                f'{stages}: {shown}')
+        stages = f'stages {stage_ranges(indices)} of {n}' if indices else 'no new stages'
+        return f'Beam pipeline {self.pipeline}, job {self.jobs + 1} ({what}): {stages}: {shown}'
 
     def started(self, description: str) -> None:
         self.jobs += 1
@@ -93,8 +94,8 @@ class Progress:
         seconds = time.monotonic() - self._started
         counts = elements_read(self.plan, reports)
         index = {s.name: i for i, s in enumerate(self.plan.stages)}
-        read = '; '.join(f'stage {index[name] + 1}: {count} elements'
-                         for name, count in sorted(counts.items(),
-                                                   key=lambda kv: index[kv[0]]))
-        LOGGER.info('%s: done in %.2f s%s', description, seconds,
-                    f' (read {read})' if read else '')
+        read = '; '.join(
+            f'stage {index[name] + 1}: {count} elements'
+            for name, count in sorted(counts.items(), key=lambda kv: index[kv[0]])
+        )
+        LOGGER.info('%s: done in %.2f s%s', description, seconds, f' (read {read})' if read else '')

@@ -6,6 +6,7 @@ the keys and keys-values views); values are grouped with Beam's own
 ``WindowGroupingBuffer``. The result is a tuple of (StateKey bytes, data) pairs
 that travels with the consuming stage's StageTask.
 """
+
 from __future__ import annotations
 
 import struct
@@ -21,15 +22,22 @@ from beam_spark_inproc.planning.plan import SideInput
 
 def _state_key(kind: str, side_input: SideInput, window: bytes, **fields):
     """A StateKey of one side-input kind (``iterable_side_input`` ...)."""
-    message = getattr(beam_fn_api_pb2.StateKey,
-                      ''.join(w.capitalize() for w in kind.split('_')))
-    return beam_fn_api_pb2.StateKey(**{kind: message(
-        transform_id=side_input.transform_id, side_input_id=side_input.tag,
-        window=window, **fields)})
+    message = getattr(beam_fn_api_pb2.StateKey, ''.join(w.capitalize() for w in kind.split('_')))
+    return beam_fn_api_pb2.StateKey(
+        **{
+            kind: message(
+                transform_id=side_input.transform_id,
+                side_input_id=side_input.tag,
+                window=window,
+                **fields,
+            )
+        }
+    )
 
 
-def state_entries(side_input: SideInput, coder,
-                  chunks: Iterable[bytes]) -> list[tuple[bytes, bytes]]:
+def state_entries(
+    side_input: SideInput, coder, chunks: Iterable[bytes]
+) -> list[tuple[bytes, bytes]]:
     """State entries serving one side input from its encoded elements.
 
     A MULTIMAP side input has three entries per key (the key's values, the
@@ -45,26 +53,28 @@ def state_entries(side_input: SideInput, coder,
     entries = []
     if access.urn == common_urns.side_inputs.ITERABLE.urn:
         for _, window, data, _ in by_window.encoded_items():
-            entries.append((_state_key('iterable_side_input', side_input,
-                                       window).SerializeToString(), data))
+            entries.append(
+                (_state_key('iterable_side_input', side_input, window).SerializeToString(), data)
+            )
     elif access.urn == common_urns.side_inputs.MULTIMAP.urn:
         per_window: dict[bytes, tuple] = {}
         for key, window, data, count in by_window.encoded_items():
             if window not in per_window:
                 per_window[window] = (
                     _state_key('multimap_side_input', side_input, window, key=b''),
-                    _state_key('multimap_keys_side_input', side_input,
-                               window).SerializeToString(),
-                    _state_key('multimap_keys_values_side_input', side_input,
-                               window).SerializeToString())
+                    _state_key('multimap_keys_side_input', side_input, window).SerializeToString(),
+                    _state_key(
+                        'multimap_keys_values_side_input', side_input, window
+                    ).SerializeToString(),
+                )
             values_key, keys_key, keys_values_key = per_window[window]
             values_key.multimap_side_input.key = key
             entries.append((values_key.SerializeToString(), data))
             entries.append((keys_key, key))
-            entries.append((keys_values_key,
-                            key + struct.pack('>i', count) + data))
+            entries.append((keys_values_key, key + struct.pack('>i', count) + data))
     else:
         raise ValueError(
-            'Unknown side input access pattern %r for %s (side input %r).' %
-            (access.urn, side_input.transform_id, side_input.tag))
+            'Unknown side input access pattern %r for %s (side input %r).'
+            % (access.urn, side_input.transform_id, side_input.tag)
+        )
     return entries

@@ -72,6 +72,7 @@ late is that much driver time. Off with
 ``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
 (``--spark_inline_side_input_mb``) always run on Spark.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -151,6 +152,7 @@ class Local:
     ``shuffled``: the shuffle that made them (Spark redoes it on hand-over);
     ``kept``: Spark gets these partitions as they are (a splittable stage's
     restrictions cut into one part per core, ``spread_restrictions``)."""
+
     partitions: list
     shuffled: Optional[str] = None
     kept: bool = False
@@ -193,12 +195,16 @@ class _TooBig(BaseException):
 class SmallDataEngine:
     """The engine contract over ``Local`` data and a ``SparkEngine``."""
 
-    def __init__(self, hand_over: HandOver,
-                 max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
-                 settings=contextlib.nullcontext,
-                 max_seconds: Optional[float] = None,
-                 max_elements: Optional[int] = None,
-                 spark_start=None):
+    def __init__(
+        self,
+        hand_over: HandOver,
+        max_rows: int = MAX_ROWS,
+        max_bytes: int = MAX_BYTES,
+        settings=contextlib.nullcontext,
+        max_seconds: Optional[float] = None,
+        max_elements: Optional[int] = None,
+        spark_start=None,
+    ):
         # Spark's side (``spark.hand_over``): its engine is made on first use.
         self._hand_over = hand_over
         # Entered before the first Spark job, left by ``release``: a run that
@@ -250,14 +256,13 @@ class SmallDataEngine:
 
     def select(self, data, tag: int, new_tag: int, control: bool):
         if isinstance(data, Local):  # rows stay where a shuffle put them
-            return Local(self._local.select(data.partitions, tag, new_tag, control),
-                         data.shuffled)
+            return Local(self._local.select(data.partitions, tag, new_tag, control), data.shuffled)
         return self._spark.select(data, tag, new_tag, control)
 
     def shuffle(self, data, how: str):
         if isinstance(data, Local) and (
-                self._fits(data.rows, data.nbytes)
-                or (self._cold() and data.nbytes <= COLD_MAX_BYTES)):
+            self._fits(data.rows, data.nbytes) or (self._cold() and data.nbytes <= COLD_MAX_BYTES)
+        ):
             return Local(self._local.shuffle(data.partitions, how), how)
         return self._spark.shuffle(self.to_spark(data), how)
 
@@ -269,11 +274,18 @@ class SmallDataEngine:
     def map_stage(self, data, task):
         cold = self._cold()
         if cold:
-            here = (isinstance(data, Local) and data.nbytes <= COLD_MAX_BYTES
-                    and _may_run_here(task, cold=True))
+            here = (
+                isinstance(data, Local)
+                and data.nbytes <= COLD_MAX_BYTES
+                and _may_run_here(task, cold=True)
+            )
         else:
-            here = (self._handovers < MAX_HANDOVERS and isinstance(data, Local)
-                    and self._fits(data.rows, data.nbytes) and _may_run_here(task))
+            here = (
+                self._handovers < MAX_HANDOVERS
+                and isinstance(data, Local)
+                and self._fits(data.rows, data.nbytes)
+                and _may_run_here(task)
+            )
         if here:
             if cold and _splittable(task):
                 data = self._pieces(data, task.stage)
@@ -289,9 +301,9 @@ class SmallDataEngine:
                 # there, as further bundles of the same stage.
                 self._handovers += 1
                 self.stages_split += 1
-                return self._spark.union([
-                    self.to_spark(result),
-                    self._spark.map_stage(self.to_spark(rest), task)])
+                return self._spark.union(
+                    [self.to_spark(result), self._spark.map_stage(self.to_spark(rest), task)]
+                )
         self.stages_on_spark += 1
         return self._spark.map_stage(self.to_spark(data), task)
 
@@ -299,7 +311,8 @@ class SmallDataEngine:
         """A splittable stage's restrictions cut into ``COLD_PIECES`` of equal
         size, in one partition (one bundle, fed a piece at a time)."""
         spread = self._local.spread_restrictions(
-            [[b for part in data.partitions for b in part]], stage, COLD_PIECES)
+            [[b for part in data.partitions for b in part]], stage, COLD_PIECES
+        )
         partitions = data.partitions if spread is None else spread[0]
         return Local([[b for part in partitions for b in part]])
 
@@ -346,8 +359,7 @@ class SmallDataEngine:
             self._exit.close()
 
     # -- running a stage here ----------------------------------------------------
-    def _run_here(self, data: Local, task, cold: bool = False
-                  ) -> tuple[Local, Optional[Local]]:
+    def _run_here(self, data: Local, task, cold: bool = False) -> tuple[Local, Optional[Local]]:
         """Each partition through the task Spark would run, unpickled from the
         bytes Spark would ship: (its output, None); ``_TooBig`` once the output
         passes the limits or the limits pass between two inputs (a
@@ -367,7 +379,8 @@ class SmallDataEngine:
             spark_start=self._spark_start if cold else None,
             splits=cold and _element_wise(task),
             piece_rows=1 if _splittable(task) else _PIECE_ROWS,
-            rows=sum(b.num_rows for part in data.partitions for b in part))
+            rows=sum(b.num_rows for part in data.partitions for b in part),
+        )
         stage_task.started.callback = limits.started
         _BEAM_LOGGER.addFilter(_not_a_bundle_failure)
         rows = nbytes = 0
@@ -378,8 +391,7 @@ class SmallDataEngine:
                     rest.extend(partition)
                     continue
                 out = []
-                outputs = self._hand_over.loads(shipped)(
-                    limits.feed(partition))
+                outputs = self._hand_over.loads(shipped)(limits.feed(partition))
                 try:
                     for batch in outputs:
                         rows += batch.num_rows
@@ -417,9 +429,17 @@ class _Limits:
     input not fed, for Spark) and any other run ends here, its output bounded
     by ``COLD_MAX_BYTES``."""
 
-    def __init__(self, seconds: float, max_elements: int, fits, *,
-                 spark_start=None, splits: bool = False,
-                 piece_rows: int = _PIECE_ROWS, rows: int = 0):
+    def __init__(
+        self,
+        seconds: float,
+        max_elements: int,
+        fits,
+        *,
+        spark_start=None,
+        splits: bool = False,
+        piece_rows: int = _PIECE_ROWS,
+        rows: int = 0,
+    ):
         self._seconds = seconds
         # When the first bundle started (the run's time and pace count from
         # there): building its BundleProcessor (in a new process: importing
@@ -448,13 +468,13 @@ class _Limits:
             self._began = time.monotonic()
 
     def late(self) -> bool:
-        return (self._began is not None
-                and time.monotonic() > self._began + self._seconds)
+        return self._began is not None and time.monotonic() > self._began + self._seconds
 
     def _over(self) -> bool:
         return self.late() or (
-            self._processor is not None and
-            _elements(self._processor) - self._before > self._max_elements)
+            self._processor is not None
+            and _elements(self._processor) - self._before > self._max_elements
+        )
 
     def passed(self) -> bool:
         """Whether to feed no more (checked before each piece of input)."""
@@ -503,8 +523,7 @@ class _Limits:
             while start < batch.num_rows:
                 if self.passed():
                     if self._splits:
-                        self.remainder = ([batch.slice(start)]
-                                          + list(partition[index + 1:]))
+                        self.remainder = [batch.slice(start)] + list(partition[index + 1 :])
                         return
                     raise _TooBig()
                 piece = batch.slice(start, size)
@@ -544,8 +563,7 @@ def _may_run_here(task, cold: bool = False) -> bool:
     stage = getattr(task, 'stage', None)
     if stage is not None and always_on_spark(stage) and not cold:
         return False
-    return not any(isinstance(part, ShippedFile)
-                   for part in getattr(task, 'side_input_state', ()))
+    return not any(isinstance(part, ShippedFile) for part in getattr(task, 'side_input_state', ()))
 
 
 def _splittable(task) -> bool:
@@ -566,4 +584,3 @@ def always_on_spark(stage: p.StagePlan) -> bool:
     read: little input, much work; its one element could not be stopped
     between inputs)."""
     return stage.input_mode == p.SPLITTABLE or bool(stage.split_input)
-

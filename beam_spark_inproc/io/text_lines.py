@@ -39,6 +39,7 @@ in the stage that processes the restrictions; its restriction provider is
 Beam's, so the restrictions, their sizes, the initial split and the runner's
 splitting are unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -53,13 +54,13 @@ from apache_beam.transforms import core
 
 # Beam's splittable DoFn for a BoundedSource (``SDFBoundedSourceReader``), a
 # class local to a method: recognised by module and qualified name.
-BEAM_READER_QUALNAME = ('SDFBoundedSourceReader._create_sdf_bounded_source_dofn.'
-                        '<locals>.SDFBoundedSourceDoFn')
+BEAM_READER_QUALNAME = (
+    'SDFBoundedSourceReader._create_sdf_bounded_source_dofn.<locals>.SDFBoundedSourceDoFn'
+)
 
 
 def is_beams_reader(fn) -> bool:
-    return (type(fn).__module__ == iobase.__name__ and
-            type(fn).__qualname__ == BEAM_READER_QUALNAME)
+    return type(fn).__module__ == iobase.__name__ and type(fn).__qualname__ == BEAM_READER_QUALNAME
 
 
 def plain_text(source) -> Optional[textio._TextSource]:
@@ -73,18 +74,21 @@ def plain_text(source) -> Optional[textio._TextSource]:
     compression = text._compression_type
     if compression == CompressionTypes.AUTO:
         compression = CompressionTypes.detect_compression_type(source._file_name)
-    if (compression != CompressionTypes.UNCOMPRESSED or
-            text._skip_header_lines or text._header_matcher is not None or
-            text._header_processor is not None or
-            text._delimiter is not None or text._escapechar is not None or
-            not text._strip_trailing_newlines or
-            type(text._coder) is not coders.StrUtf8Coder):
+    if (
+        compression != CompressionTypes.UNCOMPRESSED
+        or text._skip_header_lines
+        or text._header_matcher is not None
+        or text._header_processor is not None
+        or text._delimiter is not None
+        or text._escapechar is not None
+        or not text._strip_trailing_newlines
+        or type(text._coder) is not coders.StrUtf8Coder
+    ):
         return None
     return text
 
 
-def read_lines(text: textio._TextSource, file_name: str,
-               range_tracker) -> Iterator[str]:
+def read_lines(text: textio._TextSource, file_name: str, range_tracker) -> Iterator[str]:
     """The lines of ``file_name`` whose first byte is in ``range_tracker``'s
     range, as ``text.read_records(file_name, range_tracker)`` gives them (see
     the module's docstring)."""
@@ -92,8 +96,7 @@ def read_lines(text: textio._TextSource, file_name: str,
     position = -1
 
     def split_points_unclaimed(stop_position):
-        return (0 if stop_position <= position
-                else iobase.RangeTracker.SPLIT_POINTS_UNKNOWN)
+        return 0 if stop_position <= position else iobase.RangeTracker.SPLIT_POINTS_UNKNOWN
 
     range_tracker.set_split_points_unclaimed_callback(split_points_unclaimed)
     with text.open_file(file_name) as f:
@@ -109,7 +112,7 @@ def read_lines(text: textio._TextSource, file_name: str,
         for line in f:
             if not try_claim(position):
                 return
-            if line[-1:] != b'\n':   # the last line, no newline after it
+            if line[-1:] != b'\n':  # the last line, no newline after it
                 yield line.decode('utf-8')
                 return
             position += len(line)
@@ -132,10 +135,12 @@ class LinesReaderDoFn(core.DoFn):
         return self._dd
 
     def process(
-            self,
-            unused_element,
-            restriction_tracker=core.DoFn.RestrictionParam(
-                iobase._SDFBoundedSourceRestrictionProvider())):
+        self,
+        unused_element,
+        restriction_tracker=core.DoFn.RestrictionParam(
+            iobase._SDFBoundedSourceRestrictionProvider()
+        ),
+    ):
         restriction = restriction_tracker.current_restriction()
         assert isinstance(restriction, iobase._SDFBoundedSourceRestriction)
         source = restriction.source()

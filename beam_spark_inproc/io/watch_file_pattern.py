@@ -20,6 +20,7 @@ The runner imports this module only when Beam's is loaded (a pipeline with
 ``WatchFilePattern`` has imported it): importing Beam's ML utilities costs
 ~40 ms and logs a warning where Google Cloud's libraries are missing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,7 @@ class LatestFileSince(utils._GetLatestFileByTimeStamp):
     ``_START_TIME_STAMP``) rather than the worker's import time."""
 
     # Beam's name and kind, without a default of the worker's own.
-    TIME_STATE = CombiningValueStateSpec(
-        'max', combine_fn=partial(max, default=None))
+    TIME_STATE = CombiningValueStateSpec('max', combine_fn=partial(max, default=None))
 
     def __init__(self, start):
         super().__init__()
@@ -75,11 +75,12 @@ def start_pinned(pipeline) -> Iterator[int]:
     class _Visitor(PipelineVisitor):
         def visit_transform(self, node):
             transform = node.transform
-            if (isinstance(transform, beam.ParDo) and
-                    type(transform.fn) is utils._GetLatestFileByTimeStamp):
+            if (
+                isinstance(transform, beam.ParDo)
+                and type(transform.fn) is utils._GetLatestFileByTimeStamp
+            ):
                 originals.append((transform, transform.fn))
-                transform.fn = transform.dofn = LatestFileSince(
-                    utils._START_TIME_STAMP)
+                transform.fn = transform.dofn = LatestFileSince(utils._START_TIME_STAMP)
 
     pipeline.visit(_Visitor())
     try:

@@ -35,6 +35,7 @@ For a driver loop other than the batch executor (the streaming loop), per run::
 ``after_job`` returns at once (the send happens on the pusher's thread);
 ``finish`` waits at most twice the push timeout per sink.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,6 +50,7 @@ __all__ = ['LiveMetrics', 'MetricsPusher', 'RunMetrics', 'start']
 @dataclasses.dataclass
 class RunMetrics:
     """One run's metrics: the store, the pusher and the attempt channel."""
+
     live: LiveMetrics
     pusher: MetricsPusher
     receiver: object = None  # attempts.AttemptReceiver, or None
@@ -74,37 +76,47 @@ def sinks_from(options) -> list:
     runner calls this before any Spark job)."""
     from beam_spark_inproc.metrics.sinks import sink_for
     from beam_spark_inproc.options import SparkRunnerOptions
+
     opts = options.view_as(SparkRunnerOptions)
     if opts.metrics_push_period < 0:
-        raise ValueError('--metrics_push_period must be >= 0 (0: push after '
-                         f'every job), got {opts.metrics_push_period}.')
+        raise ValueError(
+            '--metrics_push_period must be >= 0 (0: push after '
+            f'every job), got {opts.metrics_push_period}.'
+        )
     if opts.metrics_push_timeout <= 0:
-        raise ValueError('--metrics_push_timeout must be > 0, got '
-                         f'{opts.metrics_push_timeout}.')
+        raise ValueError(f'--metrics_push_timeout must be > 0, got {opts.metrics_push_timeout}.')
     return [sink_for(url) for url in opts.metrics_sink or ()]
 
 
-def start(options, pipeline_id: str, attempt_host: str | None = None,
-          clock=None) -> RunMetrics:
+def start(options, pipeline_id: str, attempt_host: str | None = None, clock=None) -> RunMetrics:
     """Store and pusher for a run from its options; with ``attempt_host``, an
     attempt channel listening there."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions
     from beam_spark_inproc.options import SparkRunnerOptions
+
     opts = options.view_as(SparkRunnerOptions)
     live = LiveMetrics()
     kwargs = {'clock': clock} if clock is not None else {}
     pusher = MetricsPusher(
-        sinks_from(options), live, pipeline_id,
+        sinks_from(options),
+        live,
+        pipeline_id,
         job_name=options.view_as(GoogleCloudOptions).job_name or '',
-        period=opts.metrics_push_period, timeout=opts.metrics_push_timeout,
-        **kwargs)
+        period=opts.metrics_push_period,
+        timeout=opts.metrics_push_timeout,
+        **kwargs,
+    )
     receiver = None
     if attempt_host:
         from beam_spark_inproc.metrics.attempts import AttemptReceiver
+
         try:
             receiver = AttemptReceiver(attempt_host, live)
         except OSError as e:
             logging.getLogger('beam_spark_inproc.metrics').warning(
                 'Cannot listen on %s for the metrics of failed task attempts '
-                '(%s): attempted metrics will equal committed ones.', attempt_host, e)
+                '(%s): attempted metrics will equal committed ones.',
+                attempt_host,
+                e,
+            )
     return RunMetrics(live, pusher, receiver)

@@ -7,6 +7,7 @@ local Connect server); frames must carry the run's random token, and only
 protobuf is parsed. Each accepted frame goes to ``LiveMetrics.add_attempt``
 before it is acknowledged.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -67,8 +68,11 @@ class AttemptReceiver:
         self._thread = threading.Thread(
             # close() waits for the loop's next poll: a short one keeps that
             # out of every pipeline's fixed cost (0.1 s on average at 0.2 s).
-            target=self._server.serve_forever, kwargs={'poll_interval': 0.02},
-            name='beam-attempt-metrics', daemon=True)
+            target=self._server.serve_forever,
+            kwargs={'poll_interval': 0.02},
+            name='beam-attempt-metrics',
+            daemon=True,
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ last bundle's value would win. ``consolidate`` merges those as their metric
 cells do. Used by ``live.LiveMetrics`` as reports arrive, by the pipeline result
 and by the streaming loop's commit record.
 """
+
 from __future__ import annotations
 
 from apache_beam.coders import IterableCoder
@@ -21,8 +22,9 @@ def _merge_latest(a, b):
 
 
 def _merge_string_sets(a, b):
-    union = (monitoring_infos.extract_string_set_value(a)
-             | monitoring_infos.extract_string_set_value(b))
+    union = monitoring_infos.extract_string_set_value(
+        a
+    ) | monitoring_infos.extract_string_set_value(b)
     merged = metrics_pb2.MonitoringInfo()
     merged.CopyFrom(a)
     merged.payload = IterableCoder(StrUtf8Coder()).encode(sorted(union))
@@ -31,7 +33,8 @@ def _merge_string_sets(a, b):
 
 def _merge_bounded_tries(a, b):
     trie = monitoring_infos.extract_bounded_trie_value(a).combine(
-        monitoring_infos.extract_bounded_trie_value(b))
+        monitoring_infos.extract_bounded_trie_value(b)
+    )
     merged = metrics_pb2.MonitoringInfo()
     merged.CopyFrom(a)
     merged.payload = trie.to_proto().SerializeToString()

@@ -14,6 +14,7 @@ committed always, with the difference visible under a retried task. Each
 stage's infos are consolidated as they arrive (``metrics.consolidate``), so the
 store holds one MonitoringInfo per metric and stage, whatever the bundle count.
 """
+
 from __future__ import annotations
 
 import collections
@@ -28,8 +29,13 @@ from apache_beam.runners.portability import portable_metrics
 from beam_spark_inproc.metrics.consolidate import consolidate
 
 # The kinds of MetricResults.query(), in Beam's words, in from_monitoring_infos' order.
-KINDS = (MetricResults.COUNTERS, MetricResults.DISTRIBUTIONS, MetricResults.GAUGES,
-         MetricResults.STRINGSETS, MetricResults.BOUNDED_TRIES)
+KINDS = (
+    MetricResults.COUNTERS,
+    MetricResults.DISTRIBUTIONS,
+    MetricResults.GAUGES,
+    MetricResults.STRINGSETS,
+    MetricResults.BOUNDED_TRIES,
+)
 
 
 class LiveMetrics:
@@ -47,18 +53,17 @@ class LiveMetrics:
         for report in reports:
             new[report['stage']].extend(
                 metrics_pb2.MonitoringInfo.FromString(data)
-                for data in report.get('monitoring_infos', ()))
+                for data in report.get('monitoring_infos', ())
+            )
         with self._lock:
             for stage, infos in new.items():
-                self._committed[stage] = consolidate(
-                    self._committed.get(stage, []) + infos)
+                self._committed[stage] = consolidate(self._committed.get(stage, []) + infos)
 
     def add_attempt(self, stage: str, infos: list) -> None:
         """Metrics of one task attempt whose output Spark discarded."""
         with self._lock:
             self.failed_attempts += 1
-            self._uncommitted[stage] = consolidate(
-                self._uncommitted.get(stage, []) + list(infos))
+            self._uncommitted[stage] = consolidate(self._uncommitted.get(stage, []) + list(infos))
 
     def committed_by_stage(self) -> dict[str, list]:
         with self._lock:
@@ -67,21 +72,26 @@ class LiveMetrics:
     def attempted_by_stage(self) -> dict[str, list]:
         with self._lock:
             stages = set(self._committed) | set(self._uncommitted)
-            return {stage: consolidate(self._committed.get(stage, [])
-                                        + self._uncommitted.get(stage, []))
-                    for stage in stages}
+            return {
+                stage: consolidate(
+                    self._committed.get(stage, []) + self._uncommitted.get(stage, [])
+                )
+                for stage in stages
+            }
 
     def results(self, user_metrics_only: bool = True) -> 'SparkMetricResults':
-        return SparkMetricResults(self.committed_by_stage(),
-                                  self.attempted_by_stage(), user_metrics_only)
+        return SparkMetricResults(
+            self.committed_by_stage(), self.attempted_by_stage(), user_metrics_only
+        )
 
 
 def _by_kind(by_stage: dict[str, list], user_metrics_only: bool) -> list[dict]:
     """Per kind (``KINDS`` order): MetricKey -> value, over all stages."""
     kinds: list[dict] = [{} for _ in KINDS]
     for infos in by_stage.values():
-        for merged, found in zip(kinds, portable_metrics.from_monitoring_infos(
-                infos, user_metrics_only)):
+        for merged, found in zip(
+            kinds, portable_metrics.from_monitoring_infos(infos, user_metrics_only)
+        ):
             merged.update(found)
     return kinds
 
@@ -92,8 +102,12 @@ class SparkMetricResults(MetricResults):
     A metric only failed attempts touched has committed 0 (counters) or None.
     """
 
-    def __init__(self, committed_by_stage: dict[str, list],
-                 attempted_by_stage: dict[str, list], user_metrics_only: bool = True):
+    def __init__(
+        self,
+        committed_by_stage: dict[str, list],
+        attempted_by_stage: dict[str, list],
+        user_metrics_only: bool = True,
+    ):
         self._committed = _by_kind(committed_by_stage, user_metrics_only)
         self._attempted = _by_kind(attempted_by_stage, user_metrics_only)
         self._infos = [info for infos in committed_by_stage.values() for info in infos]
@@ -104,7 +118,9 @@ class SparkMetricResults(MetricResults):
             missing = 0 if kind == self.COUNTERS else None
             out[kind] = [
                 MetricResult(key, committed.get(key, missing), attempted[key])
-                for key in attempted if self.matches(filter, key)]
+                for key in attempted
+                if self.matches(filter, key)
+            ]
         return out
 
     def monitoring_infos(self) -> list:

@@ -17,6 +17,7 @@ Policy:
 * ``pushed`` keeps the last ``PUSHED_KEPT`` snapshots handed to the sender (a
   stream pushes for as long as it runs: its driver must not grow with that).
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,12 +35,18 @@ PUSHED_KEPT = 16
 
 
 class MetricsPusher:
-    def __init__(self, sinks: list[Sink], metrics: LiveMetrics, pipeline_id: str,
-                 job_name: str = '', period: float = 5.0, timeout: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        sinks: list[Sink],
+        metrics: LiveMetrics,
+        pipeline_id: str,
+        job_name: str = '',
+        period: float = 5.0,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if period < 0 or timeout <= 0:
-            raise ValueError(f'period must be >= 0 and timeout > 0, got '
-                             f'{period} and {timeout}.')
+            raise ValueError(f'period must be >= 0 and timeout > 0, got {period} and {timeout}.')
         self.sinks = list(sinks)
         self.metrics = metrics
         self.pipeline_id = pipeline_id
@@ -58,8 +65,7 @@ class MetricsPusher:
         self._closed = False
         self._thread: threading.Thread | None = None
         # The last snapshots handed to the sender, in order.
-        self.pushed: collections.deque[snapshots.Snapshot] = collections.deque(
-            maxlen=PUSHED_KEPT)
+        self.pushed: collections.deque[snapshots.Snapshot] = collections.deque(maxlen=PUSHED_KEPT)
         self._gauges: tuple = ()
 
     def set_gauges(self, records) -> None:
@@ -112,12 +118,14 @@ class MetricsPusher:
         self._sequence += 1
         self._last = self._clock()
         self._pending = False
-        self._next = snapshots.take(self.metrics, self.pipeline_id, self.job_name,
-                                    state, self._sequence, self._gauges)
+        self._next = snapshots.take(
+            self.metrics, self.pipeline_id, self.job_name, state, self._sequence, self._gauges
+        )
         self.pushed.append(self._next)
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._send_loop, name='beam-metrics-pusher', daemon=True)
+                target=self._send_loop, name='beam-metrics-pusher', daemon=True
+            )
             self._thread.start()
         self._cond.notify_all()
 
@@ -153,7 +161,11 @@ class MetricsPusher:
                     _LOGGER.warning(
                         'Metrics sink %s failed (%s: %s); the pipeline goes on, '
                         'later pushes will retry with the latest values; this '
-                        'warning is not repeated.', sink.url, type(e).__name__, e)
+                        'warning is not repeated.',
+                        sink.url,
+                        type(e).__name__,
+                        e,
+                    )
             else:
                 if sink.url in self._failing:
                     self._failing.discard(sink.url)

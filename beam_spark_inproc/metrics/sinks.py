@@ -18,6 +18,7 @@ string sets (bounded tries go to the JSON and nowhere else); ``<prefix>`` is
 characters; each name is escaped: characters other than letters, digits, ``_``
 and ``-`` become ``_``.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,10 @@ class Sink(Protocol):
 def _host_port(url: str, parsed, default_port: int | None) -> tuple[str, int]:
     port = parsed.port or default_port
     if not parsed.hostname or not port:
-        raise ValueError(f'--metrics_sink {url!r}: give a host and a port, '
-                         f'e.g. {parsed.scheme}://127.0.0.1:{default_port or 8080}')
+        raise ValueError(
+            f'--metrics_sink {url!r}: give a host and a port, '
+            f'e.g. {parsed.scheme}://127.0.0.1:{default_port or 8080}'
+        )
     return parsed.hostname, port
 
 
@@ -56,8 +59,8 @@ class HttpJsonSink:
     def push(self, snapshot: Snapshot, timeout: float) -> None:
         body = json.dumps(snapshot.to_json()).encode()
         request = urllib.request.Request(
-            self.url, data=body, method='POST',
-            headers={'Content-Type': 'application/json'})
+            self.url, data=body, method='POST', headers={'Content-Type': 'application/json'}
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
 
@@ -71,8 +74,9 @@ def graphite_lines(snapshot: Snapshot, prefix: str = 'beam') -> Iterator[str]:
     job = escape(snapshot.job_name or snapshot.pipeline_id[:8])
     when = int(snapshot.timestamp)
     for m in snapshot.metrics:
-        base = '.'.join([prefix, job, m.kind] + [
-            escape(part) for part in (m.step, m.namespace, m.name)])
+        base = '.'.join(
+            [prefix, job, m.kind] + [escape(part) for part in (m.step, m.namespace, m.name)]
+        )
         for which in ('committed', 'attempted'):
             for field, value in numbers(m.kind, getattr(m, which)):
                 path = f'{base}.{which}' + (f'.{field}' if field else '')
@@ -86,8 +90,7 @@ def numbers(kind: str, value) -> list[tuple[str, float]]:
     if kind == 'counter':
         return [('', value)]
     if kind == 'distribution':
-        return [(f, value[f]) for f in ('count', 'sum', 'min', 'max')
-                if value[f] is not None]
+        return [(f, value[f]) for f in ('count', 'sum', 'min', 'max') if value[f] is not None]
     if kind == 'gauge':
         return [('', value['value'])]
     if kind == 'string_set':
@@ -139,6 +142,7 @@ class PushgatewaySink:
     def registry(self, snapshot: Snapshot):
         from prometheus_client import CollectorRegistry
         from prometheus_client import Gauge
+
         registry = CollectorRegistry()
         gauges: dict[str, Gauge] = {}
         for m in snapshot.metrics:
@@ -147,18 +151,30 @@ class PushgatewaySink:
                     name = '_'.join(p for p in ('beam', m.kind, field, which) if p)
                     if name not in gauges:
                         gauges[name] = Gauge(
-                            name, f'Beam {m.kind} metric ({which})',
-                            ['namespace', 'name', 'step'], registry=registry)
+                            name,
+                            f'Beam {m.kind} metric ({which})',
+                            ['namespace', 'name', 'step'],
+                            registry=registry,
+                        )
                     gauges[name].labels(m.namespace, m.name, m.step).set(value)
-        Gauge('beam_pipeline_state', 'The pipeline state (Beam PipelineState)',
-              ['state'], registry=registry).labels(snapshot.state).set(1)
+        Gauge(
+            'beam_pipeline_state',
+            'The pipeline state (Beam PipelineState)',
+            ['state'],
+            registry=registry,
+        ).labels(snapshot.state).set(1)
         return registry
 
     def push(self, snapshot: Snapshot, timeout: float) -> None:
         from prometheus_client import push_to_gateway
-        push_to_gateway(self._gateway, job=self._job,
-                        grouping_key={'pipeline': snapshot.pipeline_id},
-                        registry=self.registry(snapshot), timeout=timeout)
+
+        push_to_gateway(
+            self._gateway,
+            job=self._job,
+            grouping_key={'pipeline': snapshot.pipeline_id},
+            registry=self.registry(snapshot),
+            timeout=timeout,
+        )
 
 
 SINKS: dict[str, Callable[[str], Sink]] = {
@@ -176,5 +192,6 @@ def sink_for(url: str) -> Sink:
         raise ValueError(
             f'--metrics_sink {url!r}: unknown scheme {scheme!r}; use one of '
             + ', '.join(f'{s}://' for s in SINKS)
-            + ' (e.g. http://127.0.0.1:8080/metrics, graphite://127.0.0.1:2003).')
+            + ' (e.g. http://127.0.0.1:8080/metrics, graphite://127.0.0.1:2003).'
+        )
     return SINKS[scheme](url)

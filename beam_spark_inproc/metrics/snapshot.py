@@ -8,6 +8,7 @@ a sorted list; a bounded trie a sorted list of ``[segment..., truncated]``.
 A value a metric does not have (committed, for a metric only failed attempts
 touched) is null (counters: 0).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,10 @@ class Snapshot:
 
     def to_json(self) -> dict:
         return {
-            'pipeline_id': self.pipeline_id, 'job_name': self.job_name,
-            'state': self.state, 'timestamp': self.timestamp,
+            'pipeline_id': self.pipeline_id,
+            'job_name': self.job_name,
+            'state': self.state,
+            'timestamp': self.timestamp,
             'sequence': self.sequence,
             'metrics': [dataclasses.asdict(m) for m in self.metrics],
         }
@@ -75,8 +78,14 @@ def plain(kind: str, value: Any) -> Any:
     raise ValueError(f'Unknown metric kind {kind!r}')
 
 
-def take(metrics: LiveMetrics, pipeline_id: str, job_name: str, state: str,
-         sequence: int, gauges: tuple[MetricRecord, ...] = ()) -> Snapshot:
+def take(
+    metrics: LiveMetrics,
+    pipeline_id: str,
+    job_name: str,
+    state: str,
+    sequence: int,
+    gauges: tuple[MetricRecord, ...] = (),
+) -> Snapshot:
     """The user metrics of ``metrics`` now, and the runner's ``gauges``
     (a stream's progress, ``execution.streaming.progress.gauges``)."""
     results = metrics.results(user_metrics_only=True).query()
@@ -84,11 +93,16 @@ def take(metrics: LiveMetrics, pipeline_id: str, job_name: str, state: str,
     for query_kind in KINDS:
         kind = KIND_NAMES[query_kind]
         for result in results[query_kind]:
-            records.append(MetricRecord(
-                namespace=result.key.metric.namespace, name=result.key.metric.name,
-                step=result.key.step, kind=kind,
-                attempted=plain(kind, result.attempted),
-                committed=plain(kind, result.committed)))
+            records.append(
+                MetricRecord(
+                    namespace=result.key.metric.namespace,
+                    name=result.key.metric.name,
+                    step=result.key.step,
+                    kind=kind,
+                    attempted=plain(kind, result.attempted),
+                    committed=plain(kind, result.committed),
+                )
+            )
     records.extend(gauges)
     records.sort(key=lambda r: (r.step, r.namespace, r.name, r.kind))
     return Snapshot(pipeline_id, job_name, state, time.time(), sequence, tuple(records))

@@ -10,6 +10,7 @@ restriction is an event-number range). Beam's own queries
 
 Nothing here is imported by the runner itself.
 """
+
 from beam_spark_inproc.nexmark.source import ReadEvents
 
 __all__ = ['ReadEvents']

@@ -30,6 +30,7 @@ restriction of the splittable DoFns in ``nexmark.source`` is an event-number
 range, replayable from a position and splittable anywhere, and
 ``events(n)`` is a prefix of ``events(m)`` for ``m > n``.
 """
+
 from __future__ import annotations
 
 import random
@@ -58,13 +59,43 @@ HOT_SELLER_RATIO = 4
 BASE_TIME = Timestamp(1528070400)
 INTER_EVENT_MICROS = 10_000  # 100 events per second of event time
 
-_FIRST_NAMES = ('Peter', 'Paul', 'Luke', 'John', 'Saul', 'Vicky', 'Kate',
-                'Julie', 'Sarah', 'Deiter', 'Walter')
-_LAST_NAMES = ('Shultz', 'Abrams', 'Spencer', 'White', 'Bartels', 'Walton',
-               'Smith', 'Jones', 'Noris')
+_FIRST_NAMES = (
+    'Peter',
+    'Paul',
+    'Luke',
+    'John',
+    'Saul',
+    'Vicky',
+    'Kate',
+    'Julie',
+    'Sarah',
+    'Deiter',
+    'Walter',
+)
+_LAST_NAMES = (
+    'Shultz',
+    'Abrams',
+    'Spencer',
+    'White',
+    'Bartels',
+    'Walton',
+    'Smith',
+    'Jones',
+    'Noris',
+)
 _US_STATES = ('AZ', 'CA', 'ID', 'OR', 'WA', 'WY')
-_US_CITIES = ('Phoenix', 'Los Angeles', 'San Francisco', 'Boise', 'Portland',
-              'Bend', 'Redmond', 'Seattle', 'Kent', 'Cheyenne')
+_US_CITIES = (
+    'Phoenix',
+    'Los Angeles',
+    'San Francisco',
+    'Boise',
+    'Portland',
+    'Bend',
+    'Redmond',
+    'Seattle',
+    'Kent',
+    'Cheyenne',
+)
 
 Event = Union[nexmark_model.Person, nexmark_model.Auction, nexmark_model.Bid]
 
@@ -102,8 +133,7 @@ def _price(rng: random.Random) -> int:
     return round(10.0 ** (rng.random() * 6.0) * 100.0)
 
 
-def event(n: int, seed: int = 0,
-          inter_event_micros: int = INTER_EVENT_MICROS) -> Event:
+def event(n: int, seed: int = 0, inter_event_micros: int = INTER_EVENT_MICROS) -> Event:
     """Event number ``n`` (see the module doc)."""
     rng = random.Random(seed * 0x100000000 + n)
     now = timestamp_of(n, inter_event_micros)
@@ -113,40 +143,49 @@ def event(n: int, seed: int = 0,
         pid = FIRST_PERSON_ID + persons
         name = '%s %s' % (rng.choice(_FIRST_NAMES), rng.choice(_LAST_NAMES))
         return nexmark_model.Person(
-            pid, name, name.replace(' ', '.').lower() + '@example.com',
+            pid,
+            name,
+            name.replace(' ', '.').lower() + '@example.com',
             ' '.join('%04d' % rng.randrange(10000) for _ in range(4)),
-            rng.choice(_US_CITIES), rng.choice(_US_STATES), now, '')
+            rng.choice(_US_CITIES),
+            rng.choice(_US_STATES),
+            now,
+            '',
+        )
     if kind == 'auction':
         aid = FIRST_AUCTION_ID + auctions
         initial = _price(rng)
-        seller = _recent(rng, persons, ACTIVE_PEOPLE, HOT_SELLER_RATIO,
-                         FIRST_PERSON_ID)
+        seller = _recent(rng, persons, ACTIVE_PEOPLE, HOT_SELLER_RATIO, FIRST_PERSON_ID)
         # Time for IN_FLIGHT_AUCTIONS auctions to be made: the auction horizon.
-        horizon = (IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION // AUCTION_PROPORTION
-                   * inter_event_micros)
+        horizon = IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION // AUCTION_PROPORTION * inter_event_micros
         # Whole milliseconds, as Nexmark's (and the model coders') times.
-        expires = now + Duration(
-            micros=rng.randrange(1, 2 * horizon // 1000) * 1000)
+        expires = now + Duration(micros=rng.randrange(1, 2 * horizon // 1000) * 1000)
         return nexmark_model.Auction(
-            aid, 'item-%d' % aid, 'description of item %d' % aid, initial,
-            initial + _price(rng), now, expires, seller,
-            FIRST_CATEGORY_ID + rng.randrange(NUM_CATEGORIES), '')
-    auction = _recent(rng, auctions, IN_FLIGHT_AUCTIONS, HOT_AUCTION_RATIO,
-                      FIRST_AUCTION_ID)
-    bidder = _recent(rng, persons, ACTIVE_PEOPLE, HOT_BIDDER_RATIO,
-                     FIRST_PERSON_ID)
+            aid,
+            'item-%d' % aid,
+            'description of item %d' % aid,
+            initial,
+            initial + _price(rng),
+            now,
+            expires,
+            seller,
+            FIRST_CATEGORY_ID + rng.randrange(NUM_CATEGORIES),
+            '',
+        )
+    auction = _recent(rng, auctions, IN_FLIGHT_AUCTIONS, HOT_AUCTION_RATIO, FIRST_AUCTION_ID)
+    bidder = _recent(rng, persons, ACTIVE_PEOPLE, HOT_BIDDER_RATIO, FIRST_PERSON_ID)
     return nexmark_model.Bid(auction, bidder, _price(rng), now, '')
 
 
-def events(n: int, seed: int = 0, start: int = 0,
-           inter_event_micros: int = INTER_EVENT_MICROS) -> Iterator[Event]:
+def events(
+    n: int, seed: int = 0, start: int = 0, inter_event_micros: int = INTER_EVENT_MICROS
+) -> Iterator[Event]:
     """Events ``start`` .. ``n - 1`` (see the module doc)."""
     for i in range(start, n):
         yield event(i, seed, inter_event_micros)
 
 
-def _recent(rng: random.Random, made: int, window: int, hot_ratio: int,
-            first_id: int) -> int:
+def _recent(rng: random.Random, made: int, window: int, hot_ratio: int, first_id: int) -> int:
     """An id among the last ``window`` of ``made`` (the newest, the hot one,
     all but 1 in ``hot_ratio`` times); ``first_id`` before any was made."""
     if made == 0:

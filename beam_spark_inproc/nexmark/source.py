@@ -38,6 +38,7 @@ The watermark estimator's state is the watermark itself and its initial state
 comes from the restriction (the time of the event before its start), so a
 stream resumed from a position (a residual, a checkpoint) keeps its watermark.
 """
+
 from __future__ import annotations
 
 import time
@@ -55,7 +56,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_spark_inproc.nexmark import generator
 
-ENDLESS = 2 ** 62  # the end of an endless stream's event range
+ENDLESS = 2**62  # the end of an endless stream's event range
 
 
 class _EventRange(core.RestrictionProvider):
@@ -81,8 +82,7 @@ class _EventRange(core.RestrictionProvider):
 
 
 class _BoundedEvents(beam.DoFn, _EventRange):
-    def __init__(self, num_events: int, seed: int, inter_event_micros: int,
-                 split_size: int):
+    def __init__(self, num_events: int, seed: int, inter_event_micros: int, split_size: int):
         self.end, self.split_size = num_events, split_size
         self._args = (seed, inter_event_micros)
 
@@ -100,9 +100,15 @@ class _PacedEvents(beam.DoFn, _EventRange, core.WatermarkEstimatorProvider):
     state is the event time of the event before the restriction's first
     (MIN_TIMESTAMP for the first event)."""
 
-    def __init__(self, num_events: Optional[int], seed: int,
-                 inter_event_micros: int, events_per_second: float,
-                 period: float, max_per_call: int):
+    def __init__(
+        self,
+        num_events: Optional[int],
+        seed: int,
+        inter_event_micros: int,
+        events_per_second: float,
+        period: float,
+        max_per_call: int,
+    ):
         self.end = ENDLESS if num_events is None else num_events
         self.split_size = None  # one stream, in order
         self._args = (seed, inter_event_micros)
@@ -123,8 +129,12 @@ class _PacedEvents(beam.DoFn, _EventRange, core.WatermarkEstimatorProvider):
         return start + position / self._rate
 
     @beam.DoFn.unbounded_per_element()
-    def process(self, start, tracker=beam.DoFn.RestrictionParam(),
-                estimator=beam.DoFn.WatermarkEstimatorParam()):
+    def process(
+        self,
+        start,
+        tracker=beam.DoFn.RestrictionParam(),
+        estimator=beam.DoFn.WatermarkEstimatorParam(),
+    ):
         began = time.time()
         first = tracker.current_restriction().start
         arrived = int((began - start) * self._rate) + 1  # events [0, arrived)
@@ -138,18 +148,20 @@ class _PacedEvents(beam.DoFn, _EventRange, core.WatermarkEstimatorProvider):
         else:
             if last is not None:
                 estimator.set_watermark(last.date_time)
-            resume = (began if stop < arrived else
-                      max(self.arrival(start, max(first, stop)),
-                          began + self._period))
-            tracker.defer_remainder(
-                Duration.of(max(0.0, resume - time.time())))
+            resume = (
+                began
+                if stop < arrived
+                else max(self.arrival(start, max(first, stop)), began + self._period)
+            )
+            tracker.defer_remainder(Duration.of(max(0.0, resume - time.time())))
             return
         if last is not None:
             estimator.set_watermark(last.date_time)
 
 
-def lag(start: float, position: int, events_per_second: float,
-        now: Optional[float] = None) -> float:
+def lag(
+    start: float, position: int, events_per_second: float, now: Optional[float] = None
+) -> float:
     """How long (seconds) event ``position`` of a paced stream started at
     ``start`` has waited at ``now`` (0 before it arrives)."""
     now = time.time() if now is None else now
@@ -164,25 +176,28 @@ class ReadEvents(beam.PTransform):
     seconds while it keeps up, at most ``max_per_call`` events a call.
     """
 
-    def __init__(self, num_events: Optional[int], seed: int = 0,
-                 events_per_second: Optional[float] = None,
-                 period: float = 0.1,
-                 inter_event_micros: int = generator.INTER_EVENT_MICROS,
-                 split_size: int = 10_000,
-                 max_per_call: int = 50_000):
+    def __init__(
+        self,
+        num_events: Optional[int],
+        seed: int = 0,
+        events_per_second: Optional[float] = None,
+        period: float = 0.1,
+        inter_event_micros: int = generator.INTER_EVENT_MICROS,
+        split_size: int = 10_000,
+        max_per_call: int = 50_000,
+    ):
         super().__init__()
         if events_per_second is None and num_events is None:
             raise ValueError(
                 'ReadEvents: a bounded read needs num_events; pass '
-                'events_per_second for an endless, paced stream.')
+                'events_per_second for an endless, paced stream.'
+            )
         if events_per_second is not None and events_per_second <= 0:
             raise ValueError(
-                'ReadEvents: events_per_second must be > 0, got %r'
-                % (events_per_second,))
+                'ReadEvents: events_per_second must be > 0, got %r' % (events_per_second,)
+            )
         if max_per_call < 1:
-            raise ValueError(
-                'ReadEvents: max_per_call must be >= 1, got %r'
-                % (max_per_call,))
+            raise ValueError('ReadEvents: max_per_call must be >= 1, got %r' % (max_per_call,))
         self._num_events = num_events
         self._seed = seed
         self._rate = events_per_second
@@ -194,13 +209,20 @@ class ReadEvents(beam.PTransform):
     def expand(self, pbegin):
         nexmark_util.setup_coder()  # Beam's coders for the model classes
         if self._rate is None:
-            fn = _BoundedEvents(self._num_events, self._seed, self._inter,
-                                self._split_size)
+            fn = _BoundedEvents(self._num_events, self._seed, self._inter, self._split_size)
         else:
-            fn = _PacedEvents(self._num_events, self._seed, self._inter,
-                              self._rate, self._period, self._max_per_call)
-            return (pbegin | 'Impulse' >> beam.Impulse()
-                    | 'Start' >> beam.Map(lambda _: time.time())
-                    | 'Events' >> beam.ParDo(fn))
-        return (pbegin | 'Impulse' >> beam.Impulse()
-                | 'Events' >> beam.ParDo(fn))
+            fn = _PacedEvents(
+                self._num_events,
+                self._seed,
+                self._inter,
+                self._rate,
+                self._period,
+                self._max_per_call,
+            )
+            return (
+                pbegin
+                | 'Impulse' >> beam.Impulse()
+                | 'Start' >> beam.Map(lambda _: time.time())
+                | 'Events' >> beam.ParDo(fn)
+            )
+        return pbegin | 'Impulse' >> beam.Impulse() | 'Events' >> beam.ParDo(fn)

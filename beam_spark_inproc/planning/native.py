@@ -12,6 +12,7 @@ at the stage's boundary in the row format of ``protocol.rows``.
 Pure constants: imported by the planner, the capability check and the
 transforms alike.
 """
+
 from __future__ import annotations
 
 READ_URN = 'beam-spark-inproc:spark-read:v1'

@@ -15,6 +15,7 @@ pipeline run with ``--streaming``.
 * ReadFromSpark: over a streaming DataFrame (``READ_STREAM_URN``), a source
   of the loop (``transforms.spark_stream``); a bounded read is not.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,20 +37,23 @@ def write_problems(spec: dict) -> list[str]:
     found = []
     if spec['mode'] != 'append':
         found.append(
-            f"mode {spec['mode']!r} is a batch mode: a stream appends every "
-            "micro-batch; use mode='append'.")
+            f'mode {spec["mode"]!r} is a batch mode: a stream appends every '
+            "micro-batch; use mode='append'."
+        )
     if (spec.get('format') or '').lower() in TABLE_FORMATS:
         found.append(
-            f"format {spec['format']!r} keeps its own transaction log, which "
+            f'format {spec["format"]!r} keeps its own transaction log, which '
             "the stream's file renames would bypass; idempotent appends by its "
-            'transaction ids (Delta\'s txnAppId/txnVersion) are not offered '
-            'yet: write parquet (or orc, json, csv).')
+            "transaction ids (Delta's txnAppId/txnVersion) are not offered "
+            'yet: write parquet (or orc, json, csv).'
+        )
     path = spec.get('path')
     if path and urllib.parse.urlparse(path).scheme not in ('', 'file'):
         found.append(
             f'path {path!r}: a stream publishes each micro-batch by renaming '
             "files in the driver, on a file system it shares with Spark's "
-            'executors (a local or mounted path).')
+            'executors (a local or mounted path).'
+        )
     return found
 
 
@@ -60,18 +64,27 @@ def stream_problem(urn: str, payload: bytes) -> tuple[str, str] | None:
     spec = json.loads(payload)
     if urn == WRITE_URN:
         found = write_problems(spec)
-        return (' '.join(found), 'Change the write as said, or run the '
-                'pipeline as a batch (bounded input, no --streaming).'
-                ) if found else None
+        return (
+            (
+                ' '.join(found),
+                'Change the write as said, or run the '
+                'pipeline as a batch (bounded input, no --streaming).',
+            )
+            if found
+            else None
+        )
     if urn == SQL_URN:
         if spec.get('window_columns'):
             return None  # built over unbounded windowed input
-        return ('SparkSql over bounded input in a stream (--streaming): in a '
-                'stream it runs over each fired pane of one windowed unbounded '
-                'input, and this one was built for a batch (the global window, '
-                'whose only pane fires at the end).',
-                'Run the pipeline as a batch, or query an unbounded windowed '
-                'PCollection.')
+        return (
+            'SparkSql over bounded input in a stream (--streaming): in a '
+            'stream it runs over each fired pane of one windowed unbounded '
+            'input, and this one was built for a batch (the global window, '
+            'whose only pane fires at the end).',
+            'Run the pipeline as a batch, or query an unbounded windowed PCollection.',
+        )
     what = 'ReadFromSpark' if urn == READ_URN else 'a runner-native transform'
-    return (f'{what} in a stream. ' + LATER,
-            'Run it as a batch pipeline (bounded input, no --streaming).')
+    return (
+        f'{what} in a stream. ' + LATER,
+        'Run it as a batch pipeline (bounded input, no --streaming).',
+    )

@@ -5,6 +5,7 @@ The list is FnApiRunner's (``fn_runner.FnApiRunner.create_stages``) plus
 is shuffled by key, and ``sdf_reshuffle_main_input_only``. Reshuffle is a runner URN, so Create/Impulse data and SDF
 restrictions are spread over partitions by a Spark repartition.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,15 +19,21 @@ from beam_spark_inproc.planning.native import NATIVE_URNS
 
 # Runner-native transforms (``planning.native``) are runner URNs too: each one
 # is a stage of its own, never fused with SDK transforms.
-RUNNER_URNS = frozenset([
-        common_urns.primitives.FLATTEN.urn,
-        common_urns.primitives.GROUP_BY_KEY.urn,
-        common_urns.composites.RESHUFFLE.urn,
-]) | NATIVE_URNS
+RUNNER_URNS = (
+    frozenset(
+        [
+            common_urns.primitives.FLATTEN.urn,
+            common_urns.primitives.GROUP_BY_KEY.urn,
+            common_urns.composites.RESHUFFLE.urn,
+        ]
+    )
+    | NATIVE_URNS
+)
+
 
 def sdf_reshuffle_main_input_only(
-        stages: list[translations.Stage],
-        context: translations.TransformContext,
+    stages: list[translations.Stage],
+    context: translations.TransformContext,
 ) -> list[translations.Stage]:
     """Keeps only the main input of the Reshuffles ``expand_sdf`` inserts.
 
@@ -42,24 +49,31 @@ def sdf_reshuffle_main_input_only(
     """
     for stage in stages:
         for transform in stage.transforms:
-            if (transform.spec.urn != common_urns.composites.RESHUFFLE.urn
-                    or len(transform.inputs) <= 1):
+            if (
+                transform.spec.urn != common_urns.composites.RESHUFFLE.urn
+                or len(transform.inputs) <= 1
+            ):
                 continue
             output = translations.only_element(transform.outputs.values())
             side_tags = set()
             for consumer in context.components.transforms.values():
-                if (consumer.spec.urn in translations.PAR_DO_URNS
-                        and output in consumer.inputs.values()):
-                    side_tags.update(proto_utils.parse_Bytes(
-                        consumer.spec.payload,
-                        beam_runner_api_pb2.ParDoPayload).side_inputs)
+                if (
+                    consumer.spec.urn in translations.PAR_DO_URNS
+                    and output in consumer.inputs.values()
+                ):
+                    side_tags.update(
+                        proto_utils.parse_Bytes(
+                            consumer.spec.payload, beam_runner_api_pb2.ParDoPayload
+                        ).side_inputs
+                    )
             main = [tag for tag in transform.inputs if tag not in side_tags]
             if len(main) != 1:
                 raise ValueError(
                     f'Reshuffle {transform.unique_name!r} ({transform.spec.urn}) '
                     f'has inputs {dict(transform.inputs)}, none or several of '
-                    f'them main inputs (its consumers\' side inputs: '
-                    f'{sorted(side_tags)}); a Reshuffle has one input.')
+                    f"them main inputs (its consumers' side inputs: "
+                    f'{sorted(side_tags)}); a Reshuffle has one input.'
+                )
             for tag in list(transform.inputs):
                 if tag != main[0]:
                     del transform.inputs[tag]
@@ -67,22 +81,22 @@ def sdf_reshuffle_main_input_only(
 
 
 PHASES = [
-        translations.annotate_downstream_side_inputs,
-        translations.annotate_stateful_dofns_as_roots,
-        translations.fix_side_input_pcoll_coders,
-        translations.pack_combiners,
-        translations.lift_combiners,
-        translations.expand_sdf,
-        sdf_reshuffle_main_input_only,
-        translations.expand_gbk,
-        translations.sink_flattens,
-        translations.greedily_fuse,
-        translations.read_to_impulse,
-        translations.impulse_to_input,
-        translations.sort_stages,
-        translations.add_impulse_to_dangling_transforms,
-        translations.setup_timer_mapping,
-        translations.populate_data_channel_coders,
+    translations.annotate_downstream_side_inputs,
+    translations.annotate_stateful_dofns_as_roots,
+    translations.fix_side_input_pcoll_coders,
+    translations.pack_combiners,
+    translations.lift_combiners,
+    translations.expand_sdf,
+    sdf_reshuffle_main_input_only,
+    translations.expand_gbk,
+    translations.sink_flattens,
+    translations.greedily_fuse,
+    translations.read_to_impulse,
+    translations.impulse_to_input,
+    translations.sort_stages,
+    translations.add_impulse_to_dangling_transforms,
+    translations.setup_timer_mapping,
+    translations.populate_data_channel_coders,
 ]
 
 
@@ -105,8 +119,10 @@ def _unlift_timestamped_combines(proto: beam_runner_api_pb2.Pipeline) -> None:
     components = proto.components
     eow = beam_runner_api_pb2.OutputTime.END_OF_WINDOW
     for transform in components.transforms.values():
-        if (transform.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn
-                and transform.subtransforms):
+        if (
+            transform.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn
+            and transform.subtransforms
+        ):
             pcoll = components.pcollections[next(iter(transform.inputs.values()))]
             strategy = components.windowing_strategies[pcoll.windowing_strategy_id]
             if strategy.output_time != eow:
@@ -118,8 +134,9 @@ def _unlift_timestamped_combines(proto: beam_runner_api_pb2.Pipeline) -> None:
 PANES_BOUNDARY = 'beam_spark_inproc:panes_boundary'
 
 
-def boundary_before(proto: beam_runner_api_pb2.Pipeline,
-                    pardo_names: set[str]) -> beam_runner_api_pb2.Pipeline:
+def boundary_before(
+    proto: beam_runner_api_pb2.Pipeline, pardo_names: set[str]
+) -> beam_runner_api_pb2.Pipeline:
     """A copy of ``proto`` with a runner-executed Reshuffle (a stage boundary
     passing elements, windows, timestamps and panes as they are) in front of
     the main input of each ParDo named.
@@ -131,19 +148,19 @@ def boundary_before(proto: beam_runner_api_pb2.Pipeline,
     wait. The boundary costs a round-robin shuffle of the panes."""
     proto = copy.deepcopy(proto)
     components = proto.components
-    parents = {child: parent for parent, t in components.transforms.items()
-               for child in t.subtransforms}
+    parents = {
+        child: parent for parent, t in components.transforms.items() for child in t.subtransforms
+    }
     for transform_id, pardo in list(components.transforms.items()):
-        if (pardo.unique_name not in pardo_names
-                or pardo.spec.urn not in translations.PAR_DO_URNS):
+        if pardo.unique_name not in pardo_names or pardo.spec.urn not in translations.PAR_DO_URNS:
             continue
         side_tags = proto_utils.parse_Bytes(
-            pardo.spec.payload, beam_runner_api_pb2.ParDoPayload).side_inputs
+            pardo.spec.payload, beam_runner_api_pb2.ParDoPayload
+        ).side_inputs
         [tag] = [tag for tag in pardo.inputs if tag not in side_tags]
         source = pardo.inputs[tag]
         boundary_pcoll = f'{source}/{transform_id}/panes'
-        components.pcollections[boundary_pcoll].CopyFrom(
-            components.pcollections[source])
+        components.pcollections[boundary_pcoll].CopyFrom(components.pcollections[source])
         components.pcollections[boundary_pcoll].unique_name = boundary_pcoll
         boundary_id = f'{transform_id}/PanesBeforeSideInputs'
         boundary = components.transforms[boundary_id]
@@ -156,8 +173,11 @@ def boundary_before(proto: beam_runner_api_pb2.Pipeline,
             boundary.environment_id = pardo.environment_id
         pardo.inputs[tag] = boundary_pcoll
         parent = parents.get(transform_id)
-        siblings = (components.transforms[parent].subtransforms
-                    if parent is not None else proto.root_transform_ids)
+        siblings = (
+            components.transforms[parent].subtransforms
+            if parent is not None
+            else proto.root_transform_ids
+        )
         ids = list(siblings)
         ids.insert(ids.index(transform_id), boundary_id)
         del siblings[:]
@@ -166,8 +186,9 @@ def boundary_before(proto: beam_runner_api_pb2.Pipeline,
 
 
 def fuse(
-        pipeline_proto: beam_runner_api_pb2.Pipeline, is_drain: bool = False,
-        streaming: bool = False,
+    pipeline_proto: beam_runner_api_pb2.Pipeline,
+    is_drain: bool = False,
+    streaming: bool = False,
 ) -> tuple[translations.TransformContext, list[translations.Stage]]:
     """Runs the fusion phases on a copy of the proto; returns context and stages.
 
@@ -179,11 +200,12 @@ def fuse(
     if streaming:
         _unlift_timestamped_combines(pipeline_proto)
     context, stages = translations.create_and_optimize_stages(
-            pipeline_proto,
-            phases=PHASES,
-            known_runner_urns=STREAMING_RUNNER_URNS if streaming else RUNNER_URNS,
-            use_state_iterables=True,
-            is_drain=is_drain)
+        pipeline_proto,
+        phases=PHASES,
+        known_runner_urns=STREAMING_RUNNER_URNS if streaming else RUNNER_URNS,
+        use_state_iterables=True,
+        is_drain=is_drain,
+    )
     # Beam writes a threshold of 1 byte (every iterable through state, to test
     # it); only large groups need it (see ``worker.batch.grouped_values``).
     for coder in context.components.coders.values():

@@ -25,6 +25,7 @@ timestamps and panes; ``PackedValuesOutputOperation``,
 ``arrow`` (a runner-native read's or query's output: the DataFrame itself, one
 column per field of the elements' schema, read only by an ``ARROW`` stage).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -80,6 +81,7 @@ def input_mode(stateful: bool, grouped: bool, split_input: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Grouping:
     """GroupAlsoByWindow done by a consuming stage on its sorted, keyed input."""
+
     gbk_label: str
     pre_coder_id: str  # windowed KV<K, V> as written by the producer (safe coder)
     post_coder_id: str  # windowed KV<K, Iterable<V>> as read by the consumer
@@ -159,8 +161,10 @@ class StagePlan:
 
     def __post_init__(self):
         if self.input_mode not in INPUT_MODES:
-            raise ValueError(f'Stage {self.name!r}: unknown input mode '
-                             f'{self.input_mode!r}, expected one of {INPUT_MODES}.')
+            raise ValueError(
+                f'Stage {self.name!r}: unknown input mode '
+                f'{self.input_mode!r}, expected one of {INPUT_MODES}.'
+            )
 
     @property
     def stateful(self) -> bool:

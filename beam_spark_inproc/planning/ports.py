@@ -1,4 +1,5 @@
 """Where data enters a ProcessBundleDescriptor (pure proto look-ups)."""
+
 from __future__ import annotations
 
 from apache_beam.portability import common_urns
@@ -22,4 +23,5 @@ def input_transform(descriptor, transform_id: str, input_id: str) -> str:
             return input_transform(descriptor, tid, next(iter(t.inputs)))
     raise ValueError(
         f'No data input feeds {transform_id!r} ({input_id!r}): cannot resume '
-        'its splittable DoFn residuals.')
+        'its splittable DoFn residuals.'
+    )

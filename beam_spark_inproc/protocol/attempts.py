@@ -7,6 +7,7 @@ token, then the stage name and a ``ProcessBundleResponse`` holding the
 MonitoringInfos, each as a 4-byte big-endian length and its bytes. Plain
 protobuf, no pickle: the driver parses it safely.
 """
+
 from __future__ import annotations
 
 import struct
@@ -19,8 +20,10 @@ ACK = b'\x01'
 
 
 def frame(token: bytes, stage: str, infos: list[bytes]) -> bytes:
-    response = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=[
-        metrics_pb2.MonitoringInfo.FromString(i) for i in infos])
+    response = beam_fn_api_pb2.ProcessBundleResponse(
+        monitoring_infos=[metrics_pb2.MonitoringInfo.FromString(i) for i in infos]
+    )
     name, payload = stage.encode(), response.SerializeToString()
-    return b''.join([MAGIC, token, struct.pack('>I', len(name)), name,
-                     struct.pack('>I', len(payload)), payload])
+    return b''.join(
+        [MAGIC, token, struct.pack('>I', len(name)), name, struct.pack('>I', len(payload)), payload]
+    )

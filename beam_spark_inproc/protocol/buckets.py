@@ -7,6 +7,7 @@ bucket's state file by the same number, and the driver decides how many
 buckets a stage has (``bucket_count``) and which to run without new rows
 (``marker_rows``). All of them must compute the same number for a key.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,7 @@ def bucket_of(key: bytes, buckets: int = STATE_BUCKETS) -> int:
 def bucket_count(keys: int, buckets: int) -> int:
     """The state buckets for a stage holding ``keys`` keys in ``buckets``
     (never fewer: a split bucket's file stays valid for both halves)."""
-    per_bucket = int(os.environ.get('BEAM_SPARK_INPROC_KEYS_PER_BUCKET',
-                                    KEYS_PER_BUCKET))
+    per_bucket = int(os.environ.get('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', KEYS_PER_BUCKET))
     while keys > buckets * per_bucket and buckets < MAX_BUCKETS:
         buckets *= 2
     return buckets
@@ -62,5 +62,4 @@ MARKER_KEYS = _marker_keys()
 
 def marker_rows(buckets) -> list[tuple[int, bytes, bytes]]:
     """A row per bucket to run, in its shard, the bucket in its data."""
-    return [(MARKER_TAG, MARKER_KEYS[b % STATE_BUCKETS], b'%d' % b)
-            for b in sorted(buckets)]
+    return [(MARKER_TAG, MARKER_KEYS[b % STATE_BUCKETS], b'%d' % b) for b in sorted(buckets)]

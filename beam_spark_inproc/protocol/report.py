@@ -17,6 +17,7 @@ user's error (stage, the transform that failed, exception type, message and the
 worker's own formatting of the traceback, whose frames show the lines that
 raised, where PySpark's simplified traceback shows each frame's current line).
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,7 @@ from typing import Optional
 
 FAILURE_START = '[beam failure record '
 FAILURE_END = ']'
-_FAILURE = re.compile(re.escape(FAILURE_START) + r'([A-Za-z0-9+/=]+)' +
-                      re.escape(FAILURE_END))
+_FAILURE = re.compile(re.escape(FAILURE_START) + r'([A-Za-z0-9+/=]+)' + re.escape(FAILURE_END))
 # Beam's DoFnRunner appends this to the message of an exception it re-raises.
 _RUNNING = re.compile(r"\[while running '(.*?)'\]")
 
@@ -40,6 +40,7 @@ _RUNNING = re.compile(r"\[while running '(.*?)'\]")
 @dataclasses.dataclass(frozen=True)
 class Failure:
     """Why a bundle failed: what the driver tells the user."""
+
     stage: str
     labels: tuple[str, ...]  # the stage's Beam transforms
     transform: str  # the one that failed, from Beam's annotation ('' if none)
@@ -54,13 +55,19 @@ class Failure:
         texts = [str(a) for a in getattr(error, 'args', ())[:1]] + [str(error)]
         running = [m for text in texts for m in _RUNNING.findall(text)]
         kind = type(error)
-        name = (kind.__qualname__ if kind.__module__ == 'builtins'
-                else f'{kind.__module__}.{kind.__qualname__}')
-        return cls(stage=stage.name, labels=tuple(stage.labels),
-                   transform=running[-1] if running else '',
-                   exception_type=name,
-                   message=str(error),
-                   traceback=''.join(traceback.format_exception(error)))
+        name = (
+            kind.__qualname__
+            if kind.__module__ == 'builtins'
+            else f'{kind.__module__}.{kind.__qualname__}'
+        )
+        return cls(
+            stage=stage.name,
+            labels=tuple(stage.labels),
+            transform=running[-1] if running else '',
+            exception_type=name,
+            message=str(error),
+            traceback=''.join(traceback.format_exception(error)),
+        )
 
     def note(self) -> str:
         data = json.dumps(dataclasses.asdict(self)).encode()
@@ -89,20 +96,26 @@ def drop_failure_note(error: BaseException) -> None:
         notes[:] = [n for n in notes if not n.startswith(FAILURE_START)]
 
 
-def encode(stage: str, warnings: list, monitoring_infos: list,
-           logs: list = ()) -> bytes:
+def encode(stage: str, warnings: list, monitoring_infos: list, logs: list = ()) -> bytes:
     """The report's bytes, or b'' when there is nothing to report."""
     if not warnings and not monitoring_infos and not logs:
         return b''
     infos = [info.SerializeToString() for info in monitoring_infos]
     try:
-        return pickle.dumps({'stage': stage, 'warnings': warnings,
-                             'monitoring_infos': infos, 'logs': list(logs)})
+        return pickle.dumps(
+            {'stage': stage, 'warnings': warnings, 'monitoring_infos': infos, 'logs': list(logs)}
+        )
     except Exception:  # a category class the driver could not import
-        return pickle.dumps({'stage': stage, 'monitoring_infos': infos,
-                             'logs': list(logs), 'warnings': [
-                                 (RuntimeWarning, f'{c.__name__}: {m}', f, n)
-                                 for c, m, f, n in warnings]})
+        return pickle.dumps(
+            {
+                'stage': stage,
+                'monitoring_infos': infos,
+                'logs': list(logs),
+                'warnings': [
+                    (RuntimeWarning, f'{c.__name__}: {m}', f, n) for c, m, f, n in warnings
+                ],
+            }
+        )
 
 
 def decode(data: bytes) -> dict:
@@ -116,8 +129,7 @@ def relog(reports: list[dict]) -> None:
     a running stream's micro-batches are not silent)."""
     for r in reports:
         for name, level, message, path, lineno, func, exc_text in r.get('logs', ()):
-            record = logging.LogRecord(name, level, path, lineno, message, None,
-                                       None, func)
+            record = logging.LogRecord(name, level, path, lineno, message, None, None, func)
             record.exc_text = exc_text
             record.beam_stage = r.get('stage', '')
             logging.getLogger(name).handle(record)

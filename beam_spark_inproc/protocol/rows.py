@@ -7,6 +7,7 @@ them (``execution.engine``). What they agree on is here: the columns, the tags
 of control rows (negative; elements are ``0..n-1``, the producing stage's output
 index), the key column's encoding (``key_extractor``) and the batch bounds.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,11 +18,13 @@ import pyarrow.compute as pc
 from apache_beam.coders.coder_impl import create_InputStream
 
 TAG, KEY, DATA = 'tag', 'key', 'data'
-SCHEMA = pa.schema([
-    pa.field(TAG, pa.int32(), nullable=False),
-    pa.field(KEY, pa.binary()),
-    pa.field(DATA, pa.binary()),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field(TAG, pa.int32(), nullable=False),
+        pa.field(KEY, pa.binary()),
+        pa.field(DATA, pa.binary()),
+    ]
+)
 
 # Rows with this tag are reports for the driver (``protocol.report``), not elements.
 # Every step passes them through untouched; exactly one reader of each stage
@@ -69,8 +72,7 @@ def column_slices(batches, *columns: str):
 class BatchBuilder:
     """Accumulates rows and hands out bounded RecordBatches."""
 
-    def __init__(self, emit, max_rows: int = MAX_BATCH_ROWS,
-                 max_bytes: int = MAX_BATCH_BYTES):
+    def __init__(self, emit, max_rows: int = MAX_BATCH_ROWS, max_bytes: int = MAX_BATCH_BYTES):
         self._emit = emit
         self._max_rows = max_rows
         self._max_bytes = max_bytes
@@ -90,10 +92,13 @@ class BatchBuilder:
     def flush(self) -> None:
         if self._data:
             batch = pa.RecordBatch.from_arrays(
-                [pa.array(self._tags, pa.int32()),
-                 pa.array(self._keys, pa.binary()),
-                 pa.array(self._data, pa.binary())],
-                schema=SCHEMA)
+                [
+                    pa.array(self._tags, pa.int32()),
+                    pa.array(self._keys, pa.binary()),
+                    pa.array(self._data, pa.binary()),
+                ],
+                schema=SCHEMA,
+            )
             self._tags, self._keys, self._data, self._bytes = [], [], [], 0
             self._emit(batch)
 
@@ -107,8 +112,7 @@ def holding_elements(batches) -> tuple[Optional[Iterator], list]:
     held = []
     for batch in batches:
         held.append(batch)
-        if batch.num_rows and pc.any(
-                pc.not_equal(batch.column(TAG), CONTROL_TAG)).as_py():
+        if batch.num_rows and pc.any(pc.not_equal(batch.column(TAG), CONTROL_TAG)).as_py():
             return itertools.chain(held, batches), []
     control = []
     for batch in held:

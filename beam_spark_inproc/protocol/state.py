@@ -11,6 +11,7 @@ control row per task: ``{STATE_REPORT: {bucket: (summary, file)}}``, a
 ``part-<uuid>.parquet`` file in the micro-batch's folder, which the driver reads
 with ``decode_report`` and records as the bucket's next version.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,6 +30,7 @@ STATE_REPORT = 'state_buckets'
 @dataclasses.dataclass(frozen=True)
 class StreamingStep:
     """What one micro-batch tells a streaming stage's tasks."""
+
     input_watermark: Timestamp  # before this micro-batch
     next_input_watermark: Timestamp  # after it: timers fire up to here
     output_watermark: Timestamp  # before this micro-batch
@@ -38,6 +40,7 @@ class StreamingStep:
 @dataclasses.dataclass(frozen=True)
 class StateFiles:
     """Where a streaming keyed stage's task reads and writes its state."""
+
     stage: str
     current: tuple = ()  # (bucket, Parquet file of its current version) pairs
     folder: str = ''  # where this micro-batch's new versions go
@@ -51,6 +54,7 @@ class StateFiles:
 class Summary:
     """A state bucket's keys, from one task: their earliest watermark hold,
     event-time timer and processing-time timer (seconds)."""
+
     keys: int = 0
     hold: Timestamp = MAX_TIMESTAMP
     event_timer: Timestamp = MAX_TIMESTAMP
@@ -63,17 +67,19 @@ class Summary:
         self.processing_timer = min(self.processing_timer, other.processing_timer)
 
     def encode(self) -> bytes:
-        return pickle.dumps((self.keys, self.hold.micros, self.event_timer.micros,
-                             self.processing_timer))
+        return pickle.dumps(
+            (self.keys, self.hold.micros, self.event_timer.micros, self.processing_timer)
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> 'Summary':
         keys, hold, event_timer, processing_timer = pickle.loads(data)
-        return cls(keys, Timestamp(micros=hold), Timestamp(micros=event_timer),
-                   processing_timer)
+        return cls(keys, Timestamp(micros=hold), Timestamp(micros=event_timer), processing_timer)
 
 
 def decode_report(report: dict) -> dict[int, tuple[Optional[Summary], str]]:
     """{bucket: (its summary and file, or (None, '') when nothing is left)}."""
-    return {b: (Summary.decode(s) if s is not None else None, path)
-            for b, (s, path) in report[STATE_REPORT].items()}
+    return {
+        b: (Summary.decode(s) if s is not None else None, path)
+        for b, (s, path) in report[STATE_REPORT].items()
+    }

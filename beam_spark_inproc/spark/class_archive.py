@@ -27,6 +27,7 @@ deleted. The archive applies only where the runner sets the driver's Java
 options: a ``spark.driver.extraJavaOptions`` of the user's replaces them, and
 the archive with them. Deleting the folder at any time is safe.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +53,7 @@ _QUIET = '-Xlog:cds*=off -XX:ErrorFile={folder}/hs_err_%p.log'
 
 
 def cache_folder() -> pathlib.Path:
-    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(
-        os.path.expanduser('~'), '.cache')
+    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
     return pathlib.Path(base) / 'beam-spark-inproc' / 'jvm-classes'
 
 
@@ -64,6 +64,7 @@ def java() -> Optional[pathlib.Path]:
     if home and os.path.exists(os.path.join(home, 'bin', 'java')):
         return pathlib.Path(home, 'bin', 'java').resolve()
     import shutil
+
     found = shutil.which('java')
     return pathlib.Path(found).resolve() if found else None
 
@@ -101,21 +102,28 @@ class Archive:
         """None where no Java runtime is found or the cache folder cannot be
         made (the session starts as usual)."""
         import pyspark
+
         java_path = java()
         if java_path is None:
             return None
         stat = java_path.stat()
-        key = hashlib.sha256(repr((
-            str(java_path), stat.st_size, stat.st_mtime_ns,
-            os.path.dirname(os.path.abspath(pyspark.__file__)),
-            pyspark.__version__)).encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            repr(
+                (
+                    str(java_path),
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                    os.path.dirname(os.path.abspath(pyspark.__file__)),
+                    pyspark.__version__,
+                )
+            ).encode()
+        ).hexdigest()[:16]
         folder = cache_folder()
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return cls(folder / f'spark-{pyspark.__version__}-{key}.jsa',
-                   java_path)
+        return cls(folder / f'spark-{pyspark.__version__}-{key}.jsa', java_path)
 
     def java_options(self) -> str:
         """Options that map the archive, or make this process's JVM write it
@@ -145,8 +153,11 @@ class Archive:
             return
         if pid is not None and age < _RECORDED_SECONDS and _alive(pid):
             return
-        if pid is not None and self._dump.exists() and self._maps(
-                self._dump, held.get('class_path', '')):
+        if (
+            pid is not None
+            and self._dump.exists()
+            and self._maps(self._dump, held.get('class_path', ''))
+        ):
             try:
                 os.replace(self._dump, self.path)
             except OSError:  # another process settled it first
@@ -155,11 +166,25 @@ class Archive:
 
     def _maps(self, archive: pathlib.Path, class_path: str) -> bool:
         try:
-            return subprocess.run(
-                [str(self._java), '-Xshare:on', f'-XX:SharedArchiveFile={archive}',
-                 '-Xlog:cds*=off', '-XX:ErrorFile=/dev/null', '-cp', class_path,
-                 '-version'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, timeout=_CHECK_SECONDS).returncode == 0
+            return (
+                subprocess.run(
+                    [
+                        str(self._java),
+                        '-Xshare:on',
+                        f'-XX:SharedArchiveFile={archive}',
+                        '-Xlog:cds*=off',
+                        '-XX:ErrorFile=/dev/null',
+                        '-cp',
+                        class_path,
+                        '-version',
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=_CHECK_SECONDS,
+                ).returncode
+                == 0
+            )
         except (OSError, subprocess.SubprocessError):
             return False
 
@@ -176,9 +201,14 @@ class Archive:
         if not self._dumping:
             return
         try:
-            self._lock.write_text(json.dumps({
-                'pid': gateway.proc.pid,
-                'class_path': gateway.jvm.System.getProperty('java.class.path')}))
+            self._lock.write_text(
+                json.dumps(
+                    {
+                        'pid': gateway.proc.pid,
+                        'class_path': gateway.jvm.System.getProperty('java.class.path'),
+                    }
+                )
+            )
         except Exception as e:  # pylint: disable=broad-except
             _LOGGER.debug('JVM class archive not recorded: %s', e)
 

@@ -5,6 +5,7 @@ column and then ``sortWithinPartitions``, or round-robin); ``select`` and
 ``union`` are ``filter``/``withColumn`` and ``unionByName``; ``collect`` is
 ``toArrow``. The same code serves classic Spark and Spark Connect.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,6 +69,7 @@ class _Parts:
 
     def __init__(self, session, f):
         from pyspark.sql.pandas.types import from_arrow_schema
+
         self._session = weakref.ref(session)
         self._f = f
         self.schema = from_arrow_schema(SCHEMA)
@@ -104,8 +106,7 @@ class _Parts:
         target = self._shard_targets.get(partitions)
         if target is None:
             f = self._f
-            values = [_hashing_to(b % partitions, partitions)
-                      for b in range(STATE_BUCKETS)]
+            values = [_hashing_to(b % partitions, partitions) for b in range(STATE_BUCKETS)]
             target = self._shard_targets[partitions] = f.element_at(
                 f.array(*[f.lit(v) for v in values]), self.bucket + 1
             ).cast('int')
@@ -121,8 +122,9 @@ class _Parts:
     def retag(self, tag: int):
         """The tag column with every element row's tag set to ``tag``."""
         if tag not in self._retag:
-            self._retag[tag] = self._f.when(self.is_control, self.tag).otherwise(
-                self._f.lit(tag)).cast('int')
+            self._retag[tag] = (
+                self._f.when(self.is_control, self.tag).otherwise(self._f.lit(tag)).cast('int')
+            )
         return self._retag[tag]
 
     def impulse(self):
@@ -130,8 +132,11 @@ class _Parts:
             # One partition: createDataFrame spreads its one row over
             # defaultParallelism partitions, each a task (and, before empty
             # partitions ran no bundle, a bundle) of the stage reading it.
-            self._impulse = self._session().createDataFrame(
-                [(0, None, ENCODED_IMPULSE_VALUE)], self.schema).coalesce(1)
+            self._impulse = (
+                self._session()
+                .createDataFrame([(0, None, ENCODED_IMPULSE_VALUE)], self.schema)
+                .coalesce(1)
+            )
         return self._impulse
 
     def empty(self):
@@ -143,8 +148,10 @@ class _Parts:
 def _murmur3_int(value: int, seed: int = 42) -> int:
     """Spark's ``Murmur3_x86_32.hashInt`` (the hash of an int column that
     ``HashPartitioning`` takes modulo the partitions)."""
+
     def rotl(x: int, r: int) -> int:
         return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
     k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15)
     h1 = seed ^ (k1 * 0x1B873593 & 0xFFFFFFFF)
     h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
@@ -190,12 +197,12 @@ class _JvmUdfs:
     def __init__(self, session, parts: _Parts):
         from pyspark.sql.classic.column import _to_seq
         from pyspark.util import PythonEvalType
+
         sc = session.sparkContext  # classic-only: mapInArrow UDFs
         jvm = sc._jvm
         self._sc = sc
         self._function = jvm.SimplePythonFunction
-        self._udf = getattr(jvm, 'org.apache.spark.sql.execution.python.'
-                                 'UserDefinedPythonFunction')
+        self._udf = getattr(jvm, 'org.apache.spark.sql.execution.python.UserDefinedPythonFunction')
         self._schema = parts.schema
         self._type = session._jsparkSession.parseDataType(parts.schema.json())
         self._eval_type = PythonEvalType.SQL_MAP_ARROW_ITER_UDF
@@ -211,19 +218,26 @@ class _JvmUdfs:
 
     def column(self, task):
         from pyspark.serializers import CloudPickleSerializer
+
         sc = self._sc
         pickled = CloudPickleSerializer().dumps((task, self._schema))
-        if len(pickled) > self._threshold or any(
-                True for _ in sc._pickled_broadcast_vars):
+        if len(pickled) > self._threshold or any(True for _ in sc._pickled_broadcast_vars):
             return None
         if self._includes_of != sc._python_includes:  # addPyFile since
             self._includes_of = list(sc._python_includes)
             self._includes = self._java(self._includes_of)
         function = self._function(
-            bytearray(pickled), self._env, self._includes, sc.pythonExec,
-            sc.pythonVer, self._none, sc._javaAccumulator)
-        udf = self._udf(type(task).__name__, function, self._type,
-                        self._eval_type, True, self._none, self._none)
+            bytearray(pickled),
+            self._env,
+            self._includes,
+            sc.pythonExec,
+            sc.pythonVer,
+            self._none,
+            sc._javaAccumulator,
+        )
+        udf = self._udf(
+            type(task).__name__, function, self._type, self._eval_type, True, self._none, self._none
+        )
         return udf.apply(self._columns)
 
 
@@ -232,6 +246,7 @@ def _convert(gateway, value):
     as an argument again for every call)."""
     from py4j.java_collections import ListConverter
     from py4j.java_collections import MapConverter
+
     client = gateway._gateway_client
     if isinstance(value, dict):
         return MapConverter().convert(value, client)
@@ -250,9 +265,14 @@ class SparkEngine:
     the driver-only code at once, with ``py_files``; side inputs over
     ``inline_side_input_bytes`` when a stage needs them."""
 
-    def __init__(self, session, parallelism: int, run_id: str = 'run',
-                 py_files: tuple[str, ...] = (),
-                 inline_side_input_bytes: int = INLINE_SIDE_INPUT_BYTES):
+    def __init__(
+        self,
+        session,
+        parallelism: int,
+        run_id: str = 'run',
+        py_files: tuple[str, ...] = (),
+        inline_side_input_bytes: int = INLINE_SIDE_INPUT_BYTES,
+    ):
         self._session = session
         self._connect = is_connect(session)
         self._f = functions_for(session)
@@ -279,8 +299,7 @@ class SparkEngine:
         data = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
         if folder is None:
             return self._shipper.ship_bytes(data, 'side-input')
-        fd, path = tempfile.mkstemp(prefix='side-input-', suffix='.bin',
-                                    dir=folder)
+        fd, path = tempfile.mkstemp(prefix='side-input-', suffix='.bin', dir=folder)
         with os.fdopen(fd, 'wb') as f:
             f.write(data)
         return ShippedFile(os.path.basename(path), len(data), location=path)
@@ -294,14 +313,14 @@ class SparkEngine:
         parts = max(1, min(parts, len(rows)))
         tags, keys, datas = zip(*rows)
         table = pa.Table.from_arrays(
-            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
-             pa.array(datas, pa.binary())], schema=SCHEMA)
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()), pa.array(datas, pa.binary())],
+            schema=SCHEMA,
+        )
         if parts > 1:
             # Spark slices a local relation's rows into consecutive
             # partitions, one per core (defaultParallelism, at most one per
             # row): at most ``parts`` of them, with no shuffle.
-            return self._session.createDataFrame(
-                table, self._parts.schema).coalesce(parts)
+            return self._session.createDataFrame(table, self._parts.schema).coalesce(parts)
         data = self._session.createDataFrame(table, self._parts.schema)
         # A few driver rows (a stream's events, markers): one partition, one
         # task, rather than one per core (as ``impulse``).
@@ -330,6 +349,7 @@ class SparkEngine:
         from pyspark.sql.classic.dataframe import DataFrame
         from pyspark.sql.pandas.functions import pandas_udf
         from pyspark.util import PythonEvalType
+
         cached = self._udfs.get(id(task))
         if cached is None or cached[0] is not task:
             parts = self._parts
@@ -337,15 +357,17 @@ class SparkEngine:
                 self._jvm_udfs = _JvmUdfs(data.sparkSession, parts)
             column = self._jvm_udfs.column(task)
             if column is None:
-                udf = pandas_udf(task, returnType=parts.schema,
-                                 functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+                udf = pandas_udf(
+                    task,
+                    returnType=parts.schema,
+                    functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
+                )
                 column = udf(parts.tag, parts.key, parts.data)._jc
             cached = (task, column)
             if len(self._udfs) >= _MAX_CACHED_UDFS:
                 self._udfs.clear()
             self._udfs[id(task)] = cached
-        return DataFrame(data._jdf.mapInArrow(cached[1], False, None),
-                         data.sparkSession)
+        return DataFrame(data._jdf.mapInArrow(cached[1], False, None), data.sparkSession)
 
     def select(self, data, tag: int, new_tag: int, control: bool):
         selected = data.filter(self._parts.keep(tag, control))
@@ -362,10 +384,12 @@ class SparkEngine:
         parts = self._parts
         if how == e.GROUP:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
-                parts.tag, parts.key)
+                parts.tag, parts.key
+            )
         if how == e.KEY_SORTED:
             return data.repartition(self._parallelism, parts.key).sortWithinPartitions(
-                parts.key, parts.tag)
+                parts.key, parts.tag
+            )
         if how == e.BUCKETED:
             # Shard b goes to partition b % parallelism (``shard_target``).
             target = parts.shard_target(self._parallelism)
@@ -373,9 +397,12 @@ class SparkEngine:
             # order, each partition's in its own order: the ordinal is the
             # input partition's index, then the row's (taken before the
             # exchange), whatever order the blocks are fetched in.
-            return data.withColumn(_ORDER, parts.ordinal).repartition(
-                self._parallelism, target).sortWithinPartitions(
-                parts.bucket, parts.key, parts.tag, parts.order).drop(_ORDER)
+            return (
+                data.withColumn(_ORDER, parts.ordinal)
+                .repartition(self._parallelism, target)
+                .sortWithinPartitions(parts.bucket, parts.key, parts.tag, parts.order)
+                .drop(_ORDER)
+            )
         if how == e.SPREAD:
             # Round-robin: a few rows (Create's elements, SDF restrictions) are
             # spread evenly, which hashing cannot promise. Spark sorts each input
@@ -393,8 +420,7 @@ class SparkEngine:
         data.unpersist()
         self._cached = [d for d in self._cached if d is not data]
 
-    def collect(self, data, elements: bool = True, started=None
-                ) -> tuple[list[bytes], list[bytes]]:
+    def collect(self, data, elements: bool = True, started=None) -> tuple[list[bytes], list[bytes]]:
         """(element data, control data) of a result, on the driver; with
         ``elements=False`` only the control rows leave the executors.
         ``started`` is called once the action's DataFrame is built, just
@@ -418,8 +444,8 @@ class SparkEngine:
                     pass
                 else:
                     return [], self._control_rows(
-                        control, started, _load_from_socket,
-                        ArrowCollectSerializer)
+                        control, started, _load_from_socket, ArrowCollectSerializer
+                    )
             if started is not None:
                 started()
             table = control.toArrow()
@@ -429,8 +455,7 @@ class SparkEngine:
             started()
         table = selected.toArrow()
         chunks, control = [], []
-        for tag, chunk in zip(table.column(TAG).to_pylist(),
-                              table.column(DATA).to_pylist()):
+        for tag, chunk in zip(table.column(TAG).to_pylist(), table.column(DATA).to_pylist()):
             if tag == CONTROL_TAG:
                 control.append(chunk)
             elif chunk:
@@ -438,8 +463,7 @@ class SparkEngine:
         return chunks, control
 
     @staticmethod
-    def _control_rows(control, started, load_from_socket,
-                      serializer) -> list[bytes]:
+    def _control_rows(control, started, load_from_socket, serializer) -> list[bytes]:
         """``control.toArrow()``'s data column (classic-only), with
         ``started`` called once the job runs: PySpark's ``toArrow`` asks the
         JVM for the schema and two confs and sets the call site first (a
@@ -448,6 +472,7 @@ class SparkEngine:
         when its socket is connected), then the batches as ``toArrow`` reads
         them (``ArrowCollectSerializer``: in partition order)."""
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
+
         port, secret, server = control._jdf.collectAsArrowToPython()
         try:
             with load_from_socket((port, secret), serializer()) as stream:
@@ -460,8 +485,7 @@ class SparkEngine:
             # older PySpark: the batches as they came, then their order
             order = batches.pop()
             batches = [batches[i] for i in order]
-        return [value for batch in batches
-                for value in batch.column(DATA).to_pylist()]
+        return [value for batch in batches for value in batch.column(DATA).to_pylist()]
 
     @contextlib.contextmanager
     def job(self, tag: str, description: str):
@@ -525,8 +549,8 @@ class SparkEngine:
 
     def to_dataframe(self, data, fn, arrow_schema):
         from pyspark.sql.pandas.types import from_arrow_schema
-        return data.mapInArrow(
-            fn, from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False))
+
+        return data.mapInArrow(fn, from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False))
 
     def release(self) -> None:
         for data in self._cached:

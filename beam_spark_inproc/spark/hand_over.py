@@ -10,6 +10,7 @@ parallelism (``data``), and the pickling round trip a task makes to Spark's
 Python workers (PySpark's ``CloudPickleSerializer``), which a stage run in
 the driver makes too: a DoFn that does not pickle fails as on Spark.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -26,8 +27,9 @@ class SparkHandOver:
     """``execution.small.HandOver`` on Spark: ``get_session`` gives the
     SparkSession, ``make_engine`` the ``SparkEngine``."""
 
-    def __init__(self, get_session: Callable[[], Any],
-                 make_engine: Callable[[], Any], parallelism: int = 1):
+    def __init__(
+        self, get_session: Callable[[], Any], make_engine: Callable[[], Any], parallelism: int = 1
+    ):
         self._get_session = get_session
         self._make_engine = make_engine
         self._engine = None
@@ -54,6 +56,7 @@ class SparkHandOver:
     def _pickler(self):
         if self._serializer is None:
             from pyspark.serializers import CloudPickleSerializer
+
             self._serializer = CloudPickleSerializer()
         return self._serializer
 
@@ -73,8 +76,7 @@ class SparkHandOver:
             return self._kept(data)
         table = pa.Table.from_batches(batches, schema=SCHEMA)
         if data.shuffled not in (None, e.SPREAD):
-            frame = self._get_session().createDataFrame(
-                table, self._spark_schema()).coalesce(1)
+            frame = self._get_session().createDataFrame(table, self._spark_schema()).coalesce(1)
             return self.engine.shuffle(frame, data.shuffled)
         # Equal slices of rows, at most one per core: Spark cuts a DataFrame
         # made from driver rows into slices of equal row count (see
@@ -83,10 +85,14 @@ class SparkHandOver:
         ways = max(1, min(self._parallelism, table.num_rows))
         step = -(-table.num_rows // ways)
         table = pa.Table.from_batches(
-            [batch for start in range(0, table.num_rows, step)
-             for batch in table.slice(start, step).to_batches()], schema=SCHEMA)
-        return self._get_session().createDataFrame(
-            table, self._spark_schema()).coalesce(ways)
+            [
+                batch
+                for start in range(0, table.num_rows, step)
+                for batch in table.slice(start, step).to_batches()
+            ],
+            schema=SCHEMA,
+        )
+        return self._get_session().createDataFrame(table, self._spark_schema()).coalesce(ways)
 
     def _kept(self, data: Local):
         """A splittable stage's parts (``spread_restrictions``), one partition
@@ -104,12 +110,15 @@ class SparkHandOver:
             batches.extend(b for b in part if b.num_rows)
             if count < max(counts):
                 batches.extend(rows_batch([(0, None, b'')] * (max(counts) - count)))
-        return self._get_session().createDataFrame(
-            pa.Table.from_batches(batches, schema=SCHEMA),
-            self._spark_schema()).coalesce(len(parts))
+        return (
+            self._get_session()
+            .createDataFrame(pa.Table.from_batches(batches, schema=SCHEMA), self._spark_schema())
+            .coalesce(len(parts))
+        )
 
     def _spark_schema(self):
         if self._schema is None:
             from pyspark.sql.pandas.types import from_arrow_schema
+
             self._schema = from_arrow_schema(SCHEMA)
         return self._schema

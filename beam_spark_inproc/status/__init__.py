@@ -30,6 +30,7 @@ exit code 2. A checkpoint whose first micro-batch is not committed yet says
 so (exit code 0). A commit record without progress (written by an older
 version of the runner) still gives its watermarks and state keys.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,21 @@ def read(location: str) -> tuple[dict | None, float | None]:
     if not os.path.isdir(location):
         raise NotACheckpoint(f'{location}: no such folder')
     commits = os.path.join(location, 'commits')
-    if not (os.path.isfile(os.path.join(location, 'pipeline.json'))
-            and os.path.isdir(commits)):
+    if not (os.path.isfile(os.path.join(location, 'pipeline.json')) and os.path.isdir(commits)):
         raise NotACheckpoint(
             f"{location} is not a stream's checkpoint location: it has no "
             'pipeline.json and commits/ folder (a streaming pipeline run with '
-            '--checkpoint_location=FOLDER writes both there)')
-    numbers = sorted((int(m.group(1)) for name in os.listdir(commits)
-                      for m in [re.fullmatch(r'(\d+)\.json', name)] if m),
-                     reverse=True)
+            '--checkpoint_location=FOLDER writes both there)'
+        )
+    numbers = sorted(
+        (
+            int(m.group(1))
+            for name in os.listdir(commits)
+            for m in [re.fullmatch(r'(\d+)\.json', name)]
+            if m
+        ),
+        reverse=True,
+    )
     for n in numbers:
         path = os.path.join(commits, f'{n}.json')
         try:
@@ -83,12 +90,15 @@ def progress_of(record: dict) -> tuple[dict, list[dict]]:
         return saved['latest'], list(saved.get('recent', ()))
     stages = []
     for i, stage in enumerate(record.get('stages', ())):
-        entry = {'stage': i + 1, 'name': stage['name'], 'reads': [],
-                 'input_watermark': _instant(stage['input_watermark']),
-                 'output_watermark': _instant(stage['output_watermark'])}
+        entry = {
+            'stage': i + 1,
+            'name': stage['name'],
+            'reads': [],
+            'input_watermark': _instant(stage['input_watermark']),
+            'output_watermark': _instant(stage['output_watermark']),
+        }
         if stage.get('buckets'):
-            entry['state_keys'] = sum(b.get('keys', 0)
-                                      for b in stage['buckets'].values())
+            entry['state_keys'] = sum(b.get('keys', 0) for b in stage['buckets'].values())
         stages.append(entry)
     return {'micro_batch': record.get('micro_batch'), 'stages': stages}, []
 
@@ -114,8 +124,7 @@ def seconds(instant: str) -> float | None:
     if instant in ('-inf', '+inf'):
         return None
     moment = datetime.datetime.fromisoformat(instant.replace('Z', '+00:00'))
-    return (moment - _EPOCH.replace(tzinfo=datetime.timezone.utc)
-            ) / datetime.timedelta(seconds=1)
+    return (moment - _EPOCH.replace(tzinfo=datetime.timezone.utc)) / datetime.timedelta(seconds=1)
 
 
 def lag(watermark: str, now: float) -> float | None:
@@ -162,8 +171,10 @@ def drain_state(record: dict) -> str:
         return ''
     if drain.get('drained'):
         return 'drained: every window and timer fired, the stream ended'
-    return (f"draining since micro-batch {drain.get('after_micro_batch')} "
-            f"(requested by {drain.get('requested_by')})")
+    return (
+        f'draining since micro-batch {drain.get("after_micro_batch")} '
+        f'(requested by {drain.get("requested_by")})'
+    )
 
 
 def scale(values: list[float]) -> float:
@@ -181,69 +192,92 @@ def sparkline(values: list[float]) -> str:
     if not values:
         return ''
     top = scale(values)
-    return ''.join(_BARS[min(len(_BARS) - 1,
-                             int(v / top * (len(_BARS) - 1) + 0.5))]
-                   for v in values)
+    return ''.join(
+        _BARS[min(len(_BARS) - 1, int(v / top * (len(_BARS) - 1) + 0.5))] for v in values
+    )
 
 
 def _cell(value, width: int) -> str:
     text = '-' if value is None else str(value)
-    return (text if len(text) <= width else text[:width - 1] + '…').ljust(width)
+    return (text if len(text) <= width else text[: width - 1] + '…').ljust(width)
 
 
-def render(location: str, record: dict | None, written: float | None,
-           now: float | None = None) -> str:
+def render(
+    location: str, record: dict | None, written: float | None, now: float | None = None
+) -> str:
     """The terminal view of a checkpoint's newest commit record."""
     now = time.time() if now is None else now
     if record is None:
-        return (f'{location}: a stream checkpoint with no committed '
-                'micro-batch yet\n')
+        return f'{location}: a stream checkpoint with no committed micro-batch yet\n'
     latest, recent = progress_of(record)
-    head = (f"Stream {latest.get('stream', '?')} at {location}: micro-batch "
-            f"{latest['micro_batch']} committed "
-            f"{latest.get('timestamp', '?')} "
-            f"({human_seconds(now - written)} ago)")
+    head = (
+        f'Stream {latest.get("stream", "?")} at {location}: micro-batch '
+        f'{latest["micro_batch"]} committed '
+        f'{latest.get("timestamp", "?")} '
+        f'({human_seconds(now - written)} ago)'
+    )
     lines = [head]
     if drain_state(record):
         lines.append(f'  {drain_state(record)}')
     if 'duration_seconds' in latest:
         rate = latest.get('elements_per_second')
         lines.append(
-            f"  took {latest['duration_seconds']:.2f} s: Spark jobs "
-            f"{latest['job_seconds']:.2f} s, driver "
-            f"{latest['driver_seconds']:.2f} s; {latest['elements_in']} "
-            f"elements in ({'-' if rate is None else rate}/s)")
+            f'  took {latest["duration_seconds"]:.2f} s: Spark jobs '
+            f'{latest["job_seconds"]:.2f} s, driver '
+            f'{latest["driver_seconds"]:.2f} s; {latest["elements_in"]} '
+            f'elements in ({"-" if rate is None else rate}/s)'
+        )
         b = latest['backlog']
         lines.append(
-            f"  state {latest['state_keys']} keys, "
-            f"{human_bytes(latest['state_bytes'])}; backlog: "
-            f"{b['timer_buckets']} state buckets with timers, "
-            f"{b['due_residuals']} of {b['pending_residuals']} residuals due, "
-            f"{b['held_side_input_elements']} elements held behind side inputs")
+            f'  state {latest["state_keys"]} keys, '
+            f'{human_bytes(latest["state_bytes"])}; backlog: '
+            f'{b["timer_buckets"]} state buckets with timers, '
+            f'{b["due_residuals"]} of {b["pending_residuals"]} residuals due, '
+            f'{b["held_side_input_elements"]} elements held behind side inputs'
+        )
     lines.append('')
-    columns = [('#', 3), ('stage', 34), ('reads', 6), ('input watermark', 28),
-               ('output watermark', 28), ('lag', 9), ('in', 9), ('out', 9),
-               ('total in', 10), ('total out', 10), ('keys', 8), ('bytes', 9)]
+    columns = [
+        ('#', 3),
+        ('stage', 34),
+        ('reads', 6),
+        ('input watermark', 28),
+        ('output watermark', 28),
+        ('lag', 9),
+        ('in', 9),
+        ('out', 9),
+        ('total in', 10),
+        ('total out', 10),
+        ('keys', 8),
+        ('bytes', 9),
+    ]
     lines.append(' '.join(_cell(name, width) for name, width in columns).rstrip())
     for s in latest['stages']:
-        values = [s['stage'], s['name'],
-                  ','.join(map(str, s['reads'])) or '-',
-                  s['input_watermark'], s['output_watermark'],
-                  human_seconds(stage_lag(s, written or now)),
-                  s.get('elements_in'), s.get('elements_out'),
-                  s.get('total_elements_in'), s.get('total_elements_out'),
-                  s.get('state_keys'),
-                  human_bytes(s['state_bytes']) if 'state_bytes' in s else None]
-        lines.append(' '.join(_cell(v, w) for v, (_, w) in
-                              zip(values, columns)).rstrip())
+        values = [
+            s['stage'],
+            s['name'],
+            ','.join(map(str, s['reads'])) or '-',
+            s['input_watermark'],
+            s['output_watermark'],
+            human_seconds(stage_lag(s, written or now)),
+            s.get('elements_in'),
+            s.get('elements_out'),
+            s.get('total_elements_in'),
+            s.get('total_elements_out'),
+            s.get('state_keys'),
+            human_bytes(s['state_bytes']) if 'state_bytes' in s else None,
+        ]
+        lines.append(' '.join(_cell(v, w) for v, (_, w) in zip(values, columns)).rstrip())
     if recent:
         durations = [r['duration_seconds'] for r in recent]
         jobs = sum(r['job_seconds'] for r in recent)
-        lines += ['', f"micro-batches {recent[0]['micro_batch']}-"
-                      f"{recent[-1]['micro_batch']}: {sparkline(durations)}  "
-                      f"(max {max(durations):.2f} s, mean "
-                      f"{sum(durations) / len(durations):.2f} s, Spark jobs "
-                      f"{100 * jobs / (sum(durations) or 1):.0f}%)"]
+        lines += [
+            '',
+            f'micro-batches {recent[0]["micro_batch"]}-'
+            f'{recent[-1]["micro_batch"]}: {sparkline(durations)}  '
+            f'(max {max(durations):.2f} s, mean '
+            f'{sum(durations) / len(durations):.2f} s, Spark jobs '
+            f'{100 * jobs / (sum(durations) or 1):.0f}%)',
+        ]
     return '\n'.join(lines) + '\n'
 
 
@@ -251,15 +285,21 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog='python -m beam_spark_inproc status',
         description="A stream's progress from its checkpoint location's "
-                    'commit records (running or stopped).')
+        'commit records (running or stopped).',
+    )
     parser.add_argument('checkpoint', help='the --checkpoint_location folder')
-    parser.add_argument('--watch', nargs='?', type=float, const=2.0,
-                        metavar='SECONDS',
-                        help='redraw every SECONDS (2) until Ctrl-C')
-    parser.add_argument('--html', metavar='FILE',
-                        help='also write a self-contained HTML page there')
-    parser.add_argument('--json', action='store_true',
-                        help='print the latest progress as JSON')
+    parser.add_argument(
+        '--watch',
+        nargs='?',
+        type=float,
+        const=2.0,
+        metavar='SECONDS',
+        help='redraw every SECONDS (2) until Ctrl-C',
+    )
+    parser.add_argument(
+        '--html', metavar='FILE', help='also write a self-contained HTML page there'
+    )
+    parser.add_argument('--json', action='store_true', help='print the latest progress as JSON')
     args = parser.parse_args(argv)
     if args.watch is not None and args.watch <= 0:
         parser.error('--watch SECONDS must be > 0')
@@ -272,11 +312,12 @@ def main(argv: list[str]) -> int:
                 return 2
             if args.html:
                 from beam_spark_inproc.status.page import page
-                _write(args.html, page(args.checkpoint, record, written,
-                                       refresh=args.watch))
+
+                _write(args.html, page(args.checkpoint, record, written, refresh=args.watch))
             if args.json:
-                text = json.dumps(None if record is None
-                                  else progress_of(record)[0], indent=1) + '\n'
+                text = (
+                    json.dumps(None if record is None else progress_of(record)[0], indent=1) + '\n'
+                )
             else:
                 text = render(args.checkpoint, record, written)
             if args.watch is None:

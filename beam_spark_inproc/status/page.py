@@ -19,6 +19,7 @@ record's progress (``status.progress_of``):
 With ``refresh`` (``--watch``) the page reloads itself every that many
 seconds (``<meta http-equiv="refresh">``).
 """
+
 from __future__ import annotations
 
 import html
@@ -47,8 +48,7 @@ def _layout(stages: list[dict]) -> dict[int, tuple[int, int]]:
     """Stage number -> (column, row)."""
     depth: dict[int, int] = {}
     for s in stages:  # producers first (the plan's order)
-        depth[s['stage']] = 1 + max((depth.get(r, 0) for r in s['reads']),
-                                    default=-1)
+        depth[s['stage']] = 1 + max((depth.get(r, 0) for r in s['reads']), default=-1)
     rows: dict[int, int] = {}
     where = {}
     for s in stages:
@@ -59,12 +59,14 @@ def _layout(stages: list[dict]) -> dict[int, tuple[int, int]]:
 
 
 def _text(x: float, y: float, text: str, cls: str = '') -> str:
-    return (f'<text x="{x:.0f}" y="{y:.0f}"{f" class={cls!r}" if cls else ""}>'
-            f'{html.escape(text)}</text>')
+    return (
+        f'<text x="{x:.0f}" y="{y:.0f}"{f" class={cls!r}" if cls else ""}>'
+        f'{html.escape(text)}</text>'
+    )
 
 
 def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n - 1] + '…'
+    return text if len(text) <= n else text[: n - 1] + '…'
 
 
 def _count(this, total) -> str:
@@ -79,11 +81,13 @@ def stages_svg(stages: list[dict], written: float) -> str:
     rows = 1 + max((r for _, r in where.values()), default=0)
     width = columns * (_W + _GAP_X)
     height = rows * (_H + _GAP_Y) + _GAP_Y
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
-           'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-           '<path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
+        'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
+    ]
 
     def box(number: int) -> tuple[float, float]:
         column, row = where[number]
@@ -94,25 +98,29 @@ def stages_svg(stages: list[dict], written: float) -> str:
         for r in s['reads']:
             if r in where:
                 rx, ry = box(r)
-                out.append(f'<line x1="{rx + _W:.0f}" y1="{ry + _H / 2:.0f}" '
-                           f'x2="{x:.0f}" y2="{y + _H / 2:.0f}" stroke="#555" '
-                           'marker-end="url(#arrow)"/>')
+                out.append(
+                    f'<line x1="{rx + _W:.0f}" y1="{ry + _H / 2:.0f}" '
+                    f'x2="{x:.0f}" y2="{y + _H / 2:.0f}" stroke="#555" '
+                    'marker-end="url(#arrow)"/>'
+                )
     for s in stages:
         x, y = box(s['stage'])
-        out.append(f'<g><title>{html.escape(s["name"])}</title>'
-                   f'<rect x="{x:.0f}" y="{y:.0f}" width="{_W}" height="{_H}" '
-                   f'rx="6" fill="{_fill(s, written)}" stroke="#333"/>')
-        lines = [(f"{s['stage']}  {_short(s['name'], 32)}", 'name'),
-                 (f"in wm  {s['input_watermark']}", ''),
-                 (f"out wm {s['output_watermark']}", ''),
-                 (f"lag {human_seconds(stage_lag(s, written))}", 'lag'),
-                 (f"elements in {_count(s.get('elements_in'), s.get('total_elements_in'))}", ''),
-                 (f"elements out {_count(s.get('elements_out'), s.get('total_elements_out'))}", '')]
+        out.append(
+            f'<g><title>{html.escape(s["name"])}</title>'
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{_W}" height="{_H}" '
+            f'rx="6" fill="{_fill(s, written)}" stroke="#333"/>'
+        )
+        lines = [
+            (f'{s["stage"]}  {_short(s["name"], 32)}', 'name'),
+            (f'in wm  {s["input_watermark"]}', ''),
+            (f'out wm {s["output_watermark"]}', ''),
+            (f'lag {human_seconds(stage_lag(s, written))}', 'lag'),
+            (f'elements in {_count(s.get("elements_in"), s.get("total_elements_in"))}', ''),
+            (f'elements out {_count(s.get("elements_out"), s.get("total_elements_out"))}', ''),
+        ]
         if 'state_keys' in s:
-            lines.append((f"state {s['state_keys']} keys, "
-                          f"{human_bytes(s.get('state_bytes'))}", ''))
-        out += [_text(x + 8, y + 18 + 16 * k, t, c)
-                for k, (t, c) in enumerate(lines)]
+            lines.append((f'state {s["state_keys"]} keys, {human_bytes(s.get("state_bytes"))}', ''))
+        out += [_text(x + 8, y + 18 + 16 * k, t, c) for k, (t, c) in enumerate(lines)]
         out.append('</g>')
     out.append('</svg>')
     return '\n'.join(out)
@@ -124,27 +132,40 @@ def durations_svg(recent: list[dict]) -> str:
     bar, height = 8, 120
     top = scale([r['duration_seconds'] for r in recent])
     width = len(recent) * (bar + 2) + 60
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-           f'height="{height + 30}" viewBox="0 0 {width} {height + 30}">',
-           _text(0, 12, f'{top:.2f} s', 'axis'),
-           _text(0, height + 4, '0', 'axis')]
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height + 30}" viewBox="0 0 {width} {height + 30}">',
+        _text(0, 12, f'{top:.2f} s', 'axis'),
+        _text(0, height + 4, '0', 'axis'),
+    ]
     for k, r in enumerate(recent):
         x = 50 + k * (bar + 2)
         shown = min(r['duration_seconds'], top)  # the rest above the top
         total = shown / top * (height - 10)
         job = min(r['job_seconds'], shown) / top * (height - 10)
-        tip = (f"micro-batch {r['micro_batch']}: {r['duration_seconds']:.3f} s "
-               f"(Spark jobs {r['job_seconds']:.3f} s), {r['elements_in']} "
-               f"elements in, lowest output watermark "
-               f"{r['lowest_output_watermark']}")
-        out.append(f'<g><title>{html.escape(tip)}</title>'
-                   f'<rect x="{x}" y="{height - total:.1f}" width="{bar}" '
-                   f'height="{total - job:.1f}" fill="#9cc3e6"/>'
-                   f'<rect x="{x}" y="{height - job:.1f}" width="{bar}" '
-                   f'height="{job:.1f}" fill="#2b6cb0"/></g>')
-    out.append(_text(50, height + 22, f"micro-batches {recent[0]['micro_batch']}"
-                     f"-{recent[-1]['micro_batch']}: dark = Spark jobs, "
-                     'light = driver', 'axis'))
+        tip = (
+            f'micro-batch {r["micro_batch"]}: {r["duration_seconds"]:.3f} s '
+            f'(Spark jobs {r["job_seconds"]:.3f} s), {r["elements_in"]} '
+            f'elements in, lowest output watermark '
+            f'{r["lowest_output_watermark"]}'
+        )
+        out.append(
+            f'<g><title>{html.escape(tip)}</title>'
+            f'<rect x="{x}" y="{height - total:.1f}" width="{bar}" '
+            f'height="{total - job:.1f}" fill="#9cc3e6"/>'
+            f'<rect x="{x}" y="{height - job:.1f}" width="{bar}" '
+            f'height="{job:.1f}" fill="#2b6cb0"/></g>'
+        )
+    out.append(
+        _text(
+            50,
+            height + 22,
+            f'micro-batches {recent[0]["micro_batch"]}'
+            f'-{recent[-1]["micro_batch"]}: dark = Spark jobs, '
+            'light = driver',
+            'axis',
+        )
+    )
     out.append('</svg>')
     return '\n'.join(out)
 
@@ -158,40 +179,54 @@ svg text.axis { fill: #666; font-size: 11px; }
 """
 
 
-def page(location: str, record: dict | None, written: float | None,
-         refresh: float | None = None) -> str:
+def page(
+    location: str, record: dict | None, written: float | None, refresh: float | None = None
+) -> str:
     """The page for a checkpoint's newest commit record (``status.read``)."""
-    meta = (f'<meta http-equiv="refresh" content="{max(1, round(refresh))}">'
-            if refresh else '')
+    meta = f'<meta http-equiv="refresh" content="{max(1, round(refresh))}">' if refresh else ''
     title = f'Stream status: {html.escape(location)}'
-    head = (f'<!DOCTYPE html><html><head><meta charset="utf-8">{meta}'
-            f'<title>{title}</title><style>{_STYLE}</style></head><body>'
-            f'<h1>{title}</h1>')
+    head = (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8">{meta}'
+        f'<title>{title}</title><style>{_STYLE}</style></head><body>'
+        f'<h1>{title}</h1>'
+    )
     if record is None:
         return head + '<p>No micro-batch committed yet.</p></body></html>'
     latest, recent = progress_of(record)
-    facts = [('micro-batch', latest['micro_batch']),
-             ('committed', f"{latest.get('timestamp', '?')} "
-                           f"({human_seconds(time.time() - written)} ago)")]
+    facts = [
+        ('micro-batch', latest['micro_batch']),
+        (
+            'committed',
+            f'{latest.get("timestamp", "?")} ({human_seconds(time.time() - written)} ago)',
+        ),
+    ]
     if drain_state(record):
         facts.append(('drain', drain_state(record)))
     if 'duration_seconds' in latest:
         b = latest['backlog']
         facts += [
-            ('duration', f"{latest['duration_seconds']:.3f} s (Spark jobs "
-                         f"{latest['job_seconds']:.3f} s, driver "
-                         f"{latest['driver_seconds']:.3f} s)"),
-            ('elements in', f"{latest['elements_in']} "
-                            f"({latest.get('elements_per_second')}/s)"),
-            ('state', f"{latest['state_keys']} keys, "
-                      f"{human_bytes(latest['state_bytes'])}"),
-            ('backlog', f"{b['timer_buckets']} state buckets with timers, "
-                        f"{b['due_residuals']} of {b['pending_residuals']} "
-                        f"residuals due, {b['held_side_input_elements']} "
-                        'elements held behind side inputs')]
-    rows = ''.join(f'<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}'
-                   '</td></tr>' for k, v in facts)
-    return (head + f'<table class="facts">{rows}</table>'
-            f'<h2>Stages</h2>{stages_svg(latest["stages"], written)}'
-            f'<h2>Recent micro-batches</h2>{durations_svg(recent)}'
-            '</body></html>')
+            (
+                'duration',
+                f'{latest["duration_seconds"]:.3f} s (Spark jobs '
+                f'{latest["job_seconds"]:.3f} s, driver '
+                f'{latest["driver_seconds"]:.3f} s)',
+            ),
+            ('elements in', f'{latest["elements_in"]} ({latest.get("elements_per_second")}/s)'),
+            ('state', f'{latest["state_keys"]} keys, {human_bytes(latest["state_bytes"])}'),
+            (
+                'backlog',
+                f'{b["timer_buckets"]} state buckets with timers, '
+                f'{b["due_residuals"]} of {b["pending_residuals"]} '
+                f'residuals due, {b["held_side_input_elements"]} '
+                'elements held behind side inputs',
+            ),
+        ]
+    rows = ''.join(
+        f'<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>' for k, v in facts
+    )
+    return (
+        head + f'<table class="facts">{rows}</table>'
+        f'<h2>Stages</h2>{stages_svg(latest["stages"], written)}'
+        f'<h2>Recent micro-batches</h2>{durations_svg(recent)}'
+        '</body></html>'
+    )

@@ -4,6 +4,7 @@
 ``StandardOptions.DEFAULT_RUNNER`` so a plain ``beam.Pipeline()`` runs in debug
 mode (the conformance tier does this for Beam's own tests).
 """
+
 from __future__ import annotations
 
 from beam_spark_inproc.runner import InProcessSparkRunner

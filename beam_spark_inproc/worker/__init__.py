@@ -15,6 +15,7 @@ stateful stages one key at a time), on which ``streaming`` builds what a
 micro-batch's task adds (panes, state and timers kept between micro-batches,
 state buckets' I/O).
 """
+
 from beam_spark_inproc.worker import logs as _logs
 
 # In a Spark Python worker, unpickling a stage's task imports Beam through this

@@ -27,6 +27,7 @@ operation's process time is measured as a DoFn's is. Any other WindowFn (or
 a window size, period or offset Beam's formulas would not give meaning to)
 gets Beam's own operation.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -93,8 +94,8 @@ class SlidingAssigner:
                 self._windows.clear()
             size = self.size
             windows = self._windows[key] = tuple(
-                _window(s, s + size)
-                for s in range(start, micros - size, -self.period))
+                _window(s, s + size) for s in range(start, micros - size, -self.period)
+            )
         return list(windows)
 
 
@@ -102,12 +103,14 @@ def assigner(windowfn) -> Optional[Callable[[int], list]]:
     """The integer assignment for exactly Beam's FixedWindows or
     SlidingWindows with parameters Beam normalised, else None."""
     if type(windowfn) is FixedWindows:  # pylint: disable=unidiomatic-typecheck
-        if windowfn.size.micros > 0 and 0 <= windowfn.offset.micros < \
-                windowfn.size.micros:
+        if windowfn.size.micros > 0 and 0 <= windowfn.offset.micros < windowfn.size.micros:
             return FixedAssigner(windowfn)
     elif type(windowfn) is SlidingWindows:  # pylint: disable=unidiomatic-typecheck
-        if (windowfn.size.micros > 0 and windowfn.period.micros > 0 and
-                0 <= windowfn.offset.micros < windowfn.period.micros):
+        if (
+            windowfn.size.micros > 0
+            and windowfn.period.micros > 0
+            and 0 <= windowfn.offset.micros < windowfn.period.micros
+        ):
             return SlidingAssigner(windowfn)
     return None
 
@@ -116,8 +119,9 @@ class AssignWindowsOperation(operations.Operation):
     """A WindowInto: each element (per window it was in) into the windows of
     its timestamp."""
 
-    def __init__(self, name_context, spec, counter_factory, state_sampler,
-                 assign: Callable[[int], list]):
+    def __init__(
+        self, name_context, spec, counter_factory, state_sampler, assign: Callable[[int], list]
+    ):
         super().__init__(name_context, spec, counter_factory, state_sampler)
         self._assign = assign
 
@@ -128,24 +132,32 @@ class AssignWindowsOperation(operations.Operation):
                 self.output(create(o.value, micros, self._assign(micros)))
 
 
-def _assign_windows(factory, transform_id, transform_proto,
-                    strategy: beam_runner_api_pb2.WindowingStrategy, consumers):
+def _assign_windows(
+    factory,
+    transform_id,
+    transform_proto,
+    strategy: beam_runner_api_pb2.WindowingStrategy,
+    consumers,
+):
     windowing = Windowing.from_runner_api(strategy, factory.context)
     assign = assigner(windowing.windowfn)
     if assign is None:
         return bundle_processor.create_assign_windows(
-            factory, transform_id, transform_proto, strategy, consumers)
+            factory, transform_id, transform_proto, strategy, consumers
+        )
     return factory.augment_oldstyle_op(
         AssignWindowsOperation(
             NameContext(transform_proto.unique_name, transform_id),
-            operation_specs.WorkerFlatten(
-                None, [factory.get_only_output_coder(transform_proto)]),
+            operation_specs.WorkerFlatten(None, [factory.get_only_output_coder(transform_proto)]),
             factory.counter_factory,
             factory.state_sampler,
-            assign),
+            assign,
+        ),
         transform_proto.unique_name,
-        consumers)
+        consumers,
+    )
 
 
 bundle_processor.BeamTransformFactory.register_urn(
-    p.ASSIGN_WINDOWS_URN, beam_runner_api_pb2.WindowingStrategy)(_assign_windows)
+    p.ASSIGN_WINDOWS_URN, beam_runner_api_pb2.WindowingStrategy
+)(_assign_windows)

@@ -12,6 +12,7 @@ The frame is ``protocol.attempts``'s (plain protobuf, no pickle: the driver
 parses it safely). Sending is best effort with a short timeout: a driver the worker
 cannot reach (see docs/metrics.md) costs the attempted counts, nothing else.
 """
+
 from __future__ import annotations
 
 import socket
@@ -22,8 +23,7 @@ from beam_spark_inproc.protocol.attempts import frame
 TIMEOUT_SECONDS = 5.0
 
 
-def send(channel: tuple, stage: str, infos: list[bytes],
-         timeout: float = TIMEOUT_SECONDS) -> bool:
+def send(channel: tuple, stage: str, infos: list[bytes], timeout: float = TIMEOUT_SECONDS) -> bool:
     """Sends to ``channel`` = (host, port, token); True once the driver has them."""
     if not channel or not infos:
         return False

@@ -10,6 +10,7 @@ encoding), where tests and users look for them; the bundle's monitoring infos
 stage: committed metrics are exact because only the attempts Spark kept are
 counted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,9 +58,17 @@ class _Collect(logging.Handler):
             message = f'{record.msg!r} % {record.args!r}'
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        self.records.append((record.name, record.levelno, message,
-                             record.pathname, record.lineno, record.funcName,
-                             record.exc_text or None))
+        self.records.append(
+            (
+                record.name,
+                record.levelno,
+                message,
+                record.pathname,
+                record.lineno,
+                record.funcName,
+                record.exc_text or None,
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -83,9 +92,16 @@ def capture_logs(driver: tuple) -> Iterator[list]:
     finally:
         root.handlers = own
         if handler.dropped:
-            records.append((__name__, logging.WARNING,
-                            f'{handler.dropped} more log records of this bundle '
-                            f'dropped (at most {MAX_LOG_RECORDS} are sent to the '
-                            'driver)', __file__, 0, 'capture_logs', None))
-
-
+            records.append(
+                (
+                    __name__,
+                    logging.WARNING,
+                    f'{handler.dropped} more log records of this bundle '
+                    f'dropped (at most {MAX_LOG_RECORDS} are sent to the '
+                    'driver)',
+                    __file__,
+                    0,
+                    'capture_logs',
+                    None,
+                )
+            )

@@ -19,6 +19,7 @@ the consumer splices rows into grouped elements without decoding them
 encodes each key's held values in one call, so an element costs one Python
 call (``process``) and no encoding of its own.
 """
+
 from __future__ import annotations
 
 import functools
@@ -74,8 +75,7 @@ class _OutputStream(data_plane.ClosableOutputStream):
     def flush(self) -> None:
         if self.size():
             data = self.get()
-            self._add_row(
-                self._tag, self._key_of(data) if self._key_of else None, data)
+            self._add_row(self._tag, self._key_of(data) if self._key_of else None, data)
             self._clear()
 
     def close(self) -> None:
@@ -164,7 +164,8 @@ def key_encoder(wire_key_coder, safe_key_coder) -> Callable[[object], bytes]:
     if wire_key_coder == safe_key_coder:
         return wire_key_coder.get_impl().encode
     if isinstance(wire_key_coder, coders.LengthPrefixCoder) and isinstance(
-            safe_key_coder, coders.BytesCoder):
+        safe_key_coder, coders.BytesCoder
+    ):
         return wire_key_coder.value_coder().get_impl().encode
     wire, safe = wire_key_coder.get_impl(), safe_key_coder.get_impl()
 
@@ -182,15 +183,15 @@ class PackedOutputOperation(bundle_processor.DataOutputOperation):
         super().__init__(*args, **kwargs)
         self._encode_key = key_encoder(
             self.windowed_coder.wrapped_value_coder.key_coder(),
-            safe_coder.wrapped_value_coder.key_coder())
+            safe_coder.wrapped_value_coder.key_coder(),
+        )
 
     def set_output_stream(self, output_stream) -> None:
         output_stream.encode = self.windowed_coder_impl.encode_to_stream
         super().set_output_stream(output_stream)
 
     def process(self, windowed_value) -> None:
-        self.output_stream.write_keyed(
-            self._encode_key(windowed_value.value[0]), windowed_value)
+        self.output_stream.write_keyed(self._encode_key(windowed_value.value[0]), windowed_value)
 
 
 class PackedValuesOutputOperation(PackedOutputOperation):
@@ -237,8 +238,11 @@ class PackedValuesOutputOperation(PackedOutputOperation):
         encode_key, encode_values = self._encode_key, self._encode_values
         write = self.output_stream.write_values
         for key, values in self._held.items():
-            write(key[0] if type(key) is tuple else encode_key(key),
-                  len(values), encode_values(values))
+            write(
+                key[0] if type(key) is tuple else encode_key(key),
+                len(values),
+                encode_values(values),
+            )
         self._held, self._count, self._check, self._estimate = {}, 0, HOLD_SAMPLE, 0
 
     def finish(self) -> None:
@@ -246,12 +250,12 @@ class PackedValuesOutputOperation(PackedOutputOperation):
         super().finish()
 
 
-def _packed_sink(operation_class, factory, transform_id, transform_proto,
-                 grpc_port, consumers) -> PackedOutputOperation:
+def _packed_sink(
+    operation_class, factory, transform_id, transform_proto, grpc_port, consumers
+) -> PackedOutputOperation:
     # As Beam's own DATA_OUTPUT factory (bundle_processor.create_sink_runner),
     # plus the safe coder the planner named.
-    safe_coder = factory.get_coder(
-        transform_proto.annotations[p.SAFE_CODER_ANNOTATION].decode())
+    safe_coder = factory.get_coder(transform_proto.annotations[p.SAFE_CODER_ANNOTATION].decode())
     return operation_class(
         NameContext(transform_proto.unique_name, transform_id),
         transform_proto.unique_name,
@@ -261,16 +265,18 @@ def _packed_sink(operation_class, factory, transform_id, transform_proto,
         factory.get_coder(grpc_port.coder_id),
         transform_id=transform_id,
         data_channel_factory=functools.partial(
-            factory.data_channel_factory.create_data_channel, grpc_port),
-        safe_coder=safe_coder)
+            factory.data_channel_factory.create_data_channel, grpc_port
+        ),
+        safe_coder=safe_coder,
+    )
 
 
 bundle_processor.BeamTransformFactory.register_urn(
-    p.PACKED_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)(
-        functools.partial(_packed_sink, PackedOutputOperation))
+    p.PACKED_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort
+)(functools.partial(_packed_sink, PackedOutputOperation))
 bundle_processor.BeamTransformFactory.register_urn(
-    p.PACKED_VALUES_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort)(
-        functools.partial(_packed_sink, PackedValuesOutputOperation))
+    p.PACKED_VALUES_SINK_URN, beam_fn_api_pb2.RemoteGrpcPort
+)(functools.partial(_packed_sink, PackedValuesOutputOperation))
 
 
 class _TimerStream(data_plane.ClosableOutputStream):
@@ -296,18 +302,18 @@ class InProcessDataChannel(data_plane.DataChannel):
     """One bundle's data plane: pulls inputs, pushes output rows and timers."""
 
     def __init__(
-            self,
-            inputs: Iterator,
-            add_row: Callable[[int, Optional[bytes], bytes], None],
-            outputs: dict[str, tuple[int, str, Optional[Callable]]],
-            on_timer: Optional[Callable[[str, str, bytes], None]] = None):
+        self,
+        inputs: Iterator,
+        add_row: Callable[[int, Optional[bytes], bytes], None],
+        outputs: dict[str, tuple[int, str, Optional[Callable]]],
+        on_timer: Optional[Callable[[str, str, bytes], None]] = None,
+    ):
         self._inputs = inputs
         self._add_row = add_row
         self._outputs = outputs
         self._on_timer = on_timer
 
-    def input_elements(self, instruction_id, expected_inputs,
-                       abort_callback=None):
+    def input_elements(self, instruction_id, expected_inputs, abort_callback=None):
         return self._inputs
 
     def output_stream(self, instruction_id, transform_id):
@@ -316,14 +322,13 @@ class InProcessDataChannel(data_plane.DataChannel):
             return _PackedStream(tag, self._add_row)
         return _OutputStream(tag, layout, self._add_row, key_of)
 
-    def output_timer_stream(self, instruction_id, transform_id,
-                            timer_family_id):
+    def output_timer_stream(self, instruction_id, transform_id, timer_family_id):
         if self._on_timer is None:
             raise NotImplementedError(
                 f'Transform {transform_id!r} sets timers ({timer_family_id!r}) '
-                'in a stage that was not planned as stateful.')
-        return _TimerStream(
-            lambda data: self._on_timer(transform_id, timer_family_id, data))
+                'in a stage that was not planned as stateful.'
+            )
+        return _TimerStream(lambda data: self._on_timer(transform_id, timer_family_id, data))
 
     def close(self) -> None:
         pass

@@ -19,6 +19,7 @@ relative to its directory (an executor of a cluster, where Spark adds shipped
 code as ``./name.zip``) stays in its own directory: relative local paths then
 resolve there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,13 @@ def driver_directory(path: str) -> Iterator[None]:
     when it exists here and is not already the working directory."""
     global _WORKER_DIRECTORY
     here = os.getcwd()
-    if not path or path == here or _WORKER_DIRECTORY is not None \
-            or not os.path.isdir(path) or _imports_from_here():
+    if (
+        not path
+        or path == here
+        or _WORKER_DIRECTORY is not None
+        or not os.path.isdir(path)
+        or _imports_from_here()
+    ):
         yield
         return
     os.chdir(path)

@@ -34,6 +34,7 @@ PySpark's daemon, and only there (the debug engine and small data run the same
 What is held frozen beyond its life is bounded by what was alive at an epoch's
 start, never by the number of tasks.
 """
+
 from __future__ import annotations
 
 import gc

@@ -15,6 +15,7 @@ streaming, per bundle in batch), in the servicer's own layout (the serialized
 back, and checkpoints, are unchanged. Every other key (ordered list and map
 state, side inputs, grouped values) goes down Beam's handler and those layers.
 """
+
 from __future__ import annotations
 
 from apache_beam.runners.worker import sdk_worker
@@ -65,8 +66,7 @@ class KeyStateHandler(sdk_worker.CachingStateHandler):
             return self._other.extend(state_key, coder, elements)
         data = coder.encode_all(elements)
         if data:
-            self._routing._user._state[state_key.SerializeToString()].append(
-                data)
+            self._routing._user._state[state_key.SerializeToString()].append(data)
         return _DONE
 
     def clear(self, state_key):

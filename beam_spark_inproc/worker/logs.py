@@ -16,6 +16,7 @@ INFO. ``driver_level()`` is read when the driver builds a stage's task and
 logger prints (WARNING when it has no handler, as ``logging.lastResort`` prints
 no lower). In debug mode the task runs in the driver and nothing changes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,7 @@ def driver_level() -> tuple[int, int]:
     root = logging.getLogger()
     level = root.getEffectiveLevel()
     if not root.handlers:
-        level = max(level, logging.lastResort.level if logging.lastResort
-                    else logging.WARNING)
+        level = max(level, logging.lastResort.level if logging.lastResort else logging.WARNING)
     return os.getpid(), level
 
 

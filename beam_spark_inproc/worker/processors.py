@@ -6,6 +6,7 @@ A processor whose bundle failed is dropped, never reused (as Beam's SDK harness
 does). Entries of other jobs are dropped when a new job shows up, so a
 long-lived worker does not keep every pipeline it ever ran.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -95,8 +96,7 @@ _job: Optional[str] = None
 
 def _build(task) -> Entry:
     stage: p.StagePlan = task.stage
-    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
-        stage.descriptor)
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     servicer = StateServicer()
     for part in task.side_input_state:
         if isinstance(part, ShippedFile):  # large side inputs
@@ -107,25 +107,32 @@ def _build(task) -> Entry:
     grouped_values = GroupedValuesStore(routing or servicer)
     # Large groups' values are written to the store (state-backed iterables).
     context = pipeline_context.PipelineContext(
-        descriptor, iterable_state_write=grouped_values.write)
+        descriptor, iterable_state_write=grouped_values.write
+    )
     state_handler = sdk_worker.GlobalCachingStateHandler(
-        StateCache(_STATE_CACHE_BYTES), grouped_values)
+        StateCache(_STATE_CACHE_BYTES), grouped_values
+    )
     if routing is not None:
         # Bag user state straight from the key's entries (``worker.key_state``).
         state_handler = KeyStateHandler(state_handler, routing)
     factory = ChannelFactory()
-    with _build_lock, collect_contexts() as contexts, _sampling_period(
-            SAMPLING_MS):
+    with _build_lock, collect_contexts() as contexts, _sampling_period(SAMPLING_MS):
         processor = bundle_processor.BundleProcessor(
-            FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory)
-    timer_queue = TimerQueue(stage, {
-        key: info.timer_coder_impl
-        for key, info in processor.timers_info.items()}) if stage.timers else None
-    gabw = (GroupAlsoByWindow if task.streaming is None
-            else StreamingGroupAlsoByWindow)
+            FNAPI_RUNNER_CAPABILITIES, descriptor, state_handler, factory
+        )
+    timer_queue = (
+        TimerQueue(
+            stage, {key: info.timer_coder_impl for key, info in processor.timers_info.items()}
+        )
+        if stage.timers
+        else None
+    )
+    gabw = GroupAlsoByWindow if task.streaming is None else StreamingGroupAlsoByWindow
     groupings = {
         port.transform_id: gabw(port.grouping, context)
-        for port in stage.inputs if port.grouping is not None}
+        for port in stage.inputs
+        if port.grouping is not None
+    }
     outputs = {}
     for tag, port in enumerate(stage.outputs):
         key_of = None
@@ -133,9 +140,18 @@ def _build(task) -> Entry:
             coder = context.coders[port.key_coder_id]
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)
-    return Entry(_key(task), processor, factory, state_handler,
-                 groupings, outputs, grouped_values, routing, timer_queue,
-                 tuple(contexts))
+    return Entry(
+        _key(task),
+        processor,
+        factory,
+        state_handler,
+        groupings,
+        outputs,
+        grouped_values,
+        routing,
+        timer_queue,
+        tuple(contexts),
+    )
 
 
 def _key(task) -> tuple:
@@ -154,8 +170,9 @@ def acquire(task) -> Entry:
         else:
             # Processors of the stage holding older side-input versions
             # (streaming) are not used again.
-            stale = [e for k in [k for k in _idle if k[:2] == key[:2]
-                                 and k != key] for e in _idle.pop(k)]
+            stale = [
+                e for k in [k for k in _idle if k[:2] == key[:2] and k != key] for e in _idle.pop(k)
+            ]
         entries = _idle.get(key)
         entry = entries.pop() if entries else None
     for old in stale:

@@ -17,6 +17,7 @@ names of their methods, which ``category`` recognizes; calls made inside
 compiled code (e.g. coders used by Beam's operations) count as the caller's
 own time.
 """
+
 from __future__ import annotations
 
 import cProfile
@@ -32,11 +33,15 @@ _bundles = itertools.count()
 # (category, pattern over "file:function") in order: the first match wins.
 CATEGORIES = (
     ('encode/decode (Beam coders)', re.compile(r'apache_beam[./]coders')),
-    ('Arrow rows in/out (runner)', re.compile(
-        r'pyarrow|beam_spark_inproc/(protocol/rows|worker/channel)\.py')),
+    (
+        'Arrow rows in/out (runner)',
+        re.compile(r'pyarrow|beam_spark_inproc/(protocol/rows|worker/channel)\.py'),
+    ),
     ('runner (grouping, state, queue)', re.compile(r'beam_spark_inproc')),
-    ('Beam windowing and trigger driver', re.compile(
-        r'apache_beam/transforms/(trigger|window)\.py')),
+    (
+        'Beam windowing and trigger driver',
+        re.compile(r'apache_beam/transforms/(trigger|window)\.py'),
+    ),
     ('Beam bundle work (operations, DoFn invocation)', re.compile(r'apache_beam')),
     ('PySpark worker', re.compile(r'pyspark')),
     ('threading and queues', re.compile(r'threading\.py|queue\.py')),
@@ -59,8 +64,12 @@ class Profile(cProfile.Profile):
         callers_of = {}  # id(code) -> the callers' dict of its label's row
         for entry in entries:
             func = cProfile.label(entry.code)
-            row = (entry.callcount - entry.reccallcount, entry.callcount,
-                   entry.inlinetime, entry.totaltime)
+            row = (
+                entry.callcount - entry.reccallcount,
+                entry.callcount,
+                entry.inlinetime,
+                entry.totaltime,
+            )
             before = self.stats.get(func)
             callers = {} if before is None else before[4]
             if before is not None:
@@ -73,11 +82,14 @@ class Profile(cProfile.Profile):
                 callers = callers_of.get(id(sub.code))
                 if callers is None:
                     continue
-                row = (sub.callcount, sub.callcount - sub.reccallcount,
-                       sub.inlinetime, sub.totaltime)
+                row = (
+                    sub.callcount,
+                    sub.callcount - sub.reccallcount,
+                    sub.inlinetime,
+                    sub.totaltime,
+                )
                 before = callers.get(func)
-                callers[func] = row if before is None else tuple(
-                    a + b for a, b in zip(before, row))
+                callers[func] = row if before is None else tuple(a + b for a, b in zip(before, row))
 
 
 class BundleProfile:
@@ -96,12 +108,18 @@ class BundleProfile:
         cpu = time.thread_time() - self.cpu
         wall = time.perf_counter() - self.wall
         os.makedirs(self.directory, exist_ok=True)
-        base = os.path.join(self.directory, '%s-%d-%d' % (
-            self.stage, os.getpid(), next(_bundles)))
+        base = os.path.join(self.directory, '%s-%d-%d' % (self.stage, os.getpid(), next(_bundles)))
         self.profile.dump_stats(base + '.prof')
         with open(base + '.json', 'w') as f:
-            json.dump({'stage': self.stage, 'pid': os.getpid(),
-                       'wall_seconds': wall, 'thread_cpu_seconds': cpu}, f)
+            json.dump(
+                {
+                    'stage': self.stage,
+                    'pid': os.getpid(),
+                    'wall_seconds': wall,
+                    'thread_cpu_seconds': cpu,
+                },
+                f,
+            )
 
 
 def category(filename: str, function: str) -> str:
@@ -135,8 +153,12 @@ def summarize(directory: str) -> dict:
             own = row[2]  # tottime
             key = category(filename, function)
             by_category[key] = by_category.get(key, 0.0) + own
-    return {'bundles': bundles, 'wall_seconds': wall, 'thread_cpu_seconds': cpu,
-            'seconds_by_category': by_category}
+    return {
+        'bundles': bundles,
+        'wall_seconds': wall,
+        'thread_cpu_seconds': cpu,
+        'seconds_by_category': by_category,
+    }
 
 
 # ``BEAM_SPARK_INPROC_TASK_TIMES=DIR`` (in the workers' environment; a local
@@ -159,13 +181,16 @@ def _gc_callback(phase: str, info: dict) -> None:
     _gc_totals[f'gc{generation}'] = _gc_totals.get(f'gc{generation}', 0) + 1
     _gc_totals[f'gc{generation}_cpu'] = (
         _gc_totals.get(f'gc{generation}_cpu', 0.0)
-        + time.process_time() - _gc_totals.get('_start', time.process_time()))
+        + time.process_time()
+        - _gc_totals.get('_start', time.process_time())
+    )
 
 
 def _gc_snapshot() -> dict:
     """The collections so far and their CPU, per generation (``_gc_totals``
     without its running start)."""
     import gc
+
     if _gc_callback not in gc.callbacks:
         gc.callbacks.append(_gc_callback)
     return {k: v for k, v in _gc_totals.items() if not k.startswith('_')}
@@ -183,9 +208,9 @@ def _gc_state() -> tuple:
     import gc
 
     from beam_spark_inproc.worker import gc_epochs
+
     epochs = gc_epochs.EPOCHS
-    return ((epochs.tasks, epochs.length) if epochs.frozen else None,
-            gc.get_count())
+    return ((epochs.tasks, epochs.length) if epochs.frozen else None, gc.get_count())
 
 
 class TaskTimes:
@@ -200,18 +225,16 @@ class TaskTimes:
         previous = _last_task_end.get('cpu')
         self.gc_start = _gc_snapshot()
         # Collections since the previous task's end (PySpark's own, after it).
-        self.record['gc_before'] = _gc_since(self.gc_start,
-                                             _last_task_end.get('gc', {}))
-        (self.record['gc_frozen_at_start'],
-         self.record['gc_counts_at_start']) = _gc_state()
+        self.record['gc_before'] = _gc_since(self.gc_start, _last_task_end.get('gc', {}))
+        (self.record['gc_frozen_at_start'], self.record['gc_counts_at_start']) = _gc_state()
         self.record['rss_kb_at_start'] = _rss_kb()
         self.record.update(
             start=now,
             # CPU this process spent since its previous task ended: PySpark's
             # reading and unpickling of this task (and anything idle threads did).
             cpu_since_previous_task=None if previous is None else cpu - previous,
-            wall_since_previous_task=None if previous is None
-            else now - _last_task_end['wall'])
+            wall_since_previous_task=None if previous is None else now - _last_task_end['wall'],
+        )
 
     def mark(self, name: str) -> None:
         self.record[name] = time.time() - self.start_wall
@@ -225,7 +248,8 @@ class TaskTimes:
         self.record.update(
             wall=end_wall - self.start_wall,
             process_cpu=end_cpu - self.start_cpu,
-            main_thread_cpu=time.thread_time() - self.main_cpu)
+            main_thread_cpu=time.thread_time() - self.main_cpu,
+        )
         gc_end = _gc_snapshot()
         self.record['gc_during'] = _gc_since(gc_end, self.gc_start)
         _last_task_end.update(cpu=end_cpu, wall=end_wall, gc=gc_end)

@@ -13,6 +13,7 @@ the far side of Beam's own Reshuffle expansion).
 expand Reshuffle without carrying pane info (its elements come out with
 ``PANE_INFO_UNKNOWN``); the runner's Reshuffle does the same for them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,6 +37,7 @@ from beam_spark_inproc.protocol.rows import column_slices
 class Recode:
     """A ``mapInArrow`` function: element rows re-encoded, control rows as
     they are. Coders are windowed value coders (Beam ``Coder`` objects)."""
+
     input_coder: Any
     output_coder: Any
     reset_panes: bool = False
@@ -55,12 +57,11 @@ class Recode:
                     element = decode(stream, True)
                     if self.reset_panes:
                         element = WindowedValue(
-                            element.value, element.timestamp, element.windows,
-                            PANE_INFO_UNKNOWN)
+                            element.value, element.timestamp, element.windows, PANE_INFO_UNKNOWN
+                        )
                     encode(element, recoded, True)
                 builder.add(tag, key, recoded.get())
             yield from out
             out.clear()
         builder.flush()
         yield from out
-

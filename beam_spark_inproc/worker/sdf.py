@@ -18,6 +18,7 @@ they re-enter the same stage in the micro-batch where their delay has passed,
 and their watermark estimator's state holds the stage's output watermark
 until then.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -37,8 +38,11 @@ MAX_RESUME_DELAY_SECONDS = 60.0
 
 def wait_for(residuals: list) -> None:
     """Sleeps for the shortest resume delay the residuals requested."""
-    delays = [r.requested_time_delay.ToTimedelta().total_seconds()
-              for r in residuals if r.HasField('requested_time_delay')]
+    delays = [
+        r.requested_time_delay.ToTimedelta().total_seconds()
+        for r in residuals
+        if r.HasField('requested_time_delay')
+    ]
     if delays:
         time.sleep(min(max(min(delays), 0.0), MAX_RESUME_DELAY_SECONDS))
 
@@ -49,13 +53,20 @@ def scheduled(entry, residual) -> bytes:
     estimator reported in micros or None), pickled."""
     app = residual.application
     descriptor = entry.processor.process_bundle_descriptor
-    delay = (residual.requested_time_delay.ToTimedelta().total_seconds()
-             if residual.HasField('requested_time_delay') else 0.0)
-    marks = [w.seconds * 1_000_000 + w.nanos // 1000
-             for w in app.output_watermarks.values()]
-    return pickle.dumps((
-        input_transform(descriptor, app.transform_id, app.input_id),
-        app.element, max(delay, 0.0), min(marks) if marks else None))
+    delay = (
+        residual.requested_time_delay.ToTimedelta().total_seconds()
+        if residual.HasField('requested_time_delay')
+        else 0.0
+    )
+    marks = [w.seconds * 1_000_000 + w.nanos // 1000 for w in app.output_watermarks.values()]
+    return pickle.dumps(
+        (
+            input_transform(descriptor, app.transform_id, app.input_id),
+            app.element,
+            max(delay, 0.0),
+            min(marks) if marks else None,
+        )
+    )
 
 
 def residual_inputs(entry, residuals: list) -> Iterator:
@@ -63,9 +74,9 @@ def residual_inputs(entry, residuals: list) -> Iterator:
     for residual in residuals:
         app = residual.application
         yield beam_fn_api_pb2.Elements.Data(
-            transform_id=input_transform(descriptor, app.transform_id,
-                                         app.input_id),
-            data=app.element)
+            transform_id=input_transform(descriptor, app.transform_id, app.input_id),
+            data=app.element,
+        )
 
 
 class RunnerSplitter:
@@ -84,8 +95,8 @@ class RunnerSplitter:
 
     def start(self, instruction_id: str) -> None:
         self._thread = threading.Thread(
-            target=self._run, args=(instruction_id,), daemon=True,
-            name='beam-sdf-splitter')
+            target=self._run, args=(instruction_id,), daemon=True, name='beam-sdf-splitter'
+        )
         self._thread.start()
 
     def element_started(self) -> None:
@@ -99,8 +110,7 @@ class RunnerSplitter:
             if self._stop.wait(0.05):
                 return
             started = self._element_start
-            if started is not None and (
-                    time.monotonic() - started >= self._split_after):
+            if started is not None and (time.monotonic() - started >= self._split_after):
                 break
         # Split k times so that the primary keeps only a sliver of its
         # remainder and k equal residuals go to the next round, one per core
@@ -111,11 +121,13 @@ class RunnerSplitter:
             remaining = 1 - i * share
             request = beam_fn_api_pb2.ProcessBundleSplitRequest(
                 instruction_id=instruction_id,
-                desired_splits={self._input_id: beam_fn_api_pb2.
-                                ProcessBundleSplitRequest.DesiredSplit(
-                                    fraction_of_remainder=(
-                                        (remaining - share) / remaining),
-                                    estimated_input_elements=0)})
+                desired_splits={
+                    self._input_id: beam_fn_api_pb2.ProcessBundleSplitRequest.DesiredSplit(
+                        fraction_of_remainder=((remaining - share) / remaining),
+                        estimated_input_elements=0,
+                    )
+                },
+            )
             response = self._processor.try_split(request)
             self.residual_roots.extend(response.residual_roots)
             for channel in response.channel_splits:
@@ -132,8 +144,10 @@ class RunnerSplitter:
         descriptor = self._processor.process_bundle_descriptor
         for root in self.residual_roots:
             app = root.application
-            yield (input_transform(descriptor, app.transform_id,
-                                   app.input_id).encode(), app.element)
+            yield (
+                input_transform(descriptor, app.transform_id, app.input_id).encode(),
+                app.element,
+            )
         if self.first_cut is not None:
-            for data in fed[self.first_cut:]:
+            for data in fed[self.first_cut :]:
                 yield self._input_id.encode(), data

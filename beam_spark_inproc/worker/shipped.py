@@ -11,6 +11,7 @@ under the stream's checkpoint location, which the workers read anyway (their
 state files live there), and removed once no micro-batch can read them: the
 handle then carries that ``location``.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,14 +32,17 @@ class ShippedFile:
         if self.location is not None:
             return self.location
         from pyspark import SparkFiles  # in the worker: Spark set its root
-        candidates = [SparkFiles.get(self.name),
-                      os.path.join(directory.worker_directory(), self.name)]
+
+        candidates = [
+            SparkFiles.get(self.name),
+            os.path.join(directory.worker_directory(), self.name),
+        ]
         for candidate in candidates:
             if os.path.exists(candidate):
                 return candidate
         raise FileNotFoundError(
-            f'Shipped file {self.name!r} not found in the worker (looked in '
-            f'{candidates}).')
+            f'Shipped file {self.name!r} not found in the worker (looked in {candidates}).'
+        )
 
     def read(self) -> bytes:
         with open(self.path(), 'rb') as f:

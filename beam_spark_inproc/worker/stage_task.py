@@ -13,6 +13,7 @@ runs none: ``rows.holding_elements``):
 4. on success ``reset()`` the processor and return it to the cache; on failure drop
    it and re-raise the user's exception with its traceback.
 """
+
 from __future__ import annotations
 
 import collections
@@ -125,7 +126,8 @@ def _plain_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
     for data, tags in column_slices(batches, DATA, TAG):
         if len(ports) == 1 and tags[0] == tags[-1] == 0 and min(tags) == 0:
             yield beam_fn_api_pb2.Elements.Data(
-                transform_id=ports[0].transform_id, data=b''.join(data))
+                transform_id=ports[0].transform_id, data=b''.join(data)
+            )
             continue
         by_port: dict[int, list[bytes]] = {}
         for tag, d in zip(tags, data):
@@ -135,7 +137,8 @@ def _plain_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
                 by_port.setdefault(tag, []).append(d)
         for tag, pieces in by_port.items():
             yield beam_fn_api_pb2.Elements.Data(
-                transform_id=ports[tag].transform_id, data=b''.join(pieces))
+                transform_id=ports[tag].transform_id, data=b''.join(pieces)
+            )
 
 
 def _element_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
@@ -147,11 +150,9 @@ def _element_input_elements(task: StageTask, entry, batches, forward) -> Iterato
             if tag == CONTROL_TAG:
                 forward(CONTROL_TAG, None, data)
             elif tag == RESIDUAL_TAG:
-                yield beam_fn_api_pb2.Elements.Data(
-                    transform_id=key.decode(), data=data)
+                yield beam_fn_api_pb2.Elements.Data(transform_id=key.decode(), data=data)
             else:
-                yield beam_fn_api_pb2.Elements.Data(
-                    transform_id=ports[tag].transform_id, data=data)
+                yield beam_fn_api_pb2.Elements.Data(transform_id=ports[tag].transform_id, data=data)
 
 
 def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
@@ -170,13 +171,11 @@ def _grouped_input_elements(task: StageTask, entry, batches, forward) -> Iterato
         port = ports[tag]
         if port.grouping is None:
             for piece in port_rows:
-                yield beam_fn_api_pb2.Elements.Data(
-                    transform_id=port.transform_id, data=piece[2])
+                yield beam_fn_api_pb2.Elements.Data(transform_id=port.transform_id, data=piece[2])
             continue
         gabw = entry.groupings[port.transform_id]
         for encoded in gabw.grouped((key, data) for _, key, data in port_rows):
-            yield beam_fn_api_pb2.Elements.Data(
-                transform_id=port.transform_id, data=encoded)
+            yield beam_fn_api_pb2.Elements.Data(transform_id=port.transform_id, data=encoded)
 
 
 def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
@@ -203,14 +202,16 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
         drain = collections.deque(maxlen=0).extend
         for batch in batches:
             rows = source.rows(batch, row_type)
-            drain(map(receive, map(create, rows, itertools.repeat(micros),
-                                   itertools.repeat(windows))))
+            drain(
+                map(receive, map(create, rows, itertools.repeat(micros), itertools.repeat(windows)))
+            )
         yield from ()
         return
     elementwise = [c for c in consumers if c not in batched]
     counter, create = receiver.opcounter, windowed_value.create
     template = windowed_value.HomogeneousWindowedBatch.of(
-        None, MIN_TIMESTAMP, windows, windowed_value.PANE_INFO_UNKNOWN)
+        None, MIN_TIMESTAMP, windows, windowed_value.PANE_INFO_UNKNOWN
+    )
     # Large batches (a file's row groups; Spark's batches joined), capped.
     for data in source.batched_data(batches):
         n = data.num_rows
@@ -238,10 +239,8 @@ def _consumers(processor, transform_id: str) -> list:
     for tid, transform in transforms.items():
         side = ()
         if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
-            side = beam_runner_api_pb2.ParDoPayload.FromString(
-                transform.spec.payload).side_inputs
-        if any(pcoll == pcoll_id and tag not in side
-               for tag, pcoll in transform.inputs.items()):
+            side = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload).side_inputs
+        if any(pcoll == pcoll_id and tag not in side for tag, pcoll in transform.inputs.items()):
             found.append(processor.ops[tid])
     return found
 
@@ -285,8 +284,7 @@ class _Cancelled(Exception):
     """Raised in a bundle's helper thread where it hands over output that
     nobody will read any more (Spark, or the driver, stopped reading)."""
 
-    def __init__(self, message: str = 'bundle cancelled: its output is no '
-                 'longer read'):
+    def __init__(self, message: str = 'bundle cancelled: its output is no longer read'):
         # A message: Beam's DoFnRunner re-raises an exception leaving a DoFn
         # as ``type(exn)(exn.args[0] + annotation)``, keeping its type.
         super().__init__(message)
@@ -301,13 +299,13 @@ def _not_cancelled(record: logging.LogRecord) -> bool:
 logging.getLogger('apache_beam.runners.common').addFilter(_not_cancelled)
 
 
-def _recording(inputs: Iterator, transform_id: str, fed: list,
-               splitter) -> Iterator:
+def _recording(inputs: Iterator, transform_id: str, fed: list, splitter) -> Iterator:
     """Passes elements through, remembering those fed to ``transform_id`` and
     telling the splitter when each one starts."""
     for element in inputs:
         if isinstance(element, beam_fn_api_pb2.Elements.Data) and (
-                element.transform_id == transform_id):
+            element.transform_id == transform_id
+        ):
             fed.append(element.data)
             splitter.element_started()
         yield element
@@ -425,22 +423,20 @@ class _Bundles:
         splitter, fed = None, []
         if task.stage.split_input and task.split_after > 0:
             splitter = sdf.RunnerSplitter(
-                entry.processor, task.stage.split_input, task.split_after,
-                task.split_ways)
+                entry.processor, task.stage.split_input, task.split_after, task.split_ways
+            )
             inputs = _recording(inputs, task.stage.split_input, fed, splitter)
         entry.factory.current = InProcessDataChannel(
-            inputs, builder.add, entry.outputs,
-            entry.timer_queue.add if entry.timer_queue else None)
+            inputs, builder.add, entry.outputs, entry.timer_queue.add if entry.timer_queue else None
+        )
         instruction_id = 'bundle-%d' % next(_instruction_ids)
         attempt['in_bundle'] = True
-        with capture.capture_warnings() as caught, \
-                capture.capture_logs(task.log_level) as logged:
+        with capture.capture_warnings() as caught, capture.capture_logs(task.log_level) as logged:
             with entry.state_handler.process_instruction_id(instruction_id, []):
                 if splitter:
                     splitter.start(instruction_id)
                 try:
-                    residuals, finalize = entry.processor.process_bundle(
-                        instruction_id)
+                    residuals, finalize = entry.processor.process_bundle(instruction_id)
                 finally:
                     if splitter:
                         splitter.stop()
@@ -456,8 +452,9 @@ class _Bundles:
                 entry.processor.finalize_bundle()
         # ``caught`` is complete only once the capture has ended.
         infos = entry.processor.monitoring_infos()
-        payload = report.encode(task.stage.name, warnings=caught,
-                                monitoring_infos=infos, logs=logged)
+        payload = report.encode(
+            task.stage.name, warnings=caught, monitoring_infos=infos, logs=logged
+        )
         if task.attempt_channel:
             attempt['infos'].extend(info.SerializeToString() for info in infos)
         attempt['in_bundle'] = False
@@ -469,12 +466,12 @@ class _Bundles:
         """The helper thread: the partition's bundle, then any self-checkpointed
         SDF restrictions, each round a new bundle after the delay asked."""
         task, entry = self.task, self.entry
-        profile = (profiling.BundleProfile(task.profile_dir, task.stage.name)
-                   if task.profile_dir else None)
+        profile = (
+            profiling.BundleProfile(task.profile_dir, task.stage.name) if task.profile_dir else None
+        )
         times, thread_cpu = self.times, time.thread_time()
         try:
-            read = (_INPUTS if task.streaming is None
-                    else _STREAMING_INPUTS)[task.stage.input_mode]
+            read = (_INPUTS if task.streaming is None else _STREAMING_INPUTS)[task.stage.input_mode]
             if task.state_files is not None:
                 read = with_state_io(read)
             inputs = read(task, entry, batches, self.builder.add)
@@ -486,8 +483,7 @@ class _Bundles:
             if task.streaming is not None:
                 # The stream's driver schedules them (``sdf.scheduled``).
                 for residual in residuals:
-                    self.builder.add(SCHEDULED_TAG, None,
-                                     sdf.scheduled(entry, residual))
+                    self.builder.add(SCHEDULED_TAG, None, sdf.scheduled(entry, residual))
                 residuals = []
             while residuals:
                 entry.processor.reset()
@@ -510,8 +506,11 @@ class _Bundles:
 
     def outputs(self, batches) -> Iterator[pa.RecordBatch]:
         thread = threading.Thread(
-            target=self.work, args=(batches,),
-            name='beam-bundle-%s' % self.task.stage.name, daemon=True)
+            target=self.work,
+            args=(batches,),
+            name='beam-bundle-%s' % self.task.stage.name,
+            daemon=True,
+        )
         callback = getattr(started, 'callback', None)
         if callback is not None:
             callback(self.entry.processor)
@@ -527,8 +526,9 @@ class _Bundles:
                     stage = self.task.stage
                     failure = report.Failure.of(item, stage)
                     # For a reader of the exception itself (debug mode):
-                    item.add_note('[beam stage] %s | transforms: %s' % (
-                        stage.name, ', '.join(stage.labels)))
+                    item.add_note(
+                        '[beam stage] %s | transforms: %s' % (stage.name, ', '.join(stage.labels))
+                    )
                     # The driver renders the user's error from this record.
                     item.add_note(failure.note())
                     raise item
@@ -561,8 +561,7 @@ def _report_attempt(task: StageTask, entry, attempt: dict) -> None:
     infos = list(attempt['infos'])
     if attempt['in_bundle']:
         try:  # the unfinished bundle's metrics so far
-            infos.extend(i.SerializeToString()
-                         for i in entry.processor.monitoring_infos())
+            infos.extend(i.SerializeToString() for i in entry.processor.monitoring_infos())
         except Exception:
             pass
     attempts.send(task.attempt_channel, task.stage.name, infos)

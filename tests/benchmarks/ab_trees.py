@@ -14,6 +14,7 @@ the CPU seconds ``run.py`` reads from ``/proc`` are collected per timed run::
 
 Prints every run's figures and, per variant, the medians and the load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,11 @@ import statistics
 import subprocess
 import sys
 
-_RUN = re.compile(r'^\s*(\S+) n=([\d,]+) (\S+)\s+run \d+/\d+:\s+([\d.]+) s .*?CPU s '
-                  r'driver ([\d.]+) jvm ([\d.]+) (?:other [\d.]+ )?python ([\d.]+)\s+'
-                  r'(?:fresh workers (\d+)\s+)?load ([\d.]+)')
+_RUN = re.compile(
+    r'^\s*(\S+) n=([\d,]+) (\S+)\s+run \d+/\d+:\s+([\d.]+) s .*?CPU s '
+    r'driver ([\d.]+) jvm ([\d.]+) (?:other [\d.]+ )?python ([\d.]+)\s+'
+    r'(?:fresh workers (\d+)\s+)?load ([\d.]+)'
+)
 
 
 def _variant(text: str) -> tuple[str, str, dict]:
@@ -37,11 +40,13 @@ def _variant(text: str) -> tuple[str, str, dict]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--variant', action='append', required=True,
-                        help='NAME=TREE[:VAR=VALUE...] (repeatable)')
+    parser.add_argument(
+        '--variant', action='append', required=True, help='NAME=TREE[:VAR=VALUE...] (repeatable)'
+    )
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('run_args', nargs=argparse.REMAINDER,
-                        help='after --: the arguments of run.py')
+    parser.add_argument(
+        'run_args', nargs=argparse.REMAINDER, help='after --: the arguments of run.py'
+    )
     args = parser.parse_args(argv)
     run_args = [a for a in args.run_args if a != '--']
     variants = [_variant(v) for v in args.variant]
@@ -50,25 +55,33 @@ def main(argv=None) -> None:
         for name, tree, extra in variants:
             env = dict(os.environ, **extra)
             env['PYTHONPATH'] = os.pathsep.join(
-                [tree] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+                [tree] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+            )
             done = subprocess.run(
-                [sys.executable, os.path.join(tree, 'tests', 'benchmarks', 'run.py'),
-                 *run_args], cwd=tree, env=env, capture_output=True, text=True)
+                [sys.executable, os.path.join(tree, 'tests', 'benchmarks', 'run.py'), *run_args],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             runs = [m.groups() for m in map(_RUN.match, done.stderr.splitlines()) if m]
             if done.returncode or not runs:
-                print(f'round {round_ + 1} {name}: FAILED\n{done.stderr[-3000:]}',
-                      flush=True)
+                print(f'round {round_ + 1} {name}: FAILED\n{done.stderr[-3000:]}', flush=True)
                 continue
             for bench, n, engine, wall, driver, jvm, python, fresh, load in runs:
                 figures = tuple(map(float, (wall, driver, jvm, python, load)))
                 fresh = '' if fresh is None else f'  fresh workers {fresh}'
                 results[name].append(((bench, n, engine), figures))
-                print(f'round {round_ + 1} {name:>8} {bench} n={n} {engine}: '
-                      f'wall {figures[0]:6.2f} s  CPU s driver {figures[1]:.2f} '
-                      f'jvm {figures[2]:.2f} python {figures[3]:.2f}{fresh}  load {figures[4]}',
-                      flush=True)
-    print('\n| variant | pipeline | engine | runs | wall s median (min-max) | '
-          'Python workers CPU s | JVM CPU s | driver CPU s | load |')
+                print(
+                    f'round {round_ + 1} {name:>8} {bench} n={n} {engine}: '
+                    f'wall {figures[0]:6.2f} s  CPU s driver {figures[1]:.2f} '
+                    f'jvm {figures[2]:.2f} python {figures[3]:.2f}{fresh}  load {figures[4]}',
+                    flush=True,
+                )
+    print(
+        '\n| variant | pipeline | engine | runs | wall s median (min-max) | '
+        'Python workers CPU s | JVM CPU s | driver CPU s | load |'
+    )
     print('|---|---|---|---:|---|---|---|---|---|')
     for name, _, _ in variants:
         by_key: dict = {}
@@ -78,11 +91,13 @@ def main(argv=None) -> None:
             cols = list(zip(*rows))
 
             def spread(values):
-                return (f'{statistics.median(values):.2f} '
-                        f'({min(values):.2f}-{max(values):.2f})')
-            print(f'| {name} | {bench} {n} | {engine} | {len(rows)} | {spread(cols[0])} | '
-                  f'{spread(cols[3])} | {spread(cols[2])} | {spread(cols[1])} | '
-                  f'{min(cols[4])}-{max(cols[4])} |')
+                return f'{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})'
+
+            print(
+                f'| {name} | {bench} {n} | {engine} | {len(rows)} | {spread(cols[0])} | '
+                f'{spread(cols[3])} | {spread(cols[2])} | {spread(cols[1])} | '
+                f'{min(cols[4])}-{max(cols[4])} |'
+            )
 
 
 if __name__ == '__main__':

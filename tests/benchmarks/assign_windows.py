@@ -12,6 +12,7 @@
     python -m tests.benchmarks.assign_windows [--elements 400000]
         [--per-window 20000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,7 @@ def _per_element(fn, items) -> float:
 
 
 def assign_step(args) -> None:
-    micros = [i // args.per_window * 1_000_000 + i % 1000
-              for i in range(args.elements)]
+    micros = [i // args.per_window * 1_000_000 + i % 1000 for i in range(args.elements)]
     timestamps = [Timestamp(micros=m) for m in micros]
     for windowfn in (FixedWindows(1), SlidingWindows(2, 1)):
         beam_assign = windowfn.assign
@@ -45,17 +45,23 @@ def assign_step(args) -> None:
         fast = assigner(windowfn)
         beam_us = _per_element(lambda t: beam_assign(context(t)), timestamps)
         fast_us = _per_element(fast, micros)
-        print(f'assign {windowfn.__class__.__name__:14s}: Beam {beam_us:.2f} us, '
-              f'integer {fast_us:.2f} us per element ({beam_us / fast_us:.1f}x)',
-              flush=True)
+        print(
+            f'assign {windowfn.__class__.__name__:14s}: Beam {beam_us:.2f} us, '
+            f'integer {fast_us:.2f} us per element ({beam_us / fast_us:.1f}x)',
+            flush=True,
+        )
 
 
 def _windowed_count(n: int, windowfn):
     def build(p):
-        _ = (p | beam.Create(range(n), reshuffle=False)
-             | beam.Map(lambda i: window.TimestampedValue(i, i // 20_000))
-             | beam.WindowInto(windowfn)
-             | beam.combiners.Count.Globally().without_defaults())
+        _ = (
+            p
+            | beam.Create(range(n), reshuffle=False)
+            | beam.Map(lambda i: window.TimestampedValue(i, i // 20_000))
+            | beam.WindowInto(windowfn)
+            | beam.combiners.Count.Globally().without_defaults()
+        )
+
     return build
 
 
@@ -68,11 +74,13 @@ def in_bundle(args) -> None:
         p.run().wait_until_finish()
         wall, cpu = time.time() - start, time.process_time() - cpu
         cpus.append(cpu)
-        print(f'debug engine, {args.elements:,} elements, WindowInto: '
-              f'{wall:.2f} s wall, {cpu:.2f} s CPU  '
-              f'[load {os.getloadavg()[0]:.1f}]', flush=True)
-    print(f'best CPU: {min(cpus):.2f} s, '
-          f'{min(cpus) / args.elements * 1e6:.2f} us per element')
+        print(
+            f'debug engine, {args.elements:,} elements, WindowInto: '
+            f'{wall:.2f} s wall, {cpu:.2f} s CPU  '
+            f'[load {os.getloadavg()[0]:.1f}]',
+            flush=True,
+        )
+    print(f'best CPU: {min(cpus):.2f} s, {min(cpus) / args.elements * 1e6:.2f} us per element')
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ runner leaves to finish at exit, included). Prints each runner's median cold,
 warm and process seconds, their ratios to ``direct``, and the load average
 (targets: cold <= 1.5x DirectRunner, warm <= 0.5x).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ RUNNERS = {
     'fnapi': 'apache_beam.runners.portability.fn_api_runner.FnApiRunner',
 }
 
-_CHILD = r'''
+_CHILD = r"""
 import json, sys, time
 start = time.monotonic()
 import apache_beam as beam
@@ -61,10 +62,12 @@ first = once()
 second = once() if sys.argv[4] == '2' else None
 print(json.dumps({'imports': imports, 'first': first, 'second': second}),
       flush=True)
-'''
+"""
 
-WORDS = ('the quick brown fox jumps over a lazy dog while seven wizards quietly '
-         'judge boxing matches from afar and sonnets of summer days').split()
+WORDS = (
+    'the quick brown fox jumps over a lazy dog while seven wizards quietly '
+    'judge boxing matches from afar and sonnets of summer days'
+).split()
 
 
 def make_input(path: str, lines: int) -> None:
@@ -82,9 +85,11 @@ def one_run(runner: str, path: str, runs: int = 2) -> dict:
     examples = os.path.join(os.path.dirname(__file__), '..', '..', 'examples')
     start = time.monotonic()
     out = subprocess.run(
-        [sys.executable, '-c', _CHILD, RUNNERS[runner], path,
-         os.path.abspath(examples), str(runs)],
-        check=True, capture_output=True, text=True)
+        [sys.executable, '-c', _CHILD, RUNNERS[runner], path, os.path.abspath(examples), str(runs)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     figures['process'] = time.monotonic() - start
     return figures
@@ -106,8 +111,10 @@ def main() -> None:
                 run = one_run(runner, path)
                 run['process'] = one_run(runner, path, runs=1)['process']
                 runs[runner].append(run)
-    print(f'word count, {args.lines} lines, {args.rounds} rounds, '
-          f'load average {os.getloadavg()[0]:.2f}')
+    print(
+        f'word count, {args.lines} lines, {args.rounds} rounds, '
+        f'load average {os.getloadavg()[0]:.2f}'
+    )
     medians = {}
     for runner, got in runs.items():
         cold = statistics.median(r['imports'] + r['first'] for r in got)
@@ -116,10 +123,15 @@ def main() -> None:
         medians[runner] = (cold, warm, process)
     base = medians.get('direct')
     for runner, (cold, warm, process) in medians.items():
-        ratio = (f'  cold {cold / base[0]:.2f}x, warm {warm / base[1]:.2f}x, '
-                 f'process {process / base[2]:.2f}x direct' if base else '')
-        print(f'{runner:7s} cold {cold:6.2f} s  warm {warm:6.2f} s  process '
-              f'{process:6.2f} s{ratio}')
+        ratio = (
+            f'  cold {cold / base[0]:.2f}x, warm {warm / base[1]:.2f}x, '
+            f'process {process / base[2]:.2f}x direct'
+            if base
+            else ''
+        )
+        print(
+            f'{runner:7s} cold {cold:6.2f} s  warm {warm:6.2f} s  process {process:6.2f} s{ratio}'
+        )
 
 
 if __name__ == '__main__':

@@ -15,6 +15,7 @@ group (``jfr print --events jdk.ExecutionSample``).
         [--pipeline stateful] [--events 20] [--per-event 20000] [--keys 1000] \\
         [--rounds 6] [--jfr 4] [--variants a,b (streaming_ab's)]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ _GROUPS = [
 
 def _jvm_pid() -> int:
     """The java child of this process (the session's JVM)."""
-    out = subprocess.run(['pgrep', '-P', str(os.getpid()), 'java'],
-                         capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ['pgrep', '-P', str(os.getpid()), 'java'], capture_output=True, text=True
+    ).stdout.split()
     return int(out[0])
 
 
@@ -58,7 +60,7 @@ def _threads(pid: int) -> dict[int, tuple[str, int]]:
                 comm = f.read().strip()
         except OSError:
             continue
-        fields = stat[stat.rindex(')') + 2:].split()
+        fields = stat[stat.rindex(')') + 2 :].split()
         found[int(tid)] = (comm, int(fields[11]) + int(fields[12]))
     return found
 
@@ -70,6 +72,7 @@ class _Poller:
 
     def __init__(self, pid: int) -> None:
         import threading
+
         self.pid = pid
         self.before = _threads(pid)
         self.seen = dict(self.before)
@@ -88,12 +91,12 @@ class _Poller:
         groups: collections.Counter = collections.Counter()
         self.names: collections.Counter = collections.Counter()
         for tid, (comm, ticks) in self.seen.items():
-            self.names[re.sub(r'\d+', 'N', comm)] += ticks - self.before.get(
-                tid, (comm, 0))[1]
+            self.names[re.sub(r'\d+', 'N', comm)] += ticks - self.before.get(tid, (comm, 0))[1]
             old = self.before.get(tid)
             new = old is None
-            groups[_group(comm) + (' (new)' if new and 'py4j' in _group(comm)
-                                   else '')] += ticks - (0 if new else old[1])
+            groups[_group(comm) + (' (new)' if new and 'py4j' in _group(comm) else '')] += ticks - (
+                0 if new else old[1]
+            )
         return groups
 
 
@@ -107,15 +110,15 @@ def _group(name: str) -> str:
 def _process_cpu(pid: int) -> int:
     with open(f'/proc/{pid}/stat') as f:
         stat = f.read()
-    fields = stat[stat.rindex(')') + 2:].split()
+    fields = stat[stat.rindex(')') + 2 :].split()
     return int(fields[11]) + int(fields[12])
 
 
 def _counters(pid: int) -> dict[str, int]:
-    out = subprocess.run(['jcmd', str(pid), 'PerfCounter.print'],
-                         capture_output=True, text=True).stdout
-    wanted = ('java.cls.loadedClasses', 'java.cls.unloadedClasses',
-              'sun.ci.totalCompiles')
+    out = subprocess.run(
+        ['jcmd', str(pid), 'PerfCounter.print'], capture_output=True, text=True
+    ).stdout
+    wanted = ('java.cls.loadedClasses', 'java.cls.unloadedClasses', 'sun.ci.totalCompiles')
     found = {}
     for line in out.splitlines():
         key, _, value = line.partition('=')
@@ -131,18 +134,27 @@ def _codegen(session) -> tuple[int, float, int]:
     metrics = getattr(jvm, 'org.apache.spark.metrics.source.CodegenMetrics')
     compile_ms = metrics.METRIC_COMPILATION_TIME().getSnapshot()
     count = metrics.METRIC_COMPILATION_TIME().getCount()
-    return count, compile_ms.getMean() * count, \
-        metrics.METRIC_GENERATED_CLASS_BYTECODE_SIZE().getCount()
+    return (
+        count,
+        compile_ms.getMean() * count,
+        metrics.METRIC_GENERATED_CLASS_BYTECODE_SIZE().getCount(),
+    )
 
 
 def _jfc() -> str:
     """JFR's ``profile`` settings with Java samples every 2 ms."""
     import glob
+
     base = glob.glob('/usr/lib/jvm/*/lib/jfr/profile.jfc')[0]
     with open(base) as f:
         text = f.read()
-    text = re.sub(r'(<event name="jdk.ExecutionSample">.*?<setting name="period"[^>]*>)'
-                  r'[^<]*', r'\g<1>2 ms', text, flags=re.S)
+    text = re.sub(
+        r'(<event name="jdk.ExecutionSample">.*?<setting name="period"[^>]*>)'
+        r'[^<]*',
+        r'\g<1>2 ms',
+        text,
+        flags=re.S,
+    )
     path = os.path.join(tempfile.mkdtemp(prefix='jfc-'), 'fast.jfc')
     with open(path, 'w') as f:
         f.write(text)
@@ -150,12 +162,13 @@ def _jfc() -> str:
 
 
 def _jfr_top(path: str, top: int) -> str:
-    out = subprocess.run(['jfr', 'print', '--events', 'jdk.ExecutionSample',
-                          '--stack-depth', '80', path],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ['jfr', 'print', '--events', 'jdk.ExecutionSample', '--stack-depth', '80', path],
+        capture_output=True,
+        text=True,
+    ).stdout
     by_group: collections.Counter = collections.Counter()
-    frames: dict[str, collections.Counter] = collections.defaultdict(
-        collections.Counter)
+    frames: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for event in out.split('jdk.ExecutionSample')[1:]:
         thread = re.search(r'sampledThread = "([^"]*)"', event)
         stack = re.findall(r'^\s+([\w$.<>/]+)\(', event, re.M)
@@ -166,11 +179,11 @@ def _jfr_top(path: str, top: int) -> str:
         # the first frame outside java.*/jdk.*/sun.*/scala.* (who called);
         # on a Py4J thread, the method the driver called (the deepest
         # frame above py4j's)
-        mine = next((s for s in stack if not s.startswith(
-            ('java.', 'jdk.', 'sun.', 'scala.'))), stack[0])
+        mine = next(
+            (s for s in stack if not s.startswith(('java.', 'jdk.', 'sun.', 'scala.'))), stack[0]
+        )
         if group.startswith('py4j'):
-            below = [s for s in stack if not s.startswith(
-                ('java.', 'jdk.', 'sun.', 'py4j.'))]
+            below = [s for s in stack if not s.startswith(('java.', 'jdk.', 'sun.', 'py4j.'))]
             mine = below[-1] if below else stack[-1]
             frames[group + ' by call'][mine] += 1
         frames[group][f'{stack[0]}  <- {mine}'] += 1
@@ -191,27 +204,37 @@ def main() -> None:
     parser.add_argument('--per-event', type=int, default=20_000)
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--rounds', type=int, default=6)
-    parser.add_argument('--jfr', type=int, default=0,
-                        help='the run (1-based) to record with JFR, 0: none')
+    parser.add_argument(
+        '--jfr', type=int, default=0, help='the run (1-based) to record with JFR, 0: none'
+    )
     parser.add_argument('--top', type=int, default=12)
-    parser.add_argument('--variants', default='default',
-                        help="streaming_ab's variants, alternating per round")
-    parser.add_argument('--conf', default='',
-                        help='"key=value;..." of runtime SQL settings set for '
-                        'the variants named with a "+conf" suffix '
-                        '("default+conf")')
+    parser.add_argument(
+        '--variants', default='default', help="streaming_ab's variants, alternating per round"
+    )
+    parser.add_argument(
+        '--conf',
+        default='',
+        help='"key=value;..." of runtime SQL settings set for '
+        'the variants named with a "+conf" suffix '
+        '("default+conf")',
+    )
     args = parser.parse_args()
     confs = dict(kv.split('=', 1) for kv in args.conf.split(';') if kv)
     streaming._instrument()
     warm = argparse.Namespace(events=2, per_event=2_000, keys=2)
     variants = [v for v in args.variants.split(',') if v]
-    streaming.run_one(args.pipeline, 'spark', warm, flags=streaming_ab.variant_flags(
-        variants[0].split('+')[0]))
+    streaming.run_one(
+        args.pipeline, 'spark', warm, flags=streaming_ab.variant_flags(variants[0].split('+')[0])
+    )
     from pyspark.sql import SparkSession
+
     session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     pid = _jvm_pid()
-    print(f'load average {os.getloadavg()}; JVM pid {pid}; {args.pipeline}, '
-          f'{args.events} x {args.per_event}, {args.keys} keys', flush=True)
+    print(
+        f'load average {os.getloadavg()}; JVM pid {pid}; {args.pipeline}, '
+        f'{args.events} x {args.per_event}, {args.keys} keys',
+        flush=True,
+    )
     run = 0
     for _ in range(args.rounds):
         for variant in variants:
@@ -227,35 +250,43 @@ def main() -> None:
             jfr = None
             if run == args.jfr:
                 jfr = os.path.join(tempfile.mkdtemp(prefix='jfr-'), 'run.jfr')
-                subprocess.run(['jcmd', str(pid), 'JFR.start', 'name=mb',
-                                f'settings={_jfc()}'], capture_output=True)
+                subprocess.run(
+                    ['jcmd', str(pid), 'JFR.start', 'name=mb', f'settings={_jfc()}'],
+                    capture_output=True,
+                )
             start = time.time()
             f = streaming.run_one(args.pipeline, 'spark', args, flags=extra)
             wall = time.time() - start
             if jfr:
-                subprocess.run(['jcmd', str(pid), 'JFR.stop', 'name=mb',
-                                f'filename={jfr}'], capture_output=True)
+                subprocess.run(
+                    ['jcmd', str(pid), 'JFR.stop', 'name=mb', f'filename={jfr}'],
+                    capture_output=True,
+                )
             groups, after_cpu = poller.stop(), _process_cpu(pid)
             after_counters, after_gen = _counters(pid), _codegen(session)
             batches = f.get('micro-batches') or 1
             total = (after_cpu - before_cpu) / _TICK
-            d = {k: after_counters.get(k, 0) - before_counters.get(k, 0)
-                 for k in after_counters}
+            d = {k: after_counters.get(k, 0) - before_counters.get(k, 0) for k in after_counters}
             ms = 1000 / _TICK / batches
-            print(f'run {run} [{variant}]: {wall:.2f} s, {f["throughput"]:,.0f}/s, '
-                  f'{batches} micro-batches; JVM {total:.2f} CPU-s '
-                  f'({total * 1000 / batches:.0f} ms a micro-batch): ' + ', '.join(
-                      f'{g} {t * ms:.1f}' for g, t in groups.most_common() if t)
-                  + f' ms a micro-batch; classes loaded '
-                  f'{d.get("java.cls.loadedClasses", 0) / batches:.1f} '
-                  f'(unloaded {d.get("java.cls.unloadedClasses", 0)}), JIT '
-                  f'compiles {d.get("sun.ci.totalCompiles", 0) / batches:.0f} '
-                  f'a micro-batch; Janino compiles {after_gen[0] - before_gen[0]} '
-                  f'in the run; '
-                  f'[load {os.getloadavg()[0]:.1f}]', flush=True)
-            print('    threads: ' + ', '.join(
-                f'{n} {t * ms:.1f}' for n, t in poller.names.most_common(14)
-                if t), flush=True)
+            print(
+                f'run {run} [{variant}]: {wall:.2f} s, {f["throughput"]:,.0f}/s, '
+                f'{batches} micro-batches; JVM {total:.2f} CPU-s '
+                f'({total * 1000 / batches:.0f} ms a micro-batch): '
+                + ', '.join(f'{g} {t * ms:.1f}' for g, t in groups.most_common() if t)
+                + f' ms a micro-batch; classes loaded '
+                f'{d.get("java.cls.loadedClasses", 0) / batches:.1f} '
+                f'(unloaded {d.get("java.cls.unloadedClasses", 0)}), JIT '
+                f'compiles {d.get("sun.ci.totalCompiles", 0) / batches:.0f} '
+                f'a micro-batch; Janino compiles {after_gen[0] - before_gen[0]} '
+                f'in the run; '
+                f'[load {os.getloadavg()[0]:.1f}]',
+                flush=True,
+            )
+            print(
+                '    threads: '
+                + ', '.join(f'{n} {t * ms:.1f}' for n, t in poller.names.most_common(14) if t),
+                flush=True,
+            )
             if jfr:
                 print(_jfr_top(jfr, args.top), flush=True)
 

@@ -16,6 +16,7 @@ set-up) not at all. The loaded ratio over the quiet one, per engine pair, is
 what ``report_load`` prints; CPU seconds per process kind show whether an
 engine also does more work under load (spinning, retries) or only waits.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,29 +27,30 @@ import time
 from typing import Optional
 
 # Spins until its parent is gone (a benchmark killed mid-run leaves no burner).
-_SPIN = ('import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n'
-         '    for _ in range(100000): pass')
+_SPIN = (
+    'import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n'
+    '    for _ in range(100000): pass'
+)
 
 
 class CpuBurner:
     """One busy process, paused until ``on()``, ended by ``close()``."""
 
-    pids: set = set()   # burners alive in this process: not any engine's CPU
+    pids: set = set()  # burners alive in this process: not any engine's CPU
 
     def __init__(self):
         self._process: Optional[subprocess.Popen] = None
         self._running = False
 
     def _start(self) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, '-c', _SPIN],
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, '-c', _SPIN], stdin=subprocess.DEVNULL)
         CpuBurner.pids.add(process.pid)
         return process
 
     def on(self) -> None:
         if self._process is None:
             self._process = self._start()
-            time.sleep(0.05)          # interpreter start-up, before the clock
+            time.sleep(0.05)  # interpreter start-up, before the clock
         else:
             os.kill(self._process.pid, signal.SIGCONT)
         self._running = True
@@ -67,7 +69,7 @@ class CpuBurner:
                 raw = f.read()
         except OSError:
             return 0.0
-        fields = raw[raw.rindex(')') + 2:].split()
+        fields = raw[raw.rindex(')') + 2 :].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
     def close(self) -> None:
@@ -103,23 +105,26 @@ def is_loaded(name: str) -> bool:
 
 
 def base(name: str) -> str:
-    return name[:-len(LOADED)] if is_loaded(name) else name
+    return name[: -len(LOADED)] if is_loaded(name) else name
 
 
 def report_load(results: list, engines) -> list[str]:
     """Quiet and loaded ratios of this runner to each other engine, per
     pipeline and size, and how much the loaded one is worse (1.00: as quiet)."""
-    others = [e for e in engines if e != 'inproc' and not is_loaded(e)
-              and loaded(e) in engines]
+    others = [e for e in engines if e != 'inproc' and not is_loaded(e) and loaded(e) in engines]
     if 'inproc' not in engines or loaded('inproc') not in engines or not others:
         return []
-    lines = ['### Quiet and with a CPU burner beside the run', '',
-             'Ratios of this runner\'s median wall time to the other engine\'s, '
-             'quiet and with one busy process beside the run (`--load-burner`); '
-             '"worse" is loaded over quiet (1.30 is the limit the targets set).', '',
-             '| pipeline | N | engine | quiet ratio | loaded ratio | worse | '
-             'this runner loaded / quiet | engine loaded / quiet |',
-             '|---|---|---|---:|---:|---:|---:|---:|']
+    lines = [
+        '### Quiet and with a CPU burner beside the run',
+        '',
+        "Ratios of this runner's median wall time to the other engine's, "
+        'quiet and with one busy process beside the run (`--load-burner`); '
+        '"worse" is loaded over quiet (1.30 is the limit the targets set).',
+        '',
+        '| pipeline | N | engine | quiet ratio | loaded ratio | worse | '
+        'this runner loaded / quiet | engine loaded / quiet |',
+        '|---|---|---|---:|---:|---:|---:|---:|',
+    ]
 
     def median(cell):
         return cell.median if cell is not None else None
@@ -131,8 +136,10 @@ def report_load(results: list, engines) -> list[str]:
             if None in (me, me_l, o, o_l) or not o or not o_l or not me:
                 continue
             quiet, heavy = me / o, me_l / o_l
-            lines.append(f'| {bench.name} | {n:,} | {other} | {quiet:.2f}x | '
-                         f'{heavy:.2f}x | {heavy / quiet:.2f} | {me_l / me:.2f} | '
-                         f'{o_l / o:.2f} |')
+            lines.append(
+                f'| {bench.name} | {n:,} | {other} | {quiet:.2f}x | '
+                f'{heavy:.2f}x | {heavy / quiet:.2f} | {me_l / me:.2f} | '
+                f'{o_l / o:.2f} |'
+            )
     lines.append('')
     return lines

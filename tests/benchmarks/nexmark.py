@@ -51,6 +51,7 @@ A mismatch prints ``MISMATCH`` and makes the script exit 1.
     python tests/benchmarks/nexmark.py --spark --events 100000 \\
         --stream-events 20000 --rate 2000 [--queries 0 1 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,7 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.benchmarks.nexmark.queries import query6
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from beam_spark_inproc import InProcessSparkRunner  # noqa: E402
 from beam_spark_inproc.nexmark.generator import events  # noqa: E402
@@ -144,26 +144,31 @@ def _files(run, folder: str) -> list[str]:
     return streaming._written(folder)
 
 
-def _query12_stream(runner, n: int, rate: float, period: float,
-                    folder: str) -> list[dict]:
+def _query12_stream(runner, n: int, rate: float, period: float, folder: str) -> list[dict]:
     """Query 12 on the real clock until every bid is counted (or 300 s)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
     from beam_spark_inproc.nexmark import ReadEvents
+
     bids = _bids(n)
     os.makedirs(folder)
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=runner, options=options)
-    hold = (p | PeriodicImpulse(start_timestamp=time.time(), fire_interval=3600)
-            | beam.Filter(lambda _: False))
-    read = (p | ReadEvents(n, events_per_second=rate, period=period),
-            hold) | beam.Flatten()
+    hold = (
+        p
+        | PeriodicImpulse(start_timestamp=time.time(), fire_interval=3600)
+        | beam.Filter(lambda _: False)
+    )
+    read = (p | ReadEvents(n, events_per_second=rate, period=period), hold) | beam.Flatten()
     metadata = dict(queries.METADATA, window_size_sec=1)
-    _ = (queries.load(12)(read, metadata, p.options) | beam.Map(queries.describe)
-         | beam.ParDo(queries._Lines(folder)))
+    _ = (
+        queries.load(12)(read, metadata, p.options)
+        | beam.Map(queries.describe)
+        | beam.ParDo(queries._Lines(folder))
+    )
     result = p.run()
     try:
         deadline = time.time() + 300
@@ -216,8 +221,12 @@ class Bench:
         self.micro_batches = _MicroBatches()
 
     def batch(self, q, n, runner, folder):
-        run = lambda: run_on(runner, queries.pipeline(q, n),  # noqa: E731
-                             folder, OPTIONS.get(q))
+        run = lambda: run_on(
+            runner,
+            queries.pipeline(q, n),  # noqa: E731
+            folder,
+            OPTIONS.get(q),
+        )
         if q == 10:
             return _files(run, folder + '-files')
         return run()
@@ -233,106 +242,125 @@ class Bench:
             return ['MISMATCH (error %s)' % lines]
         if q == 12:
             counted = sum(c['bid_count'] for c in lines)
-            return [f'{counted} of {_bids(n)} bids counted once'
-                    if counted == _bids(n) else
-                    f'MISMATCH {counted} of {_bids(n)} bids']
+            return [
+                f'{counted} of {_bids(n)} bids counted once'
+                if counted == _bids(n)
+                else f'MISMATCH {counted} of {_bids(n)} bids'
+            ]
         if q == 11:
             total = _bid_total(lines)
-            return ['every bid once' if total == _bids(n)
-                    else f'MISMATCH {total} of {_bids(n)} bids']
+            return [
+                'every bid once' if total == _bids(n) else f'MISMATCH {total} of {_bids(n)} bids'
+            ]
         if isinstance(batch, Exception):
             return ['MISMATCH (batch error)']
         if q in SAME_AS_BATCH or q == 10:
             return ['=batch' if lines == batch else 'MISMATCH batch']
         if q == 6:
-            return ['last panes =batch'
-                    if streaming._last_panes(lines) == streaming._last_panes(batch)
-                    else 'MISMATCH last panes']
+            return [
+                'last panes =batch'
+                if streaming._last_panes(lines) == streaming._last_panes(batch)
+                else 'MISMATCH last panes'
+            ]
         return []
 
     def line(self, q, mode, ours, ref, checks):
         self.bad += any('MISMATCH' in c for c in checks)
-        print(f'{q:>5} {mode:>10} | {ours} | {ref} | {" ".join(checks)}',
-              flush=True)
+        print(f'{q:>5} {mode:>10} | {ours} | {ref} | {" ".join(checks)}', flush=True)
 
     def query(self, q, modes):
         a = self.args
         folder = tempfile.mkdtemp(prefix=f'nexmark-q{q}-')
         n, sn = a.events, a.stream_events
-        batch, batch_s, batch_c = _timed(lambda: self.batch(
-            q, n, self.ours(), os.path.join(folder, 'b')))
+        batch, batch_s, batch_c = _timed(
+            lambda: self.batch(q, n, self.ours(), os.path.join(folder, 'b'))
+        )
         if 'batch' in modes:
             if q in NO_FN_API:
                 ref, checks = NOT_RUN, ['hand reference in tests']
-                checks = (['MISMATCH (error %s)' % batch]
-                          if isinstance(batch, Exception) else checks)
+                checks = ['MISMATCH (error %s)' % batch] if isinstance(batch, Exception) else checks
             else:
-                fn, fn_s, fn_c = _timed(lambda: self.batch(
-                    q, n, FnApiRunner(), os.path.join(folder, 'f')))
+                fn, fn_s, fn_c = _timed(
+                    lambda: self.batch(q, n, FnApiRunner(), os.path.join(folder, 'f'))
+                )
                 ref = _cell(fn, fn_s, fn_c, n)
-                checks = ['=FnApiRunner' if not isinstance(batch, Exception)
-                          and batch == fn else 'MISMATCH FnApiRunner']
+                checks = [
+                    '=FnApiRunner'
+                    if not isinstance(batch, Exception) and batch == fn
+                    else 'MISMATCH FnApiRunner'
+                ]
             self.line(q, 'batch', _cell(batch, batch_s, batch_c, n), ref, checks)
         if sn != n:  # the streams' batch reference, untimed
-            batch = _timed(lambda: self.batch(
-                q, sn, self.ours(), os.path.join(folder, 'bs')))[0]
+            batch = _timed(lambda: self.batch(q, sn, self.ours(), os.path.join(folder, 'bs')))[0]
         if 'paced' in modes:
             if q == 12:
                 build = None
                 run = lambda: _query12_stream(  # noqa: E731
-                    self.ours(), sn, a.rate, a.period, os.path.join(folder, 'p'))
+                    self.ours(), sn, a.rate, a.period, os.path.join(folder, 'p')
+                )
             else:
                 build = queries.streaming_pipeline(q, sn, a.rate, a.period)
                 run = lambda: self.stream(  # noqa: E731
-                    q, sn, self.ours(), build, os.path.join(folder, 'p'))
+                    q, sn, self.ours(), build, os.path.join(folder, 'p')
+                )
             self.micro_batches.take()
             lines, secs, cpu = _timed(run)
             behind = secs - (sn - 1) / a.rate
-            self.line(q, f'@{a.rate:.0f}/s', _cell(lines, secs, cpu, sn),
-                      f'{"behind " + format(behind, ".1f") + " s":>33}',
-                      self.check_stream(q, sn, lines, batch)
-                      + [self.micro_batches.take()])
+            self.line(
+                q,
+                f'@{a.rate:.0f}/s',
+                _cell(lines, secs, cpu, sn),
+                f'{"behind " + format(behind, ".1f") + " s":>33}',
+                self.check_stream(q, sn, lines, batch) + [self.micro_batches.take()],
+            )
         if 'max' in modes and q != 12:
             build = queries.streaming_pipeline(q, sn, 1e9, 0.0, a.max_per_call)
             self.micro_batches.take()
-            lines, secs, cpu = _timed(lambda: self.stream(
-                q, sn, self.ours(), build, os.path.join(folder, 'm')))
+            lines, secs, cpu = _timed(
+                lambda: self.stream(q, sn, self.ours(), build, os.path.join(folder, 'm'))
+            )
             checks = self.check_stream(q, sn, lines, batch)
             micro_batches = self.micro_batches.take()
             if q in NO_DIRECT:
                 ref = NOT_RUN
             else:
                 direct = queries.test_stream_pipeline(q, sn, a.max_per_call)
-                d, d_s, d_c = _timed(lambda: self.stream(
-                    q, sn, BundleBasedDirectRunner(), direct,
-                    os.path.join(folder, 'd')))
+                d, d_s, d_c = _timed(
+                    lambda: self.stream(
+                        q, sn, BundleBasedDirectRunner(), direct, os.path.join(folder, 'd')
+                    )
+                )
                 ref = _cell(d, d_s, d_c, sn)
                 if q in (6, 11) or isinstance(d, Exception):
-                    checks += ['direct: ' + ' '.join(
-                        self.check_stream(q, sn, d, batch))]
+                    checks += ['direct: ' + ' '.join(self.check_stream(q, sn, d, batch))]
                 else:
                     # Timestamps at millisecond precision (Beam's wire
                     # coders keep milliseconds, the DirectRunner never
                     # encodes them).
-                    checks.append('=direct' if streaming._milliseconds(d)
-                                  == streaming._milliseconds(lines)
-                                  else 'MISMATCH direct')
-            self.line(q, 'max', _cell(lines, secs, cpu, sn), ref,
-                      checks + [micro_batches])
+                    checks.append(
+                        '=direct'
+                        if streaming._milliseconds(d) == streaming._milliseconds(lines)
+                        else 'MISMATCH direct'
+                    )
+            self.line(q, 'max', _cell(lines, secs, cpu, sn), ref, checks + [micro_batches])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument('--events', type=int, default=100_000,
-                        help='events of the batch runs')
+    parser.add_argument('--events', type=int, default=100_000, help='events of the batch runs')
     parser.add_argument('--stream-events', type=int, default=20_000)
-    parser.add_argument('--rate', type=float, default=2000,
-                        help='events per second of the paced stream')
-    parser.add_argument('--period', type=float, default=0.5,
-                        help='seconds between the paced source\'s calls')
-    parser.add_argument('--max-per-call', type=int, default=5000,
-                        help='events a call of the unpaced stream (and a '
-                        'TestStream step for the DirectRunner)')
+    parser.add_argument(
+        '--rate', type=float, default=2000, help='events per second of the paced stream'
+    )
+    parser.add_argument(
+        '--period', type=float, default=0.5, help="seconds between the paced source's calls"
+    )
+    parser.add_argument(
+        '--max-per-call',
+        type=int,
+        default=5000,
+        help='events a call of the unpaced stream (and a TestStream step for the DirectRunner)',
+    )
     parser.add_argument('--modes', nargs='*', default=['batch', 'paced', 'max'])
     parser.add_argument('--spark', action='store_true')
     parser.add_argument('--no-warm-up', action='store_true')
@@ -341,6 +369,7 @@ def main() -> int:
     query6.MovingMeanSellingPriceFn = MovingMeanSellingPrice
     if args.spark:
         from beam_spark_inproc.spark import session
+
         spark, _ = session.get_or_create('local[2]', None, {})
         ours = lambda: InProcessSparkRunner(spark=spark)  # noqa: E731
     else:
@@ -349,21 +378,34 @@ def main() -> int:
     bench = Bench(args, ours)
     if not args.no_warm_up:
         warm = tempfile.mkdtemp(prefix='nexmark-warm-')
-        _, secs, _ = _timed(lambda: (
-            bench.batch(0, 2000, ours(), os.path.join(warm, 'b')),
-            bench.stream(0, 2000, ours(), queries.streaming_pipeline(
-                0, 2000, 1e9, 0.0, 500), os.path.join(warm, 's'))))
+        _, secs, _ = _timed(
+            lambda: (
+                bench.batch(0, 2000, ours(), os.path.join(warm, 'b')),
+                bench.stream(
+                    0,
+                    2000,
+                    ours(),
+                    queries.streaming_pipeline(0, 2000, 1e9, 0.0, 500),
+                    os.path.join(warm, 's'),
+                ),
+            )
+        )
         print(f'warm-up (untimed in the table): {secs:.1f} s')
-    print(f'batch events={args.events} stream events={args.stream_events} '
-          f'rate={args.rate:.0f}/s period={args.period} '
-          f'max_per_call={args.max_per_call} engine={engine} '
-          f'load={os.getloadavg()[0]:.1f} {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}')
-    print(f'{"query":>5} {"mode":>10} | {"this runner: results, s, ev/s, cpu":^33} | '
-          f'{"reference":^33} | check')
+    print(
+        f'batch events={args.events} stream events={args.stream_events} '
+        f'rate={args.rate:.0f}/s period={args.period} '
+        f'max_per_call={args.max_per_call} engine={engine} '
+        f'load={os.getloadavg()[0]:.1f} {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}'
+    )
+    print(
+        f'{"query":>5} {"mode":>10} | {"this runner: results, s, ev/s, cpu":^33} | '
+        f'{"reference":^33} | check'
+    )
     for q in args.queries:
         bench.query(q, args.modes)
-    print(f'end load={os.getloadavg()[0]:.1f} '
-          f'{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}')
+    print(
+        f'end load={os.getloadavg()[0]:.1f} {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}'
+    )
     return 1 if bench.bad else 0
 
 

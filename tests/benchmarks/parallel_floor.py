@@ -37,6 +37,7 @@ keeps a fixed cost (a pipeline's construction and start; the spin has none).
 A runner doing Beam's work in two processes gets below the floor only by
 doing less of it (a cheaper reader, say).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ import types
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, _ROOT)
 
-SPIN = 30_000_000   # iterations of the pure-Python loop in a solo run
+SPIN = 30_000_000  # iterations of the pure-Python loop in a solo run
 
 
 def _lines_file(workdir: str, lines: int) -> str:
@@ -64,10 +65,11 @@ def _lines_file(workdir: str, lines: int) -> str:
 
 def _write_result(path: str):
     from tests.benchmarks import run as bench_run
+
     return bench_run.make_write_result(path)
 
 
-WARM_UP = 2000   # elements (WC: lines) of each process's untimed first run
+WARM_UP = 2000  # elements (WC: lines) of each process's untimed first run
 
 
 def _work(kind: str, n: int, workdir: str, chunks: int) -> bool:
@@ -79,24 +81,34 @@ def _work(kind: str, n: int, workdir: str, chunks: int) -> bool:
             x += i
         return x == n * (n - 1) // 2
     import apache_beam as beam
+
     path = os.path.join(workdir, f'{kind}-{n}-{os.getpid()}.result')
     if kind == 'WC':
         from apache_beam.options.pipeline_options import PipelineOptions
+
         sys.path.insert(0, os.path.join(_ROOT, 'examples'))
         from wordcount import count_words
+
         source = _lines_file(workdir, n)
         with beam.Pipeline(options=PipelineOptions(['--runner=DirectRunner'])) as p:
-            _ = (count_words(p | beam.io.ReadFromText(source))
-                 | beam.combiners.ToList()
-                 | beam.Map(sorted)
-                 | beam.ParDo(_write_result(path)))
+            _ = (
+                count_words(p | beam.io.ReadFromText(source))
+                | beam.combiners.ToList()
+                | beam.Map(sorted)
+                | beam.ParDo(_write_result(path))
+            )
         with open(source) as f:
-            expected = tuple(sorted(collections.Counter(
-                word for line in f for word in re.findall(r"[\w']+", line.lower())
-            ).items()))
+            expected = tuple(
+                sorted(
+                    collections.Counter(
+                        word for line in f for word in re.findall(r"[\w']+", line.lower())
+                    ).items()
+                )
+            )
     else:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         from tests.benchmarks import run as bench_run
+
         bench = bench_run.BENCHMARKS[kind]
         ctx = types.SimpleNamespace(chunks=chunks, workdir=workdir)
         with beam.Pipeline(runner=FnApiRunner()) as p:
@@ -118,18 +130,34 @@ def _child(kind: str, n: int, workdir: str, chunks: int) -> None:
     sys.stdin.readline()
     wall, cpu = time.monotonic(), time.process_time()
     ok = _work(kind, n, workdir, chunks)
-    print(json.dumps({'wall': time.monotonic() - wall,
-                      'cpu': time.process_time() - cpu, 'ok': ok}), flush=True)
+    print(
+        json.dumps({'wall': time.monotonic() - wall, 'cpu': time.process_time() - cpu, 'ok': ok}),
+        flush=True,
+    )
 
 
 def _run(kind: str, sizes: list, workdir: str, chunks: int) -> dict:
     """Starts one process per size, all at once once all are ready; the
     wall seconds from go to the last one's end, and each one's report."""
-    procs = [subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), '--child', kind, str(n),
-         '--workdir', workdir, '--chunks', str(chunks)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for n in sizes]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                '--child',
+                kind,
+                str(n),
+                '--workdir',
+                workdir,
+                '--chunks',
+                str(chunks),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in sizes
+    ]
     for proc in procs:
         line = proc.stdout.readline().strip()
         if line != 'ready':
@@ -154,16 +182,17 @@ def _load() -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--pipelines', nargs='*', default=['P1', 'P2'],
-                        help="run.py's pipelines, or WC: cold_start.py's word "
-                             'count (default P1 P2)')
+    parser.add_argument(
+        '--pipelines',
+        nargs='*',
+        default=['P1', 'P2'],
+        help="run.py's pipelines, or WC: cold_start.py's word count (default P1 P2)",
+    )
     parser.add_argument('--size', type=int, default=4_000_000)
-    parser.add_argument('--lines', type=int, default=200_000,
-                        help='the word count\'s lines (WC)')
+    parser.add_argument('--lines', type=int, default=200_000, help="the word count's lines (WC)")
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--chunks', type=int, default=32)
-    parser.add_argument('--child', nargs=2, metavar=('KIND', 'N'),
-                        help=argparse.SUPPRESS)
+    parser.add_argument('--child', nargs=2, metavar=('KIND', 'N'), help=argparse.SUPPRESS)
     parser.add_argument('--workdir', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -175,34 +204,46 @@ def main(argv=None) -> None:
 
 
 def _measure(args, workdir: str) -> None:
-    kinds = [('spin', SPIN)] + [(name, args.lines if name == 'WC' else args.size)
-                                for name in args.pipelines]
+    kinds = [('spin', SPIN)] + [
+        (name, args.lines if name == 'WC' else args.size) for name in args.pipelines
+    ]
     if 'WC' in args.pipelines:
         from tests.benchmarks import cold_start
+
         for n in {args.lines, args.lines // 2, args.lines - args.lines // 2, WARM_UP}:
             cold_start.make_input(_lines_file(workdir, n), n)
-    if 'P2' in args.pipelines:   # its input files, before any clock
+    if 'P2' in args.pipelines:  # its input files, before any clock
         from tests.benchmarks import run as bench_run
+
         for n in {args.size, args.size // 2, args.size - args.size // 2, WARM_UP}:
             bench_run.text_file(workdir, n)
-    runs: dict = {(kind, shape): [] for kind, _ in kinds
-                  for shape in ('solo', 'pair')}
-    print(f'{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, '
-          f'{os.cpu_count()} cores, load {_load()}', flush=True)
+    runs: dict = {(kind, shape): [] for kind, _ in kinds for shape in ('solo', 'pair')}
+    print(
+        f'{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, '
+        f'{os.cpu_count()} cores, load {_load()}',
+        flush=True,
+    )
     for round_ in range(1, args.rounds + 1):
         for kind, n in kinds:
             for shape, sizes in (('solo', [n]), ('pair', [n // 2, n - n // 2])):
                 result = _run(kind, sizes, workdir, args.chunks)
                 runs[kind, shape].append(result)
-                print(f'  round {round_} {kind:>4} {shape}: wall '
-                      f'{result["wall"]:6.2f} s, cpu '
-                      + ' + '.join(f'{c:.2f}' for c in result['cpu'])
-                      + f' s, load {_load()}', flush=True)
+                print(
+                    f'  round {round_} {kind:>4} {shape}: wall '
+                    f'{result["wall"]:6.2f} s, cpu '
+                    + ' + '.join(f'{c:.2f}' for c in result['cpu'])
+                    + f' s, load {_load()}',
+                    flush=True,
+                )
 
-    print(f'\n{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, '
-          f'load {_load()}; medians of {args.rounds} round(s)')
-    print('| work | solo: one process, N | pair: two processes, N/2 each '
-          '| CPU s a process, solo / pair | floor (pair / solo) |')
+    print(
+        f'\n{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, '
+        f'load {_load()}; medians of {args.rounds} round(s)'
+    )
+    print(
+        '| work | solo: one process, N | pair: two processes, N/2 each '
+        '| CPU s a process, solo / pair | floor (pair / solo) |'
+    )
     print('|---|---:|---:|---:|---:|')
     for kind, n in kinds:
         solo, pair = runs[kind, 'solo'], runs[kind, 'pair']
@@ -210,12 +251,18 @@ def _measure(args, workdir: str) -> None:
         pair_wall = statistics.median(r['wall'] for r in pair)
         solo_cpu = statistics.median(r['cpu'][0] for r in solo)
         pair_cpu = statistics.median(c for r in pair for c in r['cpu'])
-        title = (f'pure-Python loop, {n:,} iterations' if kind == 'spin' else
-                 f'word count with DirectRunner, {n:,} lines' if kind == 'WC' else
-                 f'{kind} with FnApiRunner, N = {n:,}')
-        print(f'| {title} | {solo_wall:.2f} s | {pair_wall:.2f} s '
-              f'| {solo_cpu:.2f} / {pair_cpu:.2f} '
-              f'| **{pair_wall / solo_wall:.2f}x** |')
+        title = (
+            f'pure-Python loop, {n:,} iterations'
+            if kind == 'spin'
+            else f'word count with DirectRunner, {n:,} lines'
+            if kind == 'WC'
+            else f'{kind} with FnApiRunner, N = {n:,}'
+        )
+        print(
+            f'| {title} | {solo_wall:.2f} s | {pair_wall:.2f} s '
+            f'| {solo_cpu:.2f} / {pair_cpu:.2f} '
+            f'| **{pair_wall / solo_wall:.2f}x** |'
+        )
 
 
 if __name__ == '__main__':

@@ -57,6 +57,7 @@ unprofiled run, the Python workers' bundle CPU split by category from a run with
 seconds the FnApiRunner spends on the same pipeline (Beam's own bundle work with
 its in-process runner around it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,26 +80,26 @@ from dataclasses import field
 from typing import Callable
 from typing import Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.benchmarks import load as cpu_load  # noqa: E402
 
 DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (100_000,)
-KEYS = 1000                 # P1, P5
-GBK_KEYS = 10_000           # P3g, P3w
-WINDOW_SECONDS = 60         # P3w
-SPAN_SECONDS = 600          # P3w: timestamps spread over ten minutes -> 10 windows
-VOCABULARY = 10_000         # P2
-WORDS_PER_LINE = 10         # P2
-SIDE_ENTRIES = 100_000      # P4
+KEYS = 1000  # P1, P5
+GBK_KEYS = 10_000  # P3g, P3w
+WINDOW_SECONDS = 60  # P3w
+SPAN_SECONDS = 600  # P3w: timestamps spread over ten minutes -> 10 windows
+VOCABULARY = 10_000  # P2
+WORDS_PER_LINE = 10  # P2
+SIDE_ENTRIES = 100_000  # P4
 SIDE_CHUNKS = 10
 
 
 # ---------------------------------------------------------------------------
 # Per-element user functions, shared by the Beam pipelines, the hand-written
 # PySpark jobs and the pure-Python references.
+
 
 def to_kv(x):
     return x % KEYS, x
@@ -139,6 +140,7 @@ def chunk_range(i, chunk, n):
 
 # Checksums: (count, sum, weighted sum) over each pipeline's output elements.
 
+
 def fp_p6(x):
     return 1, x, x * x
 
@@ -171,6 +173,7 @@ def add_tuples(a, b):
 # ---------------------------------------------------------------------------
 # Pure-Python references (the expected checksums).
 
+
 def _total(fps) -> tuple:
     total = (0, 0, 0)
     for t in fps:
@@ -193,7 +196,7 @@ def reference_p1(n):
 
 def reference_p2(n):
     counts = [n // VOCABULARY] * VOCABULARY
-    for i in range(n % VOCABULARY):   # word_index has period VOCABULARY
+    for i in range(n % VOCABULARY):  # word_index has period VOCABULARY
         counts[word_index(i)] += 1
     return _total(fp_word((f'w{w}', c)) for w, c in enumerate(counts) if c)
 
@@ -226,9 +229,9 @@ def reference_p5(n):
     total = (0, 0, 0)
     for k in range(min(n, KEYS)):
         m = (n - k + KEYS - 1) // KEYS
-        running = m * (m + 1) // 2               # counts 1..m, one per element
+        running = m * (m + 1) // 2  # counts 1..m, one per element
         total = add_tuples(total, (m, running, (k + 1) * running))
-        total = add_tuples(total, fp_kv((k + KEYS, m)))   # the timer's final count
+        total = add_tuples(total, fp_kv((k + KEYS, m)))  # the timer's final count
     return total
 
 
@@ -239,14 +242,18 @@ def reference_p6(n):
 # ---------------------------------------------------------------------------
 # Input files (P2), one per N, written once per benchmark run.
 
+
 def text_file(workdir: str, n: int) -> str:
     path = os.path.join(workdir, f'words-{n}.txt')
     if not os.path.exists(path):
         tmp = path + '.tmp'
         with open(tmp, 'w') as f:
             for start in range(0, n, WORDS_PER_LINE):
-                f.write(' '.join(f'w{word_index(i)}' for i in range(
-                    start, min(start + WORDS_PER_LINE, n))))
+                f.write(
+                    ' '.join(
+                        f'w{word_index(i)}' for i in range(start, min(start + WORDS_PER_LINE, n))
+                    )
+                )
                 f.write('\n')
         os.replace(tmp, path)
     return path
@@ -255,6 +262,7 @@ def text_file(workdir: str, n: int) -> str:
 # ---------------------------------------------------------------------------
 # Beam pipelines. Each builds its graph on ``p`` and returns the PCollection of
 # checksum tuples (one element after CombineGlobally).
+
 
 def make_checksum_fn():
     import apache_beam as beam
@@ -295,34 +303,49 @@ def make_write_result(path: str):
 
 def generate(p, n: int, chunks: int, label: str = 'Generate'):
     import apache_beam as beam
+
     chunk = -(-n // chunks)
-    return (p
-            | f'{label}Seeds' >> beam.Create(range(chunks))
-            | f'{label}' >> beam.FlatMap(chunk_range, chunk, n))
+    return (
+        p
+        | f'{label}Seeds' >> beam.Create(range(chunks))
+        | f'{label}' >> beam.FlatMap(chunk_range, chunk, n)
+    )
 
 
 def checksum(pcoll, fp):
     import apache_beam as beam
-    return (pcoll | 'Fingerprint' >> beam.Map(fp)
-            | 'Checksum' >> beam.CombineGlobally(make_checksum_fn()))
+
+    return (
+        pcoll
+        | 'Fingerprint' >> beam.Map(fp)
+        | 'Checksum' >> beam.CombineGlobally(make_checksum_fn())
+    )
 
 
 def beam_p1(p, n, ctx):
     import apache_beam as beam
-    return checksum(generate(p, n, ctx.chunks)
-                    | 'ToKV' >> beam.Map(to_kv)
-                    | 'Double' >> beam.Map(double)
-                    | beam.CombinePerKey(sum), fp_kv)
+
+    return checksum(
+        generate(p, n, ctx.chunks)
+        | 'ToKV' >> beam.Map(to_kv)
+        | 'Double' >> beam.Map(double)
+        | beam.CombinePerKey(sum),
+        fp_kv,
+    )
 
 
 def beam_p2(p, n, ctx):
     import apache_beam as beam
     from apache_beam.io import ReadFromText
-    return checksum(p
-                    | ReadFromText(text_file(ctx.workdir, n))
-                    | 'Split' >> beam.FlatMap(split_words)
-                    | 'Pair' >> beam.Map(lambda w: (w, 1))
-                    | beam.CombinePerKey(sum), fp_word)
+
+    return checksum(
+        p
+        | ReadFromText(text_file(ctx.workdir, n))
+        | 'Split' >> beam.FlatMap(split_words)
+        | 'Pair' >> beam.Map(lambda w: (w, 1))
+        | beam.CombinePerKey(sum),
+        fp_word,
+    )
 
 
 def _sum_values(kv):
@@ -332,14 +355,19 @@ def _sum_values(kv):
 
 def beam_p3g(p, n, ctx):
     import apache_beam as beam
-    return checksum(generate(p, n, ctx.chunks)
-                    | 'ToKV' >> beam.Map(to_gbk_kv)
-                    | beam.GroupByKey()
-                    | 'Sum' >> beam.Map(_sum_values), fp_kv)
+
+    return checksum(
+        generate(p, n, ctx.chunks)
+        | 'ToKV' >> beam.Map(to_gbk_kv)
+        | beam.GroupByKey()
+        | 'Sum' >> beam.Map(_sum_values),
+        fp_kv,
+    )
 
 
 def _stamp(x):
     from apache_beam.transforms.window import TimestampedValue
+
     return TimestampedValue(to_gbk_kv(x), event_time(x))
 
 
@@ -351,24 +379,33 @@ def beam_p3w(p, n, ctx):
         k, values = kv
         return k, int(w.start), sum(values)
 
-    return checksum(generate(p, n, ctx.chunks)
-                    | 'Stamp' >> beam.Map(_stamp)
-                    | 'Fixed60' >> beam.WindowInto(window.FixedWindows(WINDOW_SECONDS))
-                    | beam.GroupByKey()
-                    | 'SumGroup' >> beam.Map(sum_group)
-                    | 'Global' >> beam.WindowInto(window.GlobalWindows()), fp_window)
+    return checksum(
+        generate(p, n, ctx.chunks)
+        | 'Stamp' >> beam.Map(_stamp)
+        | 'Fixed60' >> beam.WindowInto(window.FixedWindows(WINDOW_SECONDS))
+        | beam.GroupByKey()
+        | 'SumGroup' >> beam.Map(sum_group)
+        | 'Global' >> beam.WindowInto(window.GlobalWindows()),
+        fp_window,
+    )
 
 
 def beam_p4(p, n, ctx):
     import apache_beam as beam
+
     side_chunk = SIDE_ENTRIES // SIDE_CHUNKS
-    side = (p
-            | 'SideSeeds' >> beam.Create(range(SIDE_CHUNKS))
-            | 'SideEntries' >> beam.FlatMap(
-                lambda i: ((k, side_value(k))
-                           for k in range(i * side_chunk, (i + 1) * side_chunk))))
-    return checksum(generate(p, n, ctx.chunks)
-                    | 'Lookup' >> beam.Map(lookup, beam.pvalue.AsDict(side)), fp_lookup)
+    side = (
+        p
+        | 'SideSeeds' >> beam.Create(range(SIDE_CHUNKS))
+        | 'SideEntries'
+        >> beam.FlatMap(
+            lambda i: ((k, side_value(k)) for k in range(i * side_chunk, (i + 1) * side_chunk))
+        )
+    )
+    return checksum(
+        generate(p, n, ctx.chunks) | 'Lookup' >> beam.Map(lookup, beam.pvalue.AsDict(side)),
+        fp_lookup,
+    )
 
 
 def make_running_count():
@@ -384,8 +421,7 @@ def make_running_count():
         COUNT = ReadModifyWriteStateSpec('count', VarIntCoder())
         FINAL = TimerSpec('final', TimeDomain.WATERMARK)
 
-        def process(self, kv, count=beam.DoFn.StateParam(COUNT),
-                    final=beam.DoFn.TimerParam(FINAL)):
+        def process(self, kv, count=beam.DoFn.StateParam(COUNT), final=beam.DoFn.TimerParam(FINAL)):
             k, _ = kv
             c = (count.read() or 0) + 1
             count.write(c)
@@ -394,8 +430,7 @@ def make_running_count():
             yield k, c
 
         @on_timer(FINAL)
-        def emit_final(self, key=beam.DoFn.KeyParam,
-                       count=beam.DoFn.StateParam(COUNT)):
+        def emit_final(self, key=beam.DoFn.KeyParam, count=beam.DoFn.StateParam(COUNT)):
             yield key + KEYS, count.read()
 
     return RunningCount()
@@ -403,23 +438,28 @@ def make_running_count():
 
 def beam_p5(p, n, ctx):
     import apache_beam as beam
-    return checksum(generate(p, n, ctx.chunks)
-                    | 'ToKV' >> beam.Map(to_kv)
-                    | 'RunningCount' >> beam.ParDo(make_running_count()), fp_kv)
+
+    return checksum(
+        generate(p, n, ctx.chunks)
+        | 'ToKV' >> beam.Map(to_kv)
+        | 'RunningCount' >> beam.ParDo(make_running_count()),
+        fp_kv,
+    )
 
 
 def beam_p6(p, n, ctx):
     import apache_beam as beam
+
     return checksum(p | beam.Create(range(10)), fp_p6)
 
 
 # ---------------------------------------------------------------------------
 # Hand-written PySpark on RDDs.
 
+
 def _rdd_range(sc, n, chunks):
     chunk = -(-n // chunks)
-    return sc.parallelize(range(chunks), chunks).flatMap(
-        lambda i: chunk_range(i, chunk, n))
+    return sc.parallelize(range(chunks), chunks).flatMap(lambda i: chunk_range(i, chunk, n))
 
 
 def _rdd_checksum(rdd, fp):
@@ -433,8 +473,9 @@ def rdd_p1(spark, n, ctx):
 
 def rdd_p2(spark, n, ctx):
     lines = spark.sparkContext.textFile(text_file(ctx.workdir, n), ctx.parallelism)
-    counts = (lines.flatMap(split_words).map(lambda w: (w, 1))
-              .reduceByKey(operator.add, ctx.parallelism))
+    counts = (
+        lines.flatMap(split_words).map(lambda w: (w, 1)).reduceByKey(operator.add, ctx.parallelism)
+    )
     return _rdd_checksum(counts, fp_word)
 
 
@@ -449,8 +490,7 @@ def rdd_p3w(spark, n, ctx):
         return (x % GBK_KEYS, t // WINDOW_SECONDS * WINDOW_SECONDS), x
 
     rdd = _rdd_range(spark.sparkContext, n, ctx.chunks).map(keyed)
-    sums = rdd.groupByKey(ctx.parallelism).map(
-        lambda kv: (kv[0][0], kv[0][1], sum(kv[1])))
+    sums = rdd.groupByKey(ctx.parallelism).map(lambda kv: (kv[0][0], kv[0][1], sum(kv[1])))
     return _rdd_checksum(sums, fp_window)
 
 
@@ -458,9 +498,13 @@ def rdd_p4(spark, n, ctx):
     sc = spark.sparkContext
     # The side table is built by a Spark job, as in the Beam pipeline.
     side_chunk = SIDE_ENTRIES // SIDE_CHUNKS
-    table = dict(sc.parallelize(range(SIDE_CHUNKS), SIDE_CHUNKS).flatMap(
-        lambda i: ((k, side_value(k))
-                   for k in range(i * side_chunk, (i + 1) * side_chunk))).collect())
+    table = dict(
+        sc.parallelize(range(SIDE_CHUNKS), SIDE_CHUNKS)
+        .flatMap(
+            lambda i: ((k, side_value(k)) for k in range(i * side_chunk, (i + 1) * side_chunk))
+        )
+        .collect()
+    )
     shared = sc.broadcast(table)
     try:
         rdd = _rdd_range(sc, n, ctx.chunks).map(lambda x: lookup(x, shared.value))
@@ -489,8 +533,10 @@ def rdd_p6(spark, n, ctx):
 # ---------------------------------------------------------------------------
 # Hand-written PySpark on DataFrames with mapInArrow (Connect-compatible APIs).
 
+
 def _checksum_row(df, count_expr, sum_expr, weighted_expr):
     from pyspark.sql import functions as F
+
     row = df.agg(F.count(count_expr), F.sum(sum_expr), F.sum(weighted_expr)).collect()[0]
     return tuple(int(v or 0) for v in row)
 
@@ -505,17 +551,20 @@ def _arrow_map(fn, names):
             for x in batch.column(0).to_pylist():
                 for column, value in zip(columns, fn(x)):
                     column.append(value)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c) for c in columns], names=list(names))
+            yield pa.RecordBatch.from_arrays([pa.array(c) for c in columns], names=list(names))
+
     return run
 
 
 def arrow_p1(spark, n, ctx):
     from pyspark.sql import functions as F
-    sums = (spark.range(n)
-            .mapInArrow(_arrow_map(lambda x: double(to_kv(x)), ('k', 'v')),
-                        'k long, v long')
-            .groupBy('k').agg(F.sum('v').alias('s')))
+
+    sums = (
+        spark.range(n)
+        .mapInArrow(_arrow_map(lambda x: double(to_kv(x)), ('k', 'v')), 'k long, v long')
+        .groupBy('k')
+        .agg(F.sum('v').alias('s'))
+    )
     return _checksum_row(sums, F.lit(1), F.col('s'), (F.col('k') + 1) * F.col('s'))
 
 
@@ -528,70 +577,97 @@ def arrow_p2(spark, n, ctx):
             out = [w for line in batch.column(0).to_pylist() for w in split_words(line)]
             yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=['w'])
 
-    counts = (spark.read.text(text_file(ctx.workdir, n))
-              .mapInArrow(words, 'w string').groupBy('w').count())
-    return _checksum_row(counts, F.lit(1), F.col('count'),
-                         (F.substring('w', 2, 10).cast('long') + 1) * F.col('count'))
+    counts = (
+        spark.read.text(text_file(ctx.workdir, n))
+        .mapInArrow(words, 'w string')
+        .groupBy('w')
+        .count()
+    )
+    return _checksum_row(
+        counts,
+        F.lit(1),
+        F.col('count'),
+        (F.substring('w', 2, 10).cast('long') + 1) * F.col('count'),
+    )
 
 
 def arrow_p3g(spark, n, ctx):
     from pyspark.sql import functions as F
-    sums = (spark.range(n)
-            .mapInArrow(_arrow_map(to_gbk_kv, ('k', 'v')), 'k long, v long')
-            .groupBy('k').agg(F.sum('v').alias('s')))
+
+    sums = (
+        spark.range(n)
+        .mapInArrow(_arrow_map(to_gbk_kv, ('k', 'v')), 'k long, v long')
+        .groupBy('k')
+        .agg(F.sum('v').alias('s'))
+    )
     return _checksum_row(sums, F.lit(1), F.col('s'), (F.col('k') + 1) * F.col('s'))
 
 
 def arrow_p3w(spark, n, ctx):
     from pyspark.sql import functions as F
-    sums = (spark.range(n)
-            .mapInArrow(_arrow_map(lambda x: (*to_gbk_kv(x), event_time(x)),
-                                   ('k', 'v', 't')), 'k long, v long, t long')
-            .groupBy('k', F.window(F.timestamp_seconds('t'), f'{WINDOW_SECONDS} seconds'))
-            .agg(F.sum('v').alias('s'))
-            .select('k', F.unix_timestamp(F.col('window.start')).alias('w'), 's'))
+
+    sums = (
+        spark.range(n)
+        .mapInArrow(
+            _arrow_map(lambda x: (*to_gbk_kv(x), event_time(x)), ('k', 'v', 't')),
+            'k long, v long, t long',
+        )
+        .groupBy('k', F.window(F.timestamp_seconds('t'), f'{WINDOW_SECONDS} seconds'))
+        .agg(F.sum('v').alias('s'))
+        .select('k', F.unix_timestamp(F.col('window.start')).alias('w'), 's')
+    )
     return _checksum_row(
-        sums, F.lit(1), F.col('s'),
-        (F.col('k') + 1) * (F.floor(F.col('w') / WINDOW_SECONDS) + 1) * F.col('s'))
+        sums,
+        F.lit(1),
+        F.col('s'),
+        (F.col('k') + 1) * (F.floor(F.col('w') / WINDOW_SECONDS) + 1) * F.col('s'),
+    )
 
 
 def arrow_p4(spark, n, ctx):
     from pyspark.sql import functions as F
-    side = spark.range(SIDE_ENTRIES).select(
-        F.col('id').alias('k'), ((F.col('id') * 7) % 1009).alias('v')).toArrow()
+
+    side = (
+        spark.range(SIDE_ENTRIES)
+        .select(F.col('id').alias('k'), ((F.col('id') * 7) % 1009).alias('v'))
+        .toArrow()
+    )
     table = dict(zip(side.column('k').to_pylist(), side.column('v').to_pylist()))
     out = spark.range(n).mapInArrow(
-        _arrow_map(lambda x: lookup(x, table), ('x', 'v')), 'x long, v long')
+        _arrow_map(lambda x: lookup(x, table), ('x', 'v')), 'x long, v long'
+    )
     return _checksum_row(out, F.lit(1), F.col('v'), F.col('x') * F.col('v'))
 
 
 def arrow_p5(spark, n, ctx):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     kv = spark.range(n).mapInArrow(_arrow_map(to_kv, ('k', 'x')), 'k long, x long')
-    running = kv.select('k', F.row_number().over(
-        Window.partitionBy('k').orderBy('x')).alias('c'))
-    final = kv.groupBy('k').count().select(
-        (F.col('k') + KEYS).alias('k'), F.col('count').alias('c'))
+    running = kv.select('k', F.row_number().over(Window.partitionBy('k').orderBy('x')).alias('c'))
+    final = (
+        kv.groupBy('k').count().select((F.col('k') + KEYS).alias('k'), F.col('count').alias('c'))
+    )
     out = running.unionByName(final)
     return _checksum_row(out, F.lit(1), F.col('c'), (F.col('k') + 1) * F.col('c'))
 
 
 def arrow_p6(spark, n, ctx):
     from pyspark.sql import functions as F
-    return _checksum_row(spark.range(10), F.lit(1), F.col('id'),
-                         F.col('id') * F.col('id'))
+
+    return _checksum_row(spark.range(10), F.lit(1), F.col('id'), F.col('id') * F.col('id'))
 
 
 # ---------------------------------------------------------------------------
+
 
 @dataclass
 class Benchmark:
     name: str
     title: str
     reference: Callable
-    fixed_size: Optional[int] = None   # P6 ignores --sizes
-    dask: bool = True                  # False: DaskRunner lacks what it needs
+    fixed_size: Optional[int] = None  # P6 ignores --sizes
+    dask: bool = True  # False: DaskRunner lacks what it needs
 
     def beam(self, p, n, ctx):
         return globals()['beam_' + self.name.lower()](p, n, ctx)
@@ -603,30 +679,44 @@ class Benchmark:
         return globals()['arrow_' + self.name.lower()](spark, n, ctx)
 
 
-BENCHMARKS = {b.name: b for b in (
-    Benchmark('P1', 'Map, Map, CombinePerKey(sum), 1000 keys', reference_p1),
-    Benchmark('P2', 'wordcount, ReadFromText, 10k words', reference_p2),
-    Benchmark('P3g', 'GroupByKey, 10k keys, global window', reference_p3g),
-    Benchmark('P3w', 'GroupByKey, 10k keys, FixedWindows(60)', reference_p3w),
-    Benchmark('P4', 'Map with AsDict side input of 100k', reference_p4),
-    Benchmark('P5', 'stateful running count + timer, 1000 keys', reference_p5,
-              dask=False),
-    Benchmark('P6', '10 elements, CombineGlobally (fixed cost)', reference_p6,
-              fixed_size=10),
-)}
+BENCHMARKS = {
+    b.name: b
+    for b in (
+        Benchmark('P1', 'Map, Map, CombinePerKey(sum), 1000 keys', reference_p1),
+        Benchmark('P2', 'wordcount, ReadFromText, 10k words', reference_p2),
+        Benchmark('P3g', 'GroupByKey, 10k keys, global window', reference_p3g),
+        Benchmark('P3w', 'GroupByKey, 10k keys, FixedWindows(60)', reference_p3w),
+        Benchmark('P4', 'Map with AsDict side input of 100k', reference_p4),
+        Benchmark('P5', 'stateful running count + timer, 1000 keys', reference_p5, dask=False),
+        Benchmark('P6', '10 elements, CombineGlobally (fixed cost)', reference_p6, fixed_size=10),
+    )
+}
 
-ENGINES = ('inproc', 'inproc_small', 'inproc_nosmall', 'inproc_timeonly',
-           'inproc_handover1', 'inproc_split1', 'inproc_sidespark',
-           'inproc_split5', 'direct',
-           'direct_mp', 'dask', 'rdd', 'arrow')
+ENGINES = (
+    'inproc',
+    'inproc_small',
+    'inproc_nosmall',
+    'inproc_timeonly',
+    'inproc_handover1',
+    'inproc_split1',
+    'inproc_sidespark',
+    'inproc_split5',
+    'direct',
+    'direct_mp',
+    'dask',
+    'rdd',
+    'arrow',
+)
 DEFAULT_ENGINES = ('inproc', 'direct', 'direct_mp', 'dask', 'rdd', 'arrow')
 # This runner with small data in the driver on/off (A/B of its default).
-SMALL_DATA_ARGS = {'inproc_small': ['--spark_small_data_kb=64'],
-                   'inproc_nosmall': ['--spark_small_data_kb=0'],
-                   # A/B of runner-initiated splitting's first split (a read
-                   # of one restriction runs alone on one core until then).
-                   'inproc_split1': ['--spark_split_after_seconds=1'],
-                   'inproc_split5': ['--spark_split_after_seconds=5']}
+SMALL_DATA_ARGS = {
+    'inproc_small': ['--spark_small_data_kb=64'],
+    'inproc_nosmall': ['--spark_small_data_kb=0'],
+    # A/B of runner-initiated splitting's first split (a read
+    # of one restriction runs alone on one core until then).
+    'inproc_split1': ['--spark_split_after_seconds=1'],
+    'inproc_split5': ['--spark_split_after_seconds=5'],
+}
 ENGINE_TITLES = {
     'inproc': 'this runner',
     'inproc_small': 'this runner, small data on',
@@ -642,12 +732,14 @@ ENGINE_TITLES = {
     'rdd': 'PySpark RDD',
     'arrow': 'PySpark mapInArrow',
 }
-ENGINE_TITLES.update({cpu_load.loaded(e): f'{title} + load'
-                      for e, title in list(ENGINE_TITLES.items())})
+ENGINE_TITLES.update(
+    {cpu_load.loaded(e): f'{title} + load' for e, title in list(ENGINE_TITLES.items())}
+)
 
 
 # ---------------------------------------------------------------------------
 # /proc sampling: peak Python worker memory and CPU seconds per process kind.
+
 
 def _proc_table() -> dict:
     """pid -> (ppid, comm, utime+stime seconds, rss bytes) for every process."""
@@ -662,12 +754,15 @@ def _proc_table() -> dict:
                 raw = f.read()
         except OSError:
             continue
-        comm = raw[raw.index('(') + 1:raw.rindex(')')]
-        fields = raw[raw.rindex(')') + 2:].split()
+        comm = raw[raw.index('(') + 1 : raw.rindex(')')]
+        fields = raw[raw.rindex(')') + 2 :].split()
         # fields[0] is state (stat field 3): ppid is 4, utime 14, stime 15, rss 24.
-        table[int(name)] = (int(fields[1]), comm,
-                            (int(fields[11]) + int(fields[12])) / tick,
-                            int(fields[21]) * page)
+        table[int(name)] = (
+            int(fields[1]),
+            comm,
+            (int(fields[11]) + int(fields[12])) / tick,
+            int(fields[21]) * page,
+        )
     return table
 
 
@@ -690,8 +785,8 @@ class Sampler:
     def __init__(self, interval: float = 0.1):
         self.interval = interval
         self.me = os.getpid()
-        self.peak_spark_worker_rss = 0   # Python processes below the JVM
-        self.peak_other_worker_rss = 0   # other Python children (Dask, FnApiRunner)
+        self.peak_spark_worker_rss = 0  # Python processes below the JVM
+        self.peak_other_worker_rss = 0  # other Python children (Dask, FnApiRunner)
         self.peak_self_rss = 0
         self._first_cpu: dict = {}
         self._last_cpu: dict = {}
@@ -735,9 +830,15 @@ class Sampler:
             if pid not in table or pid in cpu_load.CpuBurner.pids:
                 continue
             _, comm, cpu, rss = table[pid]
-            kind = ('driver' if pid == self.me else
-                    'jvm' if comm == 'java' else
-                    'python' if comm.startswith('python') else 'other')
+            kind = (
+                'driver'
+                if pid == self.me
+                else 'jvm'
+                if comm == 'java'
+                else 'python'
+                if comm.startswith('python')
+                else 'other'
+            )
             self._kind[pid] = kind
             # A process first seen during the run started during it (cpu from 0)
             # unless it was there at the first sample.
@@ -767,10 +868,11 @@ class Sampler:
 
 # ---------------------------------------------------------------------------
 
+
 @dataclass
 class Cell:
     times: list = field(default_factory=list)
-    cpu: list = field(default_factory=list)   # per run: {process kind: CPU s}
+    cpu: list = field(default_factory=list)  # per run: {process kind: CPU s}
     fresh: list = field(default_factory=list)  # per run: Python workers started
     peak_rss: int = 0
     error: Optional[str] = None
@@ -793,9 +895,14 @@ class Harness:
     def dask_address(self) -> str:
         if self._dask_cluster is None:
             from dask.distributed import LocalCluster
+
             self._dask_cluster = LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.ERROR)
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
         return self._dask_cluster.scheduler_address
 
     def close(self):
@@ -808,25 +915,30 @@ class Harness:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         from beam_spark_inproc import InProcessSparkRunner
-        if (engine in ('inproc', 'inproc_timeonly', 'inproc_handover1',
-                       'inproc_sidespark') or
-                engine in SMALL_DATA_ARGS):
+
+        if (
+            engine in ('inproc', 'inproc_timeonly', 'inproc_handover1', 'inproc_sidespark')
+            or engine in SMALL_DATA_ARGS
+        ):
             return InProcessSparkRunner(spark=self.spark), PipelineOptions(
-                SMALL_DATA_ARGS.get(engine, []) + list(extra_args))
+                SMALL_DATA_ARGS.get(engine, []) + list(extra_args)
+            )
         if engine == 'direct':
             return FnApiRunner(), PipelineOptions([])
         if engine == 'direct_mp':
             return FnApiRunner(), PipelineOptions(
-                direct_num_workers=2, direct_running_mode='multi_processing')
+                direct_num_workers=2, direct_running_mode='multi_processing'
+            )
         if engine == 'dask':
             from apache_beam.runners.dask.dask_runner import DaskRunner
-            return DaskRunner(), PipelineOptions(
-                [f'--dask_client_address={self.dask_address()}'])
+
+            return DaskRunner(), PipelineOptions([f'--dask_client_address={self.dask_address()}'])
         raise ValueError(engine)
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
         from beam_spark_inproc.execution import small
+
         runner, options = self.beam_runner(engine, extra_args)
         path = os.path.join(self.workdir, f'{bench.name}-{engine}-{uuid.uuid4().hex}.txt')
         # A/B of the small-data watchdog's element limit: before it, a stage
@@ -845,8 +957,7 @@ class Harness:
             small.COLLECTED_SECONDS = 0
         try:
             with beam.Pipeline(runner=runner, options=options) as p:
-                _ = (bench.beam(p, n, self)
-                     | 'WriteResult' >> beam.ParDo(make_write_result(path)))
+                _ = bench.beam(p, n, self) | 'WriteResult' >> beam.ParDo(make_write_result(path))
         finally:
             small.MAX_ELEMENTS = max_elements
             small.MAX_HANDOVERS = handovers
@@ -860,10 +971,11 @@ class Harness:
             if os.path.exists(path):
                 os.remove(path)
 
-    def run(self, bench: Benchmark, n: int, engine: str,
-            extra_args=()) -> tuple[float, tuple, Sampler]:
+    def run(
+        self, bench: Benchmark, n: int, engine: str, extra_args=()
+    ) -> tuple[float, tuple, Sampler]:
         if bench.name == 'P2':
-            text_file(self.workdir, n)   # written before the clock starts
+            text_file(self.workdir, n)  # written before the clock starts
         if cpu_load.is_loaded(engine):
             self.burner.on()
         engine = cpu_load.base(engine)
@@ -891,12 +1003,13 @@ def _short_error(e: BaseException) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
-def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
-            budget: float, expected: dict) -> list:
+def measure(
+    harness: Harness, bench: Benchmark, sizes, engines, repeats: int, budget: float, expected: dict
+) -> list:
     """One warm-up run per engine at the smallest size, then per size ``repeats``
     runs, engines interleaved. Runs over ``budget`` end that engine's sizes."""
-    broken: dict = {}    # engine -> error
-    over: dict = {}      # engine -> why larger sizes are skipped
+    broken: dict = {}  # engine -> error
+    over: dict = {}  # engine -> why larger sizes are skipped
 
     def attempt(engine: str, n: int, label: str, cell: Optional[Cell]):
         try:
@@ -907,26 +1020,31 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
             _log(''.join(traceback.format_exception(e))[-2000:])
             return None
         if result != expected[n]:
-            broken[engine] = (f'wrong result at N={n:,}: {result}, '
-                              f'expected {expected[n]}')
+            broken[engine] = f'wrong result at N={n:,}: {result}, expected {expected[n]}'
             _log(f'  {bench.name} n={n:,} {engine} {label}: WRONG RESULT')
             return None
-        rss = (sampler.peak_self_rss if cpu_load.base(engine) == 'direct' else
-               sampler.peak_other_worker_rss if cpu_load.base(engine) in ('direct_mp', 'dask') else
-               sampler.peak_spark_worker_rss)
+        rss = (
+            sampler.peak_self_rss
+            if cpu_load.base(engine) == 'direct'
+            else sampler.peak_other_worker_rss
+            if cpu_load.base(engine) in ('direct_mp', 'dask')
+            else sampler.peak_spark_worker_rss
+        )
         # CPU seconds by process kind: on a loaded machine steadier than wall.
         cpu = sampler.cpu_seconds()
-        _log(f'  {bench.name} n={n:,} {engine:14s} {label}: {seconds:7.2f} s  '
-             f'peak worker {rss / 2**20:6.0f} MB  ok  CPU s '
-             + ' '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
-             + f'  fresh workers {len(sampler.fresh_spark_workers)}'
-             + f'  load {os.getloadavg()[0]:.1f}')
+        _log(
+            f'  {bench.name} n={n:,} {engine:14s} {label}: {seconds:7.2f} s  '
+            f'peak worker {rss / 2**20:6.0f} MB  ok  CPU s '
+            + ' '.join(f'{k} {v:.2f}' for k, v in sorted(cpu.items()))
+            + f'  fresh workers {len(sampler.fresh_spark_workers)}'
+            + f'  load {os.getloadavg()[0]:.1f}'
+        )
         if cell is not None:
             cell.times.append(seconds)
             cell.cpu.append(cpu)
             cell.fresh.append(len(sampler.fresh_spark_workers))
             cell.peak_rss = max(cell.peak_rss, rss)
-        if seconds > budget and cell is not None:   # a warm-up run does not count
+        if seconds > budget and cell is not None:  # a warm-up run does not count
             over[engine] = f'{n:,} took {seconds:.0f} s (budget {budget:.0f} s)'
         return seconds
 
@@ -947,7 +1065,7 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
                 if engine in broken or engine in skipped_here:
                     continue
                 if engine in over and r > 0:
-                    continue         # over budget at this size: one run only
+                    continue  # over budget at this size: one run only
                 attempt(engine, n, f'run {r + 1}/{repeats}', cells[engine])
         for engine in engines:
             if engine in broken:
@@ -960,6 +1078,7 @@ def measure(harness: Harness, bench: Benchmark, sizes, engines, repeats: int,
 
 # ---------------------------------------------------------------------------
 # Where this runner's time goes.
+
 
 class _JobLog(logging.Handler):
     """Collects the runner's progress lines (one per Spark job it starts)."""
@@ -978,10 +1097,12 @@ def fixed_cost(harness: Harness) -> str:
     """P6 once with the runner's progress log: the Spark jobs and their times."""
     bench = BENCHMARKS['P6']
     for _ in range(3):
-        harness.run(bench, 10, 'inproc')   # warm
+        harness.run(bench, 10, 'inproc')  # warm
     log = _JobLog()
-    loggers = [logging.getLogger('beam_spark_inproc.progress'),
-               logging.getLogger('beam_spark_inproc.runner')]
+    loggers = [
+        logging.getLogger('beam_spark_inproc.progress'),
+        logging.getLogger('beam_spark_inproc.runner'),
+    ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.addHandler(log)
@@ -993,19 +1114,20 @@ def fixed_cost(harness: Harness) -> str:
             lg.removeHandler(log)
             lg.setLevel(level)
     assert result == reference_p6(10)
-    lines = [f'### Fixed cost: P6 takes {seconds:.2f} s; the runner\'s log of that run', '']
+    lines = [f"### Fixed cost: P6 takes {seconds:.2f} s; the runner's log of that run", '']
     lines += [f'    {line}' for line in log.lines]
     return '\n'.join(lines)
 
 
 def profile(harness: Harness, name: str, n: int) -> str:
     from beam_spark_inproc.worker import profiling
+
     bench = BENCHMARKS[name]
     expected = tuple(bench.reference(n))
     lines = [f'### Where the time goes: {name} ({bench.title}) at N={n:,}', '']
     runs = {}
     for engine in ('inproc', 'direct'):
-        harness.run(bench, min(n, 100_000), engine)   # warm
+        harness.run(bench, min(n, 100_000), engine)  # warm
         seconds, result, sampler = harness.run(bench, n, engine)
         assert result == expected, (engine, result, expected)
         runs[engine] = (seconds, sampler.cpu_seconds())
@@ -1022,36 +1144,42 @@ def profile(harness: Harness, name: str, n: int) -> str:
     total = sum(cpu.values())
     lines.append('| | wall s | CPU s: driver | JVM | Python workers | total |')
     lines.append('|---|---:|---:|---:|---:|---:|')
-    lines.append(f'| this runner, local[2] | {seconds:.2f} | {cpu.get("driver", 0):.2f} | '
-                 f'{cpu.get("jvm", 0):.2f} | {cpu.get("python", 0):.2f} | {total:.2f} |')
-    lines.append(f'| FnApiRunner, in-memory | {direct_seconds:.2f} | '
-                 f'{beam_cpu:.2f} | - | - | {beam_cpu:.2f} |')
+    lines.append(
+        f'| this runner, local[2] | {seconds:.2f} | {cpu.get("driver", 0):.2f} | '
+        f'{cpu.get("jvm", 0):.2f} | {cpu.get("python", 0):.2f} | {total:.2f} |'
+    )
+    lines.append(
+        f'| FnApiRunner, in-memory | {direct_seconds:.2f} | '
+        f'{beam_cpu:.2f} | - | - | {beam_cpu:.2f} |'
+    )
     lines.append('')
     lines.append(
-        f'CPU beyond the FnApiRunner\'s (Beam\'s bundle work plus its in-process '
+        f"CPU beyond the FnApiRunner's (Beam's bundle work plus its in-process "
         f'runner): {(total - beam_cpu) / beam_cpu * 100:+.0f}%. Cores busy: '
-        f'{total / seconds:.2f} of {os.cpu_count()}.')
+        f'{total / seconds:.2f} of {os.cpu_count()}.'
+    )
     lines.append('')
     by = summary['seconds_by_category']
     profiled = sum(by.values()) or 1.0
     lines.append(
         f'Python workers, profiled run ({summary["bundles"]} bundles; bundle threads '
         f'{summary["thread_cpu_seconds"]:.1f} CPU s under cProfile): own time by '
-        'category, and that share of the unprofiled run\'s Python worker CPU. '
-        'cProfile sees calls made from Python code: Beam\'s coders called from '
+        "category, and that share of the unprofiled run's Python worker CPU. "
+        "cProfile sees calls made from Python code: Beam's coders called from "
         'its compiled (Cython) operations count as Beam bundle work; builtins count '
-        'with user code:')
+        'with user code:'
+    )
     lines.append('')
     lines.append('| category | share | ≈ CPU s unprofiled |')
     lines.append('|---|---:|---:|')
     for category, value in sorted(by.items(), key=lambda kv: -kv[1]):
         share = value / profiled
-        lines.append(f'| {category} | {share * 100:.0f}% | '
-                     f'{share * cpu.get("python", 0):.2f} |')
+        lines.append(f'| {category} | {share * 100:.0f}% | {share * cpu.get("python", 0):.2f} |')
     return '\n'.join(lines)
 
 
 # ---------------------------------------------------------------------------
+
 
 def _fmt_seconds(cell: Optional[Cell]) -> str:
     if cell is None:
@@ -1088,30 +1216,35 @@ def _java() -> str:
         return '?'
 
 
-def report(results: list, engines, args, started, elapsed, load_before,
-           load_after) -> str:
+def report(results: list, engines, args, started, elapsed, load_before, load_after) -> str:
     lines = ['## beam-spark-inproc benchmarks', '']
     lines.append(
-        f'- date: {started.isoformat(timespec="seconds")}; total run {elapsed / 60:.1f} min')
+        f'- date: {started.isoformat(timespec="seconds")}; total run {elapsed / 60:.1f} min'
+    )
     lines.append(
         f'- {os.cpu_count()} cores; Spark master {args.master} (one session for all '
         f'runs); 1-min load average at start/end: {load_before[0]:.2f} / '
-        f'{load_after[0]:.2f}' + (
-            f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else '')
+        f'{load_after[0]:.2f}'
+        + (f'; extra Spark conf: {", ".join(args.conf)}' if args.conf else '')
         + ("; a user's session (Spark's defaults)" if args.user_session else '')
-        + ('; "+ load": with one CPU-bound process beside the run'
-           if args.load_burner else ''))
+        + ('; "+ load": with one CPU-bound process beside the run' if args.load_burner else '')
+    )
     lines.append(
         f'- python {platform.python_version()}, pyspark {_version("pyspark")}, '
         f'apache-beam {_version("apache_beam")}, pyarrow {_version("pyarrow")}, '
-        f'dask {_version("dask")}, {_java()}')
+        f'dask {_version("dask")}, {_java()}'
+    )
     lines.append(
         f'- wall seconds: median of {args.repeats} run(s) (min–max) after a warm-up '
-        f'run; engines interleaved; runs over {args.budget:.0f} s end that engine\'s '
-        'larger sizes; every result checked against a pure-Python reference')
+        f"run; engines interleaved; runs over {args.budget:.0f} s end that engine's "
+        'larger sizes; every result checked against a pure-Python reference'
+    )
     lines.append('')
-    header = (['pipeline', 'N'] + [ENGINE_TITLES[e] for e in engines]
-              + ['÷ DirectRunner', '÷ PySpark RDD', '÷ mapInArrow', 'load'])
+    header = (
+        ['pipeline', 'N']
+        + [ENGINE_TITLES[e] for e in engines]
+        + ['÷ DirectRunner', '÷ PySpark RDD', '÷ mapInArrow', 'load']
+    )
     lines.append('| ' + ' | '.join(header) + ' |')
     lines.append('|' + '|'.join(['---'] * 2 + ['---:'] * (len(header) - 2)) + '|')
     notes = []
@@ -1119,100 +1252,156 @@ def report(results: list, engines, args, started, elapsed, load_before,
         row = [f'{bench.name} {bench.title}', f'{n:,}']
         row += [_fmt_seconds(cells.get(e)) for e in engines]
         me = cells.get('inproc')
-        row += [_fmt_ratio(me, cells.get('direct')), _fmt_ratio(me, cells.get('rdd')),
-                _fmt_ratio(me, cells.get('arrow')), f'{load:.1f}']
+        row += [
+            _fmt_ratio(me, cells.get('direct')),
+            _fmt_ratio(me, cells.get('rdd')),
+            _fmt_ratio(me, cells.get('arrow')),
+            f'{load:.1f}',
+        ]
         lines.append('| ' + ' | '.join(row) + ' |')
         for e, cell in cells.items():
             if cell.error:
                 notes.append(f'- {bench.name} N={n:,} {ENGINE_TITLES[e]}: n/a, {cell.error}')
             elif cell.skipped:
-                notes.append(f'- {bench.name} N={n:,} {ENGINE_TITLES[e]}: skipped, '
-                             f'{cell.skipped}')
+                notes.append(f'- {bench.name} N={n:,} {ENGINE_TITLES[e]}: skipped, {cell.skipped}')
     lines.append('')
-    lines.append('Peak Python worker memory (MB, largest resident set of one Python '
-                 'worker process over the runs; DirectRunner: this process):')
+    lines.append(
+        'Peak Python worker memory (MB, largest resident set of one Python '
+        'worker process over the runs; DirectRunner: this process):'
+    )
     lines.append('')
     lines.append('| pipeline | N | ' + ' | '.join(ENGINE_TITLES[e] for e in engines) + ' |')
     lines.append('|---|---|' + '---:|' * len(engines))
     for bench, n, cells, _ in results:
         row = [bench.name, f'{n:,}'] + [
             f'{cells[e].peak_rss / 2**20:.0f}' if e in cells and cells[e].times else '-'
-            for e in engines]
+            for e in engines
+        ]
         lines.append('| ' + ' | '.join(row) + ' |')
     lines.append('')
     if notes:
         lines.extend(notes)
         lines.append('')
     lines += cpu_load.report_load(results, engines)
-    lines.append('CPU seconds per run, median per process kind (driver: this '
-                 'process; jvm; python: Spark\'s Python workers, or FnApiRunner\'s '
-                 'and Dask\'s worker processes), and the Python workers Spark '
-                 'started during the runs (it ends a pool\'s idle workers after a '
-                 'minute without tasks: a run after such a pause pays the imports '
-                 'of new workers):')
+    lines.append(
+        'CPU seconds per run, median per process kind (driver: this '
+        "process; jvm; python: Spark's Python workers, or FnApiRunner's "
+        "and Dask's worker processes), and the Python workers Spark "
+        "started during the runs (it ends a pool's idle workers after a "
+        'minute without tasks: a run after such a pause pays the imports '
+        'of new workers):'
+    )
     lines.append('')
-    lines.append('| pipeline | N | engine | driver | jvm | python | total | '
-                 'total / wall | new workers per run |')
+    lines.append(
+        '| pipeline | N | engine | driver | jvm | python | total | '
+        'total / wall | new workers per run |'
+    )
     lines.append('|---|---|---|---:|---:|---:|---:|---:|---|')
     for bench, n, cells, _ in results:
         for e, cell in cells.items():
             if not cell.cpu or cell.median is None:
                 continue
-            kinds = {k: statistics.median(c.get(k, 0.0) for c in cell.cpu)
-                     for k in ('driver', 'jvm', 'python')}
+            kinds = {
+                k: statistics.median(c.get(k, 0.0) for c in cell.cpu)
+                for k in ('driver', 'jvm', 'python')
+            }
             total = statistics.median(sum(c.values()) for c in cell.cpu)
-            lines.append(f'| {bench.name} | {n:,} | {ENGINE_TITLES[e]} | '
-                         f'{kinds["driver"]:.2f} | {kinds["jvm"]:.2f} | '
-                         f'{kinds["python"]:.2f} | {total:.2f} | '
-                         f'{total / cell.median:.2f} | '
-                         f'{" ".join(map(str, cell.fresh))} |')
+            lines.append(
+                f'| {bench.name} | {n:,} | {ENGINE_TITLES[e]} | '
+                f'{kinds["driver"]:.2f} | {kinds["jvm"]:.2f} | '
+                f'{kinds["python"]:.2f} | {total:.2f} | '
+                f'{total / cell.median:.2f} | '
+                f'{" ".join(map(str, cell.fresh))} |'
+            )
     lines.append('')
     return '\n'.join(lines)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description='InProcessSparkRunner vs DirectRunner, DaskRunner and PySpark.')
-    parser.add_argument('--sizes', type=int, nargs='+', default=None,
-                        help=f'element counts (default {" ".join(map(str, DEFAULT_SIZES))})')
-    parser.add_argument('--repeats', type=int, default=None,
-                        help='timed runs per size and engine (default 3)')
-    parser.add_argument('--quick', action='store_true',
-                        help='smoke run: 100k elements, 1 repeat, profile at 100k')
-    parser.add_argument('--budget', type=float, default=120.0,
-                        help='seconds: an engine running longer at one size runs it '
-                        'once and skips the larger sizes (default 120)')
-    parser.add_argument('--pipelines', nargs='+', default=list(BENCHMARKS),
-                        choices=list(BENCHMARKS), help='which pipelines (default all)')
-    parser.add_argument('--engines', nargs='+', default=list(DEFAULT_ENGINES),
-                        choices=ENGINES, help='which engines (default: all but '
-                        'inproc_small/inproc_nosmall, this runner with small data in '
-                        'the driver forced on/off)')
-    parser.add_argument('--chunks', type=int, default=32,
-                        help='Create seeds the data is generated from (default 32)')
+        description='InProcessSparkRunner vs DirectRunner, DaskRunner and PySpark.'
+    )
+    parser.add_argument(
+        '--sizes',
+        type=int,
+        nargs='+',
+        default=None,
+        help=f'element counts (default {" ".join(map(str, DEFAULT_SIZES))})',
+    )
+    parser.add_argument(
+        '--repeats', type=int, default=None, help='timed runs per size and engine (default 3)'
+    )
+    parser.add_argument(
+        '--quick', action='store_true', help='smoke run: 100k elements, 1 repeat, profile at 100k'
+    )
+    parser.add_argument(
+        '--budget',
+        type=float,
+        default=120.0,
+        help='seconds: an engine running longer at one size runs it '
+        'once and skips the larger sizes (default 120)',
+    )
+    parser.add_argument(
+        '--pipelines',
+        nargs='+',
+        default=list(BENCHMARKS),
+        choices=list(BENCHMARKS),
+        help='which pipelines (default all)',
+    )
+    parser.add_argument(
+        '--engines',
+        nargs='+',
+        default=list(DEFAULT_ENGINES),
+        choices=ENGINES,
+        help='which engines (default: all but '
+        'inproc_small/inproc_nosmall, this runner with small data in '
+        'the driver forced on/off)',
+    )
+    parser.add_argument(
+        '--chunks',
+        type=int,
+        default=32,
+        help='Create seeds the data is generated from (default 32)',
+    )
     parser.add_argument('--master', default='local[2]', help='Spark master (default local[2])')
-    parser.add_argument('--profile', nargs='*', default=['P1', 'P3w', 'P4'],
-                        choices=[b for b in BENCHMARKS if b != 'P6'],
-                        help='pipelines to profile after the table (default P1 P3w '
-                        'P4; none: --profile with no names); P6\'s Spark jobs are '
-                        'always listed')
-    parser.add_argument('--profile-only', action='store_true',
-                        help='only the profiles, no table')
-    parser.add_argument('--profile-size', type=int, default=2_000_000,
-                        help='N of the profiles (default 2M)')
-    parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
-                        help='Spark conf for the benchmark session (repeatable)')
-    parser.add_argument('--user-session', action='store_true',
-                        help="a session created as a user would, with Spark's "
-                        'default settings (SparkSession.builder.master(...)'
-                        '.getOrCreate(); only the Python workers\' interpreter '
-                        'set), instead of the runner\'s own')
-    parser.add_argument('--load-burner', action='store_true',
-                        help='run every engine also with a CPU-bound process '
-                        'beside it (tests/benchmarks/load.py), interleaved with its quiet '
-                        'runs, and print quiet and loaded ratios')
-    parser.add_argument('--output', default=None,
-                        help='also write the markdown report to this file')
+    parser.add_argument(
+        '--profile',
+        nargs='*',
+        default=['P1', 'P3w', 'P4'],
+        choices=[b for b in BENCHMARKS if b != 'P6'],
+        help='pipelines to profile after the table (default P1 P3w '
+        "P4; none: --profile with no names); P6's Spark jobs are "
+        'always listed',
+    )
+    parser.add_argument('--profile-only', action='store_true', help='only the profiles, no table')
+    parser.add_argument(
+        '--profile-size', type=int, default=2_000_000, help='N of the profiles (default 2M)'
+    )
+    parser.add_argument(
+        '--conf',
+        action='append',
+        default=[],
+        metavar='KEY=VALUE',
+        help='Spark conf for the benchmark session (repeatable)',
+    )
+    parser.add_argument(
+        '--user-session',
+        action='store_true',
+        help="a session created as a user would, with Spark's "
+        'default settings (SparkSession.builder.master(...)'
+        ".getOrCreate(); only the Python workers' interpreter "
+        "set), instead of the runner's own",
+    )
+    parser.add_argument(
+        '--load-burner',
+        action='store_true',
+        help='run every engine also with a CPU-bound process '
+        'beside it (tests/benchmarks/load.py), interleaved with its quiet '
+        'runs, and print quiet and loaded ratios',
+    )
+    parser.add_argument(
+        '--output', default=None, help='also write the markdown report to this file'
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = args.sizes or list(QUICK_SIZES)
@@ -1230,12 +1419,14 @@ def main(argv=None) -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
     from beam_spark_inproc.spark import session as spark_session
+
     started = datetime.datetime.now()
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     conf = dict(item.split('=', 1) for item in args.conf)
     if args.user_session:  # the runner then uses the active session as it is
         from pyspark.sql import SparkSession
+
         os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
         builder = SparkSession.builder.master(args.master)
         for key, value in conf.items():
@@ -1243,8 +1434,10 @@ def main(argv=None) -> int:
         builder.getOrCreate()
     spark, created = spark_session.get_or_create(args.master, None, conf)
     parallelism = spark_session.parallelism(spark, None)
-    _log(f'SparkSession ready ({"created" if created else "reused"}) in '
-         f'{time.perf_counter() - t0:.1f} s')
+    _log(
+        f'SparkSession ready ({"created" if created else "reused"}) in '
+        f'{time.perf_counter() - t0:.1f} s'
+    )
     engines = list(args.engines)
     if args.load_burner:
         engines = [name for e in engines for name in (e, cpu_load.loaded(e))]
@@ -1252,8 +1445,10 @@ def main(argv=None) -> int:
         try:
             import dask.distributed  # noqa: F401
         except ImportError:
-            _log('dask.distributed is not installed: no DaskRunner column '
-                 '(pip install "apache-beam[dask]")')
+            _log(
+                'dask.distributed is not installed: no DaskRunner column '
+                '(pip install "apache-beam[dask]")'
+            )
             engines = [e for e in engines if cpu_load.base(e) != 'dask']
 
     results, text = [], ''
@@ -1268,15 +1463,26 @@ def main(argv=None) -> int:
                     for n in sizes:
                         r0 = time.perf_counter()
                         expected[n] = tuple(bench.reference(n))
-                        _log(f'{name} n={n:,}: reference {expected[n]} '
-                             f'({time.perf_counter() - r0:.1f} s)')
-                    results += measure(harness, bench, sizes, engines, args.repeats,
-                                       args.budget, expected)
-                text = report(results, engines, args, started,
-                              time.perf_counter() - t0, load_before, os.getloadavg())
+                        _log(
+                            f'{name} n={n:,}: reference {expected[n]} '
+                            f'({time.perf_counter() - r0:.1f} s)'
+                        )
+                    results += measure(
+                        harness, bench, sizes, engines, args.repeats, args.budget, expected
+                    )
+                text = report(
+                    results,
+                    engines,
+                    args,
+                    started,
+                    time.perf_counter() - t0,
+                    load_before,
+                    os.getloadavg(),
+                )
                 print(text, flush=True)
             sections = [fixed_cost(harness)] + [
-                profile(harness, name, args.profile_size) for name in args.profile]
+                profile(harness, name, args.profile_size) for name in args.profile
+            ]
             for section in sections:
                 print(section + '\n', flush=True)
                 text += '\n' + section + '\n'
@@ -1289,8 +1495,10 @@ def main(argv=None) -> int:
         spark.stop()
     # Other engines' wrong results are reported (DaskRunner ignores windows in
     # GroupByKey); the exit status is about this runner's.
-    wrong = any(cells.get('inproc') and (cells['inproc'].error or '').startswith(
-        'wrong result') for _, _, cells, _ in results)
+    wrong = any(
+        cells.get('inproc') and (cells['inproc'].error or '').startswith('wrong result')
+        for _, _, cells, _ in results
+    )
     return 1 if wrong else 0
 
 

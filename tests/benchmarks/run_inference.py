@@ -30,6 +30,7 @@ per run, the batches per run with their median and mean size, and the sum;
 and this process's CPU seconds per run (the whole work for ``debug`` and
 ``fnapi``, the driver's share only for ``inproc*`` and ``pandas``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,6 +53,7 @@ def features(start: int, stop: int) -> np.ndarray:
 
 def train(path: str) -> None:
     from sklearn.linear_model import LogisticRegression
+
     x = features(0, 5000)
     y = (x.sum(axis=1) > 2.0).astype(int)
     with open(path, 'wb') as f:
@@ -71,24 +73,29 @@ def _handler(model_path: str, loads: str):
             with open(loads + '.batches', 'a') as f:
                 f.write(f'{len(batch)}\n')
             return super().run_inference(batch, model, inference_args)
+
     return CountingHandler(model_uri=model_path)
 
 
-def beam_run(runner, rows: int, model_path: str, loads: str,
-             flags: tuple = ()) -> int:
+def beam_run(runner, rows: int, model_path: str, loads: str, flags: tuple = ()) -> int:
     import apache_beam as beam
     from apache_beam.ml.inference.base import RunInference
     from apache_beam.options.pipeline_options import PipelineOptions
+
     step = -(-rows // SHARDS)
 
     def shard(s):
         yield from features(s * step, min(rows, (s + 1) * step))
 
     with beam.Pipeline(runner=runner, options=PipelineOptions(list(flags))) as p:
-        total = (p | beam.Create(range(SHARDS)) | beam.FlatMap(shard)
-                 | RunInference(_handler(model_path, loads))
-                 | beam.Map(lambda r: int(r.inference))
-                 | beam.CombineGlobally(sum))
+        total = (
+            p
+            | beam.Create(range(SHARDS))
+            | beam.FlatMap(shard)
+            | RunInference(_handler(model_path, loads))
+            | beam.Map(lambda r: int(r.inference))
+            | beam.CombineGlobally(sum)
+        )
         total | beam.Map(lambda t: _write(loads + '.sum', t))
     with open(loads + '.sum') as f:
         return int(f.read())
@@ -126,23 +133,26 @@ def main() -> None:
 
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark.session import get_or_create
+
     spark, _ = get_or_create('local[2]', None, {})
     folder = tempfile.mkdtemp(prefix='run_inference_bench_')
     model_path = os.path.join(folder, 'model.pkl')
     train(model_path)
     runs = {
-        'inproc': lambda loads: beam_run(InProcessSparkRunner(spark=spark),
-                                         args.rows, model_path, loads),
-        'debug': lambda loads: beam_run(InProcessSparkRunner(debug=True),
-                                        args.rows, model_path, loads),
+        'inproc': lambda loads: beam_run(
+            InProcessSparkRunner(spark=spark), args.rows, model_path, loads
+        ),
+        'debug': lambda loads: beam_run(
+            InProcessSparkRunner(debug=True), args.rows, model_path, loads
+        ),
         'fnapi': lambda loads: beam_run(FnApiRunner(), args.rows, model_path, loads),
         'pandas': lambda loads: pandas_run(spark, args.rows, model_path, loads),
     }
-    print(f'rows={args.rows} rounds={args.rounds} (+1 warm-up) '
-          f'load average={os.getloadavg()[0]:.1f}')
+    print(
+        f'rows={args.rows} rounds={args.rounds} (+1 warm-up) load average={os.getloadavg()[0]:.1f}'
+    )
     names = args.runners.split(',')
-    times, cpu, load_counts, batches, sums = ({n: [] for n in names}
-                                              for _ in range(5))
+    times, cpu, load_counts, batches, sums = ({n: [] for n in names} for _ in range(5))
     for round_ in range(args.rounds + 1):
         for name in names:
             loads = os.path.join(folder, f'{name}-{round_}.loads')
@@ -164,13 +174,20 @@ def main() -> None:
     print(f'load average after: {os.getloadavg()[0]:.1f}')
     for name in names:
         sizes = [n for run in batches[name] for n in run]
-        shape = (f'batches per run {[len(run) for run in batches[name]]} '
-                 f'(median {statistics.median(sizes):.0f}, mean '
-                 f'{statistics.mean(sizes):.0f})  ' if sizes else '')
-        print(f'{name:14s} median {statistics.median(times[name]):6.2f} s  '
-              f'runs {[round(t, 2) for t in times[name]]}  CPU s {cpu[name]}  '
-              f'model loads per '
-              f'run {load_counts[name]}  {shape}sum {sorted(set(sums[name]))}')
+        shape = (
+            f'batches per run {[len(run) for run in batches[name]]} '
+            f'(median {statistics.median(sizes):.0f}, mean '
+            f'{statistics.mean(sizes):.0f})  '
+            if sizes
+            else ''
+        )
+        print(
+            f'{name:14s} median {statistics.median(times[name]):6.2f} s  '
+            f'runs {[round(t, 2) for t in times[name]]}  CPU s {cpu[name]}  '
+            f'model loads per '
+            f'run {load_counts[name]}  {shape}sum {sorted(set(sums[name]))}'
+        )
+
 
 if __name__ == '__main__':
     main()

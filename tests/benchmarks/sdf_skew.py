@@ -9,6 +9,7 @@ running restriction with the SDK's ``try_split`` into one part per core and runs
 the residuals as a next round over all partitions. Prints medians side by side.
 Run by hand; not part of the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,11 +57,13 @@ def run(spark, hot: int, cold: int, split_after: float, out: str) -> tuple[float
     options = PipelineOptions([f'--spark_split_after_seconds={split_after}'])
     start = time.time()
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
-        (p
-         | beam.Create([('hot', hot)] + [(f'k{i}', hot // 100) for i in range(cold)])
-         | beam.ParDo(Burn())
-         | beam.combiners.Count.Globally()
-         | beam.io.WriteToText(out, shard_name_template=''))
+        (
+            p
+            | beam.Create([('hot', hot)] + [(f'k{i}', hot // 100) for i in range(cold)])
+            | beam.ParDo(Burn())
+            | beam.combiners.Count.Globally()
+            | beam.io.WriteToText(out, shard_name_template='')
+        )
     wall = time.time() - start
     with open(out) as f:
         return wall, int(f.read())
@@ -68,15 +71,16 @@ def run(spark, hot: int, cold: int, split_after: float, out: str) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--hot', type=int, default=8000,
-                        help='offsets of the hot element (1 ms each)')
-    parser.add_argument('--cold', type=int, default=20,
-                        help='number of elements with 1/100 of the work')
+    parser.add_argument(
+        '--hot', type=int, default=8000, help='offsets of the hot element (1 ms each)'
+    )
+    parser.add_argument(
+        '--cold', type=int, default=20, help='number of elements with 1/100 of the work'
+    )
     parser.add_argument('--split-after', type=float, default=1.0)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--master', default='local[2]')
-    parser.add_argument('--verbose', action='store_true',
-                        help='log the runner\'s split rounds')
+    parser.add_argument('--verbose', action='store_true', help="log the runner's split rounds")
     args = parser.parse_args()
     if args.verbose:
         logging.basicConfig(level=logging.WARNING)
@@ -88,18 +92,27 @@ def main() -> None:
         run(spark, 200, 2, 0.0, os.path.join(tmp, 'warmup'))
         for i in range(args.repeats):
             for split_after in times:
-                wall, count = run(spark, args.hot, args.cold, split_after,
-                                  os.path.join(tmp, f'out-{i}-{split_after}'))
+                wall, count = run(
+                    spark,
+                    args.hot,
+                    args.cold,
+                    split_after,
+                    os.path.join(tmp, f'out-{i}-{split_after}'),
+                )
                 assert count == expected, (count, expected)
                 times[split_after].append(wall)
     off, on = (statistics.median(times[k]) for k in times)
-    print(f'hot element: {args.hot} ms of work; {args.cold} others: '
-          f'{args.hot // 100} ms each; {os.cpu_count()} cores, {args.master}')
+    print(
+        f'hot element: {args.hot} ms of work; {args.cold} others: '
+        f'{args.hot // 100} ms each; {os.cpu_count()} cores, {args.master}'
+    )
     print('| splitting | median wall s | runs |')
     print('|---|---:|---|')
     print(f'| off | {off:.2f} | {", ".join(f"{t:.2f}" for t in times[0.0])} |')
-    print(f'| on (after {args.split_after:g} s) | {on:.2f} | '
-          f'{", ".join(f"{t:.2f}" for t in times[args.split_after])} |')
+    print(
+        f'| on (after {args.split_after:g} s) | {on:.2f} | '
+        f'{", ".join(f"{t:.2f}" for t in times[args.split_after])} |'
+    )
     print(f'speed-up: {off / on:.2f}x')
 
 

@@ -20,6 +20,7 @@ worker's RSS right after importing Beam (the floor):
 
 Run by hand; not part of the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,12 +40,14 @@ def _rss_mb() -> float:
 
 def _report(name):
     from apache_beam.metrics import Metrics
+
     peak = Metrics.distribution('skew_memory', 'peak_rss_mb')
     peak.update(int(_rss_mb()))
 
 
 def hot_key(p, scale):
     import apache_beam as beam
+
     hot, cold_keys = int(20_000_000 * scale), 1000
     blocks = 200
 
@@ -61,18 +64,24 @@ def hot_key(p, scale):
         _report('hot_key')
         return key, total, count
 
-    out = (p | beam.Create(list(range(blocks))) | beam.FlatMap(explode)
-           | beam.GroupByKey() | beam.Map(consume))
+    out = (
+        p
+        | beam.Create(list(range(blocks)))
+        | beam.FlatMap(explode)
+        | beam.GroupByKey()
+        | beam.Map(consume)
+    )
     expected_total = sum(j % 7 for j in range(hot // blocks)) * blocks
-    check = (out | beam.Filter(lambda t: t[0] == 'hot')
-             | beam.Map(lambda t: (t[1], t[2])))
+    check = out | beam.Filter(lambda t: t[0] == 'hot') | beam.Map(lambda t: (t[1], t[2]))
     from apache_beam.testing.util import assert_that, equal_to
+
     assert_that(check, equal_to([(expected_total, hot // blocks * blocks)]))
     return hot + cold_keys
 
 
 def fan_out(p, scale):
     import apache_beam as beam
+
     n = int(50_000_000 * scale)
 
     def explode(x):
@@ -86,15 +95,22 @@ def fan_out(p, scale):
         def finish_bundle(self):
             _report('fan_out')
 
-    counted = (p | beam.Create([n]) | beam.FlatMap(explode)
-               | beam.ParDo(Count()) | beam.combiners.Count.Globally())
+    counted = (
+        p
+        | beam.Create([n])
+        | beam.FlatMap(explode)
+        | beam.ParDo(Count())
+        | beam.combiners.Count.Globally()
+    )
     from apache_beam.testing.util import assert_that, equal_to
+
     assert_that(counted, equal_to([n]))
     return n
 
 
 def side_input(p, scale):
     import apache_beam as beam
+
     entries, lookups = int(1_000_000 * scale), int(2_000_000 * scale)
 
     class Look(beam.DoFn):
@@ -104,17 +120,24 @@ def side_input(p, scale):
         def finish_bundle(self):
             _report('side_input')
 
-    table = (p | 'Blocks' >> beam.Create(list(range(100)))
-             | 'Entries' >> beam.FlatMap(
-                 lambda b: ((i, i * 2) for i in range(
-                     b * entries // 100, (b + 1) * entries // 100))))
-    looked = (p | 'Keys' >> beam.Create(list(range(100)))
-              | 'Lookups' >> beam.FlatMap(
-                  lambda b: range(b * lookups // 100, (b + 1) * lookups // 100))
-              | beam.Reshuffle()
-              | beam.ParDo(Look(), table=beam.pvalue.AsDict(table))
-              | beam.CombineGlobally(sum))
+    table = (
+        p
+        | 'Blocks' >> beam.Create(list(range(100)))
+        | 'Entries'
+        >> beam.FlatMap(
+            lambda b: ((i, i * 2) for i in range(b * entries // 100, (b + 1) * entries // 100))
+        )
+    )
+    looked = (
+        p
+        | 'Keys' >> beam.Create(list(range(100)))
+        | 'Lookups' >> beam.FlatMap(lambda b: range(b * lookups // 100, (b + 1) * lookups // 100))
+        | beam.Reshuffle()
+        | beam.ParDo(Look(), table=beam.pvalue.AsDict(table))
+        | beam.CombineGlobally(sum)
+    )
     from apache_beam.testing.util import assert_that, equal_to
+
     assert_that(looked, equal_to([sum(2 * (x % entries) for x in range(lookups))]))
     return lookups
 
@@ -129,33 +152,44 @@ def run_one(name: str, scale: float, worker_memory: str) -> dict:
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark.session import get_or_create
 
-    spark, _ = get_or_create(MASTER, None, {
-        'spark.executor.pyspark.memory': worker_memory,
-        'spark.task.maxFailures': '1',
-    })
+    spark, _ = get_or_create(
+        MASTER,
+        None,
+        {
+            'spark.executor.pyspark.memory': worker_memory,
+            'spark.task.maxFailures': '1',
+        },
+    )
     # The floor: a worker's peak RSS after importing Beam.
     import pyarrow as pa
 
     def floor(batches):
         import apache_beam  # noqa: F401
         import resource
+
         for b in batches:
-            yield pa.RecordBatch.from_pydict({'mb': [
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]})
-    base = max(r.mb for r in spark.range(2, numPartitions=2).mapInArrow(
-        floor, 'mb double').collect())
+            yield pa.RecordBatch.from_pydict(
+                {'mb': [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]}
+            )
+
+    base = max(
+        r.mb for r in spark.range(2, numPartitions=2).mapInArrow(floor, 'mb double').collect()
+    )
     start = time.monotonic()
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark))
     elements = SCENARIOS[name](p, scale)
     result = p.run()
     result.wait_until_finish()
     seconds = time.monotonic() - start
-    dists = result.metrics().query(
-        MetricsFilter().with_name('peak_rss_mb'))['distributions']
+    dists = result.metrics().query(MetricsFilter().with_name('peak_rss_mb'))['distributions']
     spark.stop()
-    return {'name': name, 'elements': elements, 'seconds': round(seconds, 1),
-            'peak_worker_rss_mb': max(d.committed.max for d in dists),
-            'worker_floor_mb': round(base)}
+    return {
+        'name': name,
+        'elements': elements,
+        'seconds': round(seconds, 1),
+        'peak_worker_rss_mb': max(d.committed.max for d in dists),
+        'worker_floor_mb': round(base),
+    }
 
 
 def main() -> None:
@@ -168,20 +202,35 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_one(args.child, args.scale, args.worker_memory)))
         return
-    print(f'{"scenario":<12} {"elements":>12} {"seconds":>8} '
-          f'{"peak worker RSS MB":>19} {"floor MB":>9}')
+    print(
+        f'{"scenario":<12} {"elements":>12} {"seconds":>8} '
+        f'{"peak worker RSS MB":>19} {"floor MB":>9}'
+    )
     for name in args.only or list(SCENARIOS):
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
         proc = subprocess.run(
-            [sys.executable, __file__, '--child', name, '--scale', str(args.scale),
-             '--worker_memory', args.worker_memory],
-            capture_output=True, text=True, env=env)
+            [
+                sys.executable,
+                __file__,
+                '--child',
+                name,
+                '--scale',
+                str(args.scale),
+                '--worker_memory',
+                args.worker_memory,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if proc.returncode:
             print(f'{name:<12} FAILED\n{proc.stderr[-3000:]}')
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f'{name:<12} {r["elements"]:>12,} {r["seconds"]:>8} '
-              f'{r["peak_worker_rss_mb"]:>19} {r["worker_floor_mb"]:>9}')
+        print(
+            f'{name:<12} {r["elements"]:>12,} {r["seconds"]:>8} '
+            f'{r["peak_worker_rss_mb"]:>19} {r["worker_floor_mb"]:>9}'
+        )
 
 
 if __name__ == '__main__':

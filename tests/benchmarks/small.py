@@ -18,6 +18,7 @@ Prints the median wall seconds of each, its ratio to ``direct``, the load averag
 and, for ``inproc``, the Spark jobs, stages and tasks one run starts (classic
 Spark's status tracker). ``--profile`` prints the driver's cProfile of one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,11 +36,14 @@ from apache_beam.testing.util import equal_to
 
 
 def small(p) -> None:
-    counted = (p | beam.Create(list(range(10)))
-               | beam.Map(lambda x: (x % 3, x))
-               | beam.GroupByKey()
-               | beam.Map(lambda kv: (kv[0], sum(kv[1])))
-               | beam.combiners.Count.Globally())
+    counted = (
+        p
+        | beam.Create(list(range(10)))
+        | beam.Map(lambda x: (x % 3, x))
+        | beam.GroupByKey()
+        | beam.Map(lambda kv: (kv[0], sum(kv[1])))
+        | beam.combiners.Count.Globally()
+    )
     assert_that(counted, equal_to([3]))
 
 
@@ -69,15 +73,16 @@ def spark_work(session, runner) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--engines', nargs='+',
-                        default=['inproc', 'inproc-user', 'direct', 'debug'])
+    parser.add_argument(
+        '--engines', nargs='+', default=['inproc', 'inproc-user', 'direct', 'debug']
+    )
     parser.add_argument('--profile', action='store_true')
     args = parser.parse_args(argv)
     os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session as spark_session
-    runners = {'direct': lambda: FnApiRunner(),
-               'debug': lambda: InProcessSparkRunner(debug=True)}
+
+    runners = {'direct': lambda: FnApiRunner(), 'debug': lambda: InProcessSparkRunner(debug=True)}
     session = None
     if any(e.startswith('inproc') for e in args.engines):
         session, _ = spark_session.get_or_create('local[2]', None, {})
@@ -85,9 +90,11 @@ def main(argv=None) -> None:
         # A user's session: Spark's defaults for the settings the runner may
         # change at run time (the JVM's start-up options stay the runner's).
         runners['inproc-user'] = lambda: InProcessSparkRunner(spark=session)
-    defaults = {'spark.sql.adaptive.enabled': 'true',
-                'spark.sql.execution.arrow.maxRecordsPerBatch': '10000',
-                'spark.sql.execution.arrow.maxBytesPerBatch': '67108864'}
+    defaults = {
+        'spark.sql.adaptive.enabled': 'true',
+        'spark.sql.execution.arrow.maxRecordsPerBatch': '10000',
+        'spark.sql.execution.arrow.maxBytesPerBatch': '67108864',
+    }
 
     def run(engine: str) -> float:
         if engine != 'inproc-user':
@@ -110,8 +117,10 @@ def main(argv=None) -> None:
             times[engine].append(run(engine))
     load_after = os.getloadavg()
     base = statistics.median(times['direct']) if 'direct' in times else None
-    print(f'small pipeline, medians of {args.repeats} (load average '
-          f'{load_before[0]:.2f} -> {load_after[0]:.2f})')
+    print(
+        f'small pipeline, medians of {args.repeats} (load average '
+        f'{load_before[0]:.2f} -> {load_after[0]:.2f})'
+    )
     for engine, ts in times.items():
         median = statistics.median(ts)
         ratio = f'  {median / base:.2f}x direct' if base else ''

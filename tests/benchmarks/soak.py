@@ -33,6 +33,7 @@ number of micro-batches run. Not part of the test run.
     python -m tests.benchmarks.soak --minutes 30 --restart-minutes 5 \\
         --keys 1000000 --rate 100000 --period 60 --window 100 --step 10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,6 +79,7 @@ class Durations:
                 with self._lock:
                     self._seen.append(time.monotonic() - started)
             return moved
+
         executor._run_micro_batch = timed
 
     def take(self) -> list[float]:
@@ -104,9 +106,11 @@ def checkpoint_figures(root: str) -> dict:
             except OSError:  # collected meanwhile
                 pass
     commits_folder = os.path.join(root, 'commits')
-    commits = sorted(int(n[:-5]) for n in (
-        os.listdir(commits_folder) if os.path.isdir(commits_folder) else ())
-        if n.endswith('.json') and n[:-5].isdigit())
+    commits = sorted(
+        int(n[:-5])
+        for n in (os.listdir(commits_folder) if os.path.isdir(commits_folder) else ())
+        if n.endswith('.json') and n[:-5].isdigit()
+    )
     live = set()
     keys = 0
     for n in reversed(commits):
@@ -126,8 +130,7 @@ def checkpoint_figures(root: str) -> dict:
             state += os.path.getsize(path)
         except OSError:
             pass
-    return {'size': size, 'files': files, 'commits': len(commits),
-            'state': state, 'keys': keys}
+    return {'size': size, 'files': files, 'commits': len(commits), 'state': state, 'keys': keys}
 
 
 def sql_executions(spark) -> str:
@@ -138,14 +141,15 @@ def sql_executions(spark) -> str:
         return '?'
 
 
-HEADER = (f'{"t s":>6} {"mb":>5} {"p50 s":>6} {"max":>6} {"n":>3} '
-          f'{"driver":>6} {"jvm d":>5} {"heap":>5} {"jvm x":>6} {"heap":>5} '
-          f'{"py":>5} {"(n)":>4} {"ckpt":>6} {"files":>5} {"commits":>7} '
-          f'{"state":>6} {"keys":>8} {"sql":>4} {"load":>5}')
+HEADER = (
+    f'{"t s":>6} {"mb":>5} {"p50 s":>6} {"max":>6} {"n":>3} '
+    f'{"driver":>6} {"jvm d":>5} {"heap":>5} {"jvm x":>6} {"heap":>5} '
+    f'{"py":>5} {"(n)":>4} {"ckpt":>6} {"files":>5} {"commits":>7} '
+    f'{"state":>6} {"keys":>8} {"sql":>4} {"load":>5}'
+)
 
 
-def sample(t: float, executor, durations: Durations, root: str,
-           spark) -> str:
+def sample(t: float, executor, durations: Durations, root: str, spark) -> str:
     me = os.getpid()
     pids = _descendants(me)
     jvms = [pid for pid in pids if _is_jvm(pid)]
@@ -157,18 +161,20 @@ def sample(t: float, executor, durations: Durations, root: str,
     seen = durations.take()
     ckpt = checkpoint_figures(root)
     p50 = statistics.median(seen) if seen else float('nan')
-    return (f'{t:6.0f} {executor.micro_batch:5d} {p50:6.2f} '
-            f'{max(seen, default=float("nan")):6.2f} {len(seen):3d} '
-            f'{_rss_kb(me) / 1024:6.0f} '
-            f'{sum(_rss_kb(p) for p in driver_jvms) / 1024:5.0f} '
-            f'{sum(heap_used_mb(p) for p in driver_jvms):5.0f} '
-            f'{sum(_rss_kb(p) for p in executors) / 1024:6.0f} '
-            f'{sum(heap_used_mb(p) for p in executors):5.0f} '
-            f'{sum(workers) / 1024:5.0f} {len(workers):4d} '
-            f'{ckpt["size"] / 2**20:6.1f} {ckpt["files"]:5d} '
-            f'{ckpt["commits"]:7d} {ckpt["state"] / 2**20:6.1f} '
-            f'{ckpt["keys"]:8d} {sql_executions(spark):>4} '
-            f'{os.getloadavg()[0]:5.1f}')
+    return (
+        f'{t:6.0f} {executor.micro_batch:5d} {p50:6.2f} '
+        f'{max(seen, default=float("nan")):6.2f} {len(seen):3d} '
+        f'{_rss_kb(me) / 1024:6.0f} '
+        f'{sum(_rss_kb(p) for p in driver_jvms) / 1024:5.0f} '
+        f'{sum(heap_used_mb(p) for p in driver_jvms):5.0f} '
+        f'{sum(_rss_kb(p) for p in executors) / 1024:6.0f} '
+        f'{sum(heap_used_mb(p) for p in executors):5.0f} '
+        f'{sum(workers) / 1024:5.0f} {len(workers):4d} '
+        f'{ckpt["size"] / 2**20:6.1f} {ckpt["files"]:5d} '
+        f'{ckpt["commits"]:7d} {ckpt["state"] / 2**20:6.1f} '
+        f'{ckpt["keys"]:8d} {sql_executions(spark):>4} '
+        f'{os.getloadavg()[0]:5.1f}'
+    )
 
 
 def run(args, spark, location: str, minutes: float, started: float) -> int:
@@ -177,13 +183,15 @@ def run(args, spark, location: str, minutes: float, started: float) -> int:
     options = PipelineOptions([f'--checkpoint_location={location}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    keyed = (p | beam.Impulse() | beam.ParDo(
-        KeyedElements(args.keys, args.rate, args.step, args.period))
-        | beam.WindowInto(window.FixedWindows(args.window)))
+    keyed = (
+        p
+        | beam.Impulse()
+        | beam.ParDo(KeyedElements(args.keys, args.rate, args.step, args.period))
+        | beam.WindowInto(window.FixedWindows(args.window))
+    )
     _ = keyed | beam.ParDo(CountPerKey())
     if args.combine:
-        _ = (keyed | beam.combiners.Count.PerKey()
-             | beam.Filter(lambda kv: kv[1] < 0))
+        _ = keyed | beam.combiners.Count.PerKey() | beam.Filter(lambda kv: kv[1] < 0)
     result = p.run()
     executor = result.executor
     durations = Durations(executor)
@@ -191,37 +199,39 @@ def run(args, spark, location: str, minutes: float, started: float) -> int:
     state = 'RUNNING'
     while time.time() < end and state == 'RUNNING':
         state = result.wait_until_finish(
-            duration=int(min(args.every, max(end - time.time(), 0.1)) * 1000))
-        print(sample(time.time() - started, executor, durations, location,
-                     spark), flush=True)
+            duration=int(min(args.every, max(end - time.time(), 0.1)) * 1000)
+        )
+        print(sample(time.time() - started, executor, durations, location, spark), flush=True)
     result.cancel()
     state = result.wait_until_finish()
-    print(f'# stopped: {state} after micro-batch {executor.micro_batch - 1}',
-          flush=True)
+    print(f'# stopped: {state} after micro-batch {executor.micro_batch - 1}', flush=True)
     return executor.micro_batch - 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--keys', type=int, default=1_000_000)
-    parser.add_argument('--rate', type=int, default=100_000,
-                        help='elements per source call')
-    parser.add_argument('--period', type=float, default=60.0,
-                        help='seconds per source call (the pace)')
-    parser.add_argument('--step', type=int, default=10,
-                        help='event-time seconds per source call')
+    parser.add_argument('--rate', type=int, default=100_000, help='elements per source call')
+    parser.add_argument(
+        '--period', type=float, default=60.0, help='seconds per source call (the pace)'
+    )
+    parser.add_argument('--step', type=int, default=10, help='event-time seconds per source call')
     parser.add_argument('--window', type=int, default=100)
-    parser.add_argument('--combine', action='store_true',
-                        help='also a windowed Count.PerKey (GroupByKey state)')
+    parser.add_argument(
+        '--combine', action='store_true', help='also a windowed Count.PerKey (GroupByKey state)'
+    )
     parser.add_argument('--minutes', type=float, default=30)
     parser.add_argument('--restart-minutes', type=float, default=5)
     parser.add_argument('--every', type=float, default=60)
     parser.add_argument('--master', default='local-cluster[2,1,2048]')
-    parser.add_argument('--checkpoint', default='',
-                        help='checkpoint location (default: a new temporary '
-                        'folder, removed at the end)')
-    parser.add_argument('--conf', action='append', default=[],
-                        help='KEY=VALUE Spark settings for the session')
+    parser.add_argument(
+        '--checkpoint',
+        default='',
+        help='checkpoint location (default: a new temporary folder, removed at the end)',
+    )
+    parser.add_argument(
+        '--conf', action='append', default=[], help='KEY=VALUE Spark settings for the session'
+    )
     args = parser.parse_args()
     # Where the restarted stream resumes, and how many micro-batches each ran.
     handler = logging.StreamHandler()
@@ -232,24 +242,29 @@ def main() -> None:
     log.propagate = False
     location = args.checkpoint or tempfile.mkdtemp(prefix='bench-soak-')
     from beam_spark_inproc.spark import session
-    spark, _ = session.get_or_create(
-        args.master, None, dict(c.split('=', 1) for c in args.conf))
-    print(f'# {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} '
-          f'keys={args.keys} {args.rate / args.period:.0f} elements/s '
-          f'window={args.window}s step={args.step}s combine={args.combine} '
-          f'master={args.master} checkpoint={location}', flush=True)
+
+    spark, _ = session.get_or_create(args.master, None, dict(c.split('=', 1) for c in args.conf))
+    print(
+        f'# {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} '
+        f'keys={args.keys} {args.rate / args.period:.0f} elements/s '
+        f'window={args.window}s step={args.step}s combine={args.combine} '
+        f'master={args.master} checkpoint={location}',
+        flush=True,
+    )
     print(HEADER, flush=True)
     started = time.time()
     last = run(args, spark, location, args.minutes, started)
     if args.restart_minutes > 0:
-        print(f'# restarting from the checkpoint (last commit {last})',
-              flush=True)
+        print(f'# restarting from the checkpoint (last commit {last})', flush=True)
         run(args, spark, location, args.restart_minutes, started)
-    print(f'# {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} '
-          f'load {os.getloadavg()}', flush=True)
+    print(
+        f'# {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} load {os.getloadavg()}',
+        flush=True,
+    )
     spark.stop()
     if not args.checkpoint:
         import shutil
+
         shutil.rmtree(location, ignore_errors=True)
 
 

@@ -8,6 +8,7 @@ engines interleaved, ``--repeats`` runs each. Per run: wall seconds and each job
 the runner logged with its time; a job "done in 0.00 s" ran in the driver
 (small data: no Spark job). Used for ``execution.small.MAX_HANDOVERS``'s A/B.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.benchmarks import run as bench_run  # noqa: E402
 
@@ -49,10 +49,10 @@ def main(argv=None) -> int:
     progress.propagate = False
 
     from beam_spark_inproc.spark import session as spark_session
+
     spark, _ = spark_session.get_or_create('local[2]', None, {})
     with tempfile.TemporaryDirectory(prefix='beam-spark-jobs-') as workdir:
-        harness = bench_run.Harness(spark, 32, workdir,
-                                    spark_session.parallelism(spark, None))
+        harness = bench_run.Harness(spark, 32, workdir, spark_session.parallelism(spark, None))
         for name in args.pipelines:
             bench = bench_run.BENCHMARKS[name]
             for engine in args.engines:
@@ -64,11 +64,17 @@ def main(argv=None) -> int:
                     t0 = time.time()
                     harness.run(bench, args.size, engine)
                     jobs = [line for line in lines.lines if 'done in' in line]
-                    print(f'{name} {engine} {time.time() - t0:.2f} s, load {load:.1f}, '
-                          f'{len(jobs)} jobs: ' + '; '.join(
-                              line.split(', ', 1)[1].split(': ')[0] + ' '
-                              + line.split('done in ')[1].split(' (')[0]
-                              for line in jobs), flush=True)
+                    print(
+                        f'{name} {engine} {time.time() - t0:.2f} s, load {load:.1f}, '
+                        f'{len(jobs)} jobs: '
+                        + '; '.join(
+                            line.split(', ', 1)[1].split(': ')[0]
+                            + ' '
+                            + line.split('done in ')[1].split(' (')[0]
+                            for line in jobs
+                        ),
+                        flush=True,
+                    )
         harness.close()
     return 0
 

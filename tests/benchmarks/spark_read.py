@@ -54,6 +54,7 @@ this runner to ReadFromSpark (target: at least 3x), and of each other engine
 to the columnar ReadFromSpark variants. ``--cpu`` adds each run's CPU seconds
 per process kind (driver, JVM, Python workers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,17 +75,17 @@ from apache_beam.testing.util import equal_to
 
 
 def _count_per_key(rows, key_of):
-    return (rows | 'Key' >> beam.Map(lambda r: (key_of(r), 1))
-            | 'Count' >> beam.CombinePerKey(sum))
+    return rows | 'Key' >> beam.Map(lambda r: (key_of(r), 1)) | 'Count' >> beam.CombinePerKey(sum)
 
 
 def run_read_from_spark(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         counts = _count_per_key(
-            p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key')),
-            lambda r: r.key)
+            p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key')), lambda r: r.key
+        )
         assert_that(counts, equal_to(expected))
 
 
@@ -105,15 +106,22 @@ class CountBatch(beam.DoFn):
 
 # Beam reads the batch type from the annotations (this module's are strings).
 CountBatch.process_batch.__annotations__ = {
-    'batch': pa.Table, 'return': typing.Iterator[typing.Tuple[str, int]]}
+    'batch': pa.Table,
+    'return': typing.Iterator[typing.Tuple[str, int]],
+}
 
 
 def run_spark_batched(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        counts = (p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
-                  | beam.ParDo(CountBatch()) | beam.CombinePerKey(sum))
+        counts = (
+            p
+            | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
+            | beam.ParDo(CountBatch())
+            | beam.CombinePerKey(sum)
+        )
         assert_that(counts, equal_to(expected))
 
 
@@ -121,25 +129,31 @@ def _query(spark, expected):
     """Spark's own reader, not a file scan: the same keys and counts made by a
     query (``spark.range`` on the session's default parallelism)."""
     rows, keys = sum(n for _, n in expected), len(expected)
-    return spark.range(rows).selectExpr(
-        f"concat('k', cast(id % {keys} as string)) AS key")
+    return spark.range(rows).selectExpr(f"concat('k', cast(id % {keys} as string)) AS key")
 
 
 def run_query_rows(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         counts = _count_per_key(
-            p | ReadFromSpark(dataframe=_query(spark, expected)), lambda r: r.key)
+            p | ReadFromSpark(dataframe=_query(spark, expected)), lambda r: r.key
+        )
         assert_that(counts, equal_to(expected))
 
 
 def run_query_batched(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        counts = (p | ReadFromSpark(dataframe=_query(spark, expected))
-                  | beam.ParDo(CountBatch()) | beam.CombinePerKey(sum))
+        counts = (
+            p
+            | ReadFromSpark(dataframe=_query(spark, expected))
+            | beam.ParDo(CountBatch())
+            | beam.CombinePerKey(sum)
+        )
         assert_that(counts, equal_to(expected))
 
 
@@ -148,12 +162,17 @@ def _sql(p, spark, path):
     the query's output comes back as a read's does."""
     from beam_spark_inproc.transforms import ReadFromSpark
     from beam_spark_inproc.transforms import SparkSql
-    return (p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
-            | SparkSql("SELECT key FROM PCOLLECTION WHERE key <> ''"))
+
+    return (
+        p
+        | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
+        | SparkSql("SELECT key FROM PCOLLECTION WHERE key <> ''")
+    )
 
 
 def run_sql_rows(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         counts = _count_per_key(_sql(p, spark, path), lambda r: r.key)
         assert_that(counts, equal_to(expected))
@@ -161,24 +180,27 @@ def run_sql_rows(spark, path, expected):
 
 def run_sql_batched(spark, path, expected):
     from beam_spark_inproc import InProcessSparkRunner
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        counts = (_sql(p, spark, path) | beam.ParDo(CountBatch())
-                  | beam.CombinePerKey(sum))
+        counts = _sql(p, spark, path) | beam.ParDo(CountBatch()) | beam.CombinePerKey(sum)
         assert_that(counts, equal_to(expected))
 
 
 def run_parquet_batched(runner, path, expected):
     with beam.Pipeline(runner=runner) as p:
-        counts = (p | beam.io.ReadFromParquetBatched(
-            os.path.join(path, '*.parquet'), columns=['key'])
-                  | beam.FlatMap(_count_table) | beam.CombinePerKey(sum))
+        counts = (
+            p
+            | beam.io.ReadFromParquetBatched(os.path.join(path, '*.parquet'), columns=['key'])
+            | beam.FlatMap(_count_table)
+            | beam.CombinePerKey(sum)
+        )
         assert_that(counts, equal_to(expected))
 
 
 def _frame_counts(frame, expected):
     from apache_beam.dataframe.convert import to_pcollection
-    sizes = to_pcollection(frame.groupby('key').size().to_frame('n'),
-                           include_indexes=True)
+
+    sizes = to_pcollection(frame.groupby('key').size().to_frame('n'), include_indexes=True)
     assert_that(sizes | beam.Map(lambda r: (r.key, int(r.n))), equal_to(expected))
 
 
@@ -186,66 +208,99 @@ def run_spark_frame(spark, path, expected):
     from apache_beam.dataframe.convert import to_dataframe
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
+
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        _frame_counts(to_dataframe(
-            p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))),
-            expected)
+        _frame_counts(
+            to_dataframe(p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))),
+            expected,
+        )
 
 
 def run_dfio_frame(runner, path, expected):
     from apache_beam.dataframe.io import read_parquet
+
     with beam.Pipeline(runner=runner) as p:
-        _frame_counts(p | read_parquet(os.path.join(path, '*.parquet'),
-                                       columns=['key']), expected)
+        _frame_counts(p | read_parquet(os.path.join(path, '*.parquet'), columns=['key']), expected)
 
 
 def run_read_from_parquet(runner, path, expected):
     with beam.Pipeline(runner=runner) as p:
         counts = _count_per_key(
-            p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'),
-                                        columns=['key']), lambda r: r['key'])
+            p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'), columns=['key']),
+            lambda r: r['key'],
+        )
         assert_that(counts, equal_to(expected))
 
 
 def _sampler():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from run import Sampler  # tests/benchmarks/run.py
+
     return Sampler()
 
 
-ENGINES = ('read_from_spark', 'read_from_parquet_inproc', 'read_from_parquet_fnapi',
-           'spark_batched_inproc', 'parquet_batched_inproc', 'parquet_batched_fnapi',
-           'spark_frame_inproc', 'dfio_frame_inproc', 'dfio_frame_fnapi',
-           'query_rows_inproc', 'query_batched_inproc', 'sql_rows_inproc',
-           'sql_batched_inproc')
+ENGINES = (
+    'read_from_spark',
+    'read_from_parquet_inproc',
+    'read_from_parquet_fnapi',
+    'spark_batched_inproc',
+    'parquet_batched_inproc',
+    'parquet_batched_fnapi',
+    'spark_frame_inproc',
+    'dfio_frame_inproc',
+    'dfio_frame_fnapi',
+    'query_rows_inproc',
+    'query_batched_inproc',
+    'sql_rows_inproc',
+    'sql_batched_inproc',
+)
 
 
 def _write(spark, path: str, rows: int, keys: int, files: int) -> list:
     """Writes the input; returns Spark's own counts per key."""
-    (spark.range(rows)
-     .selectExpr('id', f"concat('k', cast(id % {keys} as string)) AS key",
-                 'cast(id as double) / 7 AS value')
-     .repartition(files).write.parquet(path))
-    return sorted((r.key, r['count']) for r in
-                  spark.read.parquet(path).groupBy('key').count().collect())
+    (
+        spark.range(rows)
+        .selectExpr(
+            'id',
+            f"concat('k', cast(id % {keys} as string)) AS key",
+            'cast(id as double) / 7 AS value',
+        )
+        .repartition(files)
+        .write.parquet(path)
+    )
+    return sorted(
+        (r.key, r['count']) for r in spark.read.parquet(path).groupBy('key').count().collect()
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--rows', type=int, nargs='+', default=[10_000_000],
-                        help='one or more sizes, measured one after the other '
-                        'in this run')
+    parser.add_argument(
+        '--rows',
+        type=int,
+        nargs='+',
+        default=[10_000_000],
+        help='one or more sizes, measured one after the other in this run',
+    )
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--files', type=int, default=8)
     parser.add_argument('--repeats', type=int, default=3)
-    parser.add_argument('--conf', action='append', default=[], metavar='KEY=VALUE',
-                        help='Spark configuration for the session (repeatable), e.g. '
-                        "spark.driver.extraJavaOptions='' for the JVM's default JIT")
+    parser.add_argument(
+        '--conf',
+        action='append',
+        default=[],
+        metavar='KEY=VALUE',
+        help='Spark configuration for the session (repeatable), e.g. '
+        "spark.driver.extraJavaOptions='' for the JVM's default JIT",
+    )
     parser.add_argument('--engines', nargs='*', default=list(ENGINES))
-    parser.add_argument('--cpu', action='store_true',
-                        help="CPU seconds of the driver, the JVM and the Python "
-                        "processes (Spark's workers; FnApiRunner runs in the "
-                        "driver) per run, from /proc (run.py's sampler)")
+    parser.add_argument(
+        '--cpu',
+        action='store_true',
+        help='CPU seconds of the driver, the JVM and the Python '
+        "processes (Spark's workers; FnApiRunner runs in the "
+        "driver) per run, from /proc (run.py's sampler)",
+    )
     args = parser.parse_args(argv)
 
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -260,17 +315,20 @@ def main(argv=None) -> int:
     engines = {
         'read_from_spark': lambda path, exp: run_read_from_spark(spark, path, exp),
         'read_from_parquet_inproc': lambda path, exp: run_read_from_parquet(
-            InProcessSparkRunner(spark=spark), path, exp),
+            InProcessSparkRunner(spark=spark), path, exp
+        ),
         'read_from_parquet_fnapi': lambda path, exp: run_read_from_parquet(
-            FnApiRunner(), path, exp),
+            FnApiRunner(), path, exp
+        ),
         'spark_batched_inproc': lambda path, exp: run_spark_batched(spark, path, exp),
         'parquet_batched_inproc': lambda path, exp: run_parquet_batched(
-            InProcessSparkRunner(spark=spark), path, exp),
-        'parquet_batched_fnapi': lambda path, exp: run_parquet_batched(
-            FnApiRunner(), path, exp),
+            InProcessSparkRunner(spark=spark), path, exp
+        ),
+        'parquet_batched_fnapi': lambda path, exp: run_parquet_batched(FnApiRunner(), path, exp),
         'spark_frame_inproc': lambda path, exp: run_spark_frame(spark, path, exp),
         'dfio_frame_inproc': lambda path, exp: run_dfio_frame(
-            InProcessSparkRunner(spark=spark), path, exp),
+            InProcessSparkRunner(spark=spark), path, exp
+        ),
         'dfio_frame_fnapi': lambda path, exp: run_dfio_frame(FnApiRunner(), path, exp),
         'query_rows_inproc': lambda path, exp: run_query_rows(spark, path, exp),
         'query_batched_inproc': lambda path, exp: run_query_batched(spark, path, exp),
@@ -278,13 +336,17 @@ def main(argv=None) -> int:
         'sql_batched_inproc': lambda path, exp: run_sql_batched(spark, path, exp),
     }
     assert list(engines) == list(ENGINES)
-    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
-          f'{platform.node()}, {os.cpu_count()} cores, Python '
-          f'{platform.python_version()}, PySpark {pyspark.__version__}, '
-          f'Beam {beam.__version__}; load average {os.getloadavg()} '
-          '(a shared machine)')
-    print(f'# {args.keys} keys, {args.files} Parquet files; command: '
-          f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
+    print(
+        f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
+        f'{platform.node()}, {os.cpu_count()} cores, Python '
+        f'{platform.python_version()}, PySpark {pyspark.__version__}, '
+        f'Beam {beam.__version__}; load average {os.getloadavg()} '
+        '(a shared machine)'
+    )
+    print(
+        f'# {args.keys} keys, {args.files} Parquet files; command: '
+        f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}'
+    )
     warm = os.path.join(workdir, 'warm')
     warm_expected = _write(spark, warm, 50_000, args.keys, 1)
     for rows in args.rows:
@@ -294,8 +356,11 @@ def main(argv=None) -> int:
         # Spark's write: each engine once on a small input.
         for name in args.engines:
             engines[name](warm, warm_expected)
-        print(f'## {rows:,} rows ({time.strftime("%H:%M UTC", time.gmtime())}, '
-              f'load {os.getloadavg()[0]:.1f})', flush=True)
+        print(
+            f'## {rows:,} rows ({time.strftime("%H:%M UTC", time.gmtime())}, '
+            f'load {os.getloadavg()[0]:.1f})',
+            flush=True,
+        )
         _measure(args, engines, data, expected)
         shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -314,42 +379,60 @@ def _measure(args, engines, data, expected) -> None:
             times[name].append(time.monotonic() - start)
             cpu = ''
             if args.cpu:
-                seconds = {kind: s for kind, s in sampler.cpu_seconds().items()
-                           if kind != 'other'}
+                seconds = {kind: s for kind, s in sampler.cpu_seconds().items() if kind != 'other'}
                 cpus[name].append(sum(seconds.values()))
                 cpu = ', CPU s ' + ' '.join(
-                    f'{kind} {s:.2f}' for kind, s in sorted(seconds.items()))
-            print(f'  run {repeat + 1} {name}: {times[name][-1]:.2f} s '
-                  f'(load {os.getloadavg()[0]:.1f}{cpu})', flush=True)
+                    f'{kind} {s:.2f}' for kind, s in sorted(seconds.items())
+                )
+            print(
+                f'  run {repeat + 1} {name}: {times[name][-1]:.2f} s '
+                f'(load {os.getloadavg()[0]:.1f}{cpu})',
+                flush=True,
+            )
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     cpu_medians = {name: statistics.median(cs) for name, cs in cpus.items() if cs}
     print('engine                     median s   runs')
     for name, median in medians.items():
         print(f'{name:26} {median:8.2f}   {", ".join(f"{t:.2f}" for t in times[name])}')
-    print('ratios (wall; with --cpu also CPU of driver + JVM + Python workers, '
-          'steadier under load):')
+    print(
+        'ratios (wall; with --cpu also CPU of driver + JVM + Python workers, steadier under load):'
+    )
 
     def ratio(slower: str, faster: str, label: str = '') -> None:
         if slower in medians and faster in medians:
             cpu = ''
             if slower in cpu_medians and faster in cpu_medians:
                 cpu = f', CPU {cpu_medians[slower] / cpu_medians[faster]:.2f}x'
-            print(f'{label or f"{slower} / {faster}"}: '
-                  f'{medians[slower] / medians[faster]:.2f}x{cpu}')
+            print(
+                f'{label or f"{slower} / {faster}"}: {medians[slower] / medians[faster]:.2f}x{cpu}'
+            )
 
-    ratio('read_from_parquet_inproc', 'read_from_spark',
-          'ReadFromParquet (this runner) / ReadFromSpark')
-    ratio('read_from_parquet_fnapi', 'read_from_spark',
-          'ReadFromParquet (FnApiRunner) / ReadFromSpark')
-    for ours, other in (('query_rows_inproc', 'read_from_spark'),
-                        ('query_batched_inproc', 'spark_batched_inproc'),
-                        ('sql_rows_inproc', 'read_from_spark'),
-                        ('sql_batched_inproc', 'spark_batched_inproc')):
+    ratio(
+        'read_from_parquet_inproc',
+        'read_from_spark',
+        'ReadFromParquet (this runner) / ReadFromSpark',
+    )
+    ratio(
+        'read_from_parquet_fnapi',
+        'read_from_spark',
+        'ReadFromParquet (FnApiRunner) / ReadFromSpark',
+    )
+    for ours, other in (
+        ('query_rows_inproc', 'read_from_spark'),
+        ('query_batched_inproc', 'spark_batched_inproc'),
+        ('sql_rows_inproc', 'read_from_spark'),
+        ('sql_batched_inproc', 'spark_batched_inproc'),
+    ):
         ratio(ours, other)
     for columnar in ('spark_batched_inproc', 'spark_frame_inproc'):
-        for other in ('read_from_parquet_inproc', 'read_from_parquet_fnapi',
-                      'parquet_batched_inproc', 'parquet_batched_fnapi',
-                      'dfio_frame_inproc', 'dfio_frame_fnapi'):
+        for other in (
+            'read_from_parquet_inproc',
+            'read_from_parquet_fnapi',
+            'parquet_batched_inproc',
+            'parquet_batched_fnapi',
+            'dfio_frame_inproc',
+            'dfio_frame_fnapi',
+        ):
             ratio(other, columnar)
 
 

@@ -65,8 +65,7 @@ class _CountPerKey(beam.DoFn):
     """The columnar count: pyarrow's group_by per batch."""
 
     @beam.DoFn.yields_elements
-    def process_batch(self, batch: pa.Table) -> typing.Iterator[
-            typing.Tuple[str, int]]:
+    def process_batch(self, batch: pa.Table) -> typing.Iterator[typing.Tuple[str, int]]:
         counts = batch.group_by('key').aggregate([('key', 'count')])
         yield from zip(counts['key'].to_pylist(), counts['key_count'].to_pylist())
 
@@ -80,8 +79,7 @@ def pipelines(spark, path: str) -> dict:
         return p | ReadFromSpark(dataframe=spark.read.parquet(path).select('key'))
 
     def parquet_read(p):
-        return p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'),
-                                           columns=['key'])
+        return p | beam.io.ReadFromParquet(os.path.join(path, '*.parquet'), columns=['key'])
 
     def key_of_row(r):
         return r.key
@@ -99,14 +97,14 @@ def pipelines(spark, path: str) -> dict:
             pairs = rows | 'Key' >> beam.Map(lambda r: (key_of(r), 1))
             if upto == 'combine':
                 pairs | 'Count' >> beam.CombinePerKey(sum)
+
         return build
 
     def arrow_count(p):
         spark_read(p) | beam.ParDo(_CountPerKey()) | beam.CombinePerKey(sum)
 
     def frame_size(p):
-        to_pcollection(to_dataframe(spark_read(p)).groupby('key').size(),
-                       include_indexes=True)
+        to_pcollection(to_dataframe(spark_read(p)).groupby('key').size(), include_indexes=True)
 
     return {
         'spark: read (batched no-op)': variant(spark_read, key_of_row, 'read'),
@@ -122,6 +120,7 @@ def pipelines(spark, path: str) -> dict:
 
 def run_pipeline(spark, build) -> tuple[float, float]:
     from beam_spark_inproc import InProcessSparkRunner
+
     began, wall = cpu(), time.monotonic()
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
         build(p)
@@ -135,6 +134,7 @@ def direct_parts(spark, path: str) -> dict:
     from beam_spark_inproc.transforms import files
     from beam_spark_inproc.transforms import types
     from beam_spark_inproc.transforms.convert import ArrowRows
+
     dataframe = spark.read.parquet(path).select('key')
     schema = types.spark_to_arrow(dataframe.schema)
     units = files.file_units(dataframe, schema, 2)
@@ -151,8 +151,11 @@ def direct_parts(spark, path: str) -> dict:
     out['spark: Arrow -> NamedTuple rows'] = cpu() - began
     source = _ParquetSource(os.path.join(path, '*.parquet'), columns=['key'])
     began = cpu()
-    tables = [t for f in sorted(glob.glob(os.path.join(path, '*.parquet')))
-              for t in source.read_records(f, _tracker(f))]
+    tables = [
+        t
+        for f in sorted(glob.glob(os.path.join(path, '*.parquet')))
+        for t in source.read_records(f, _tracker(f))
+    ]
     out['parquet: row-group read'] = cpu() - began
     to_dicts = _ArrowTableToRowDictionaries()
     began = cpu()
@@ -164,6 +167,7 @@ def direct_parts(spark, path: str) -> dict:
 
 def _tracker(path: str):
     from apache_beam.io.range_trackers import OffsetRangeTracker
+
     return OffsetRangeTracker(0, os.path.getsize(path))
 
 
@@ -172,22 +176,30 @@ def main(argv=None) -> int:
     parser.add_argument('--rows', type=int, default=2_000_000)
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--files', type=int, default=8)
-    parser.add_argument('--only', nargs='*', default=None,
-                        help='variant names (default: all)')
+    parser.add_argument('--only', nargs='*', default=None, help='variant names (default: all)')
     args = parser.parse_args(argv)
     from beam_spark_inproc.spark import session as spark_session
+
     spark, _ = spark_session.get_or_create('local[2]', None, {})
     workdir = tempfile.mkdtemp(prefix='spark_read_parts_')
     paths = {}
     for n in (args.rows, args.rows // 10):
         paths[n] = os.path.join(workdir, str(n))
-        (spark.range(n)
-         .selectExpr('id', f"concat('k', cast(id % {args.keys} as string)) AS key",
-                     'cast(id as double) / 7 AS value')
-         .repartition(args.files).write.parquet(paths[n]))
-    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; load {load()}; '
-          f'{args.rows:,} rows, {args.keys} keys, {args.files} files; command: '
-          f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}')
+        (
+            spark.range(n)
+            .selectExpr(
+                'id',
+                f"concat('k', cast(id % {args.keys} as string)) AS key",
+                'cast(id as double) / 7 AS value',
+            )
+            .repartition(args.files)
+            .write.parquet(paths[n])
+        )
+    print(
+        f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; load {load()}; '
+        f'{args.rows:,} rows, {args.keys} keys, {args.files} files; command: '
+        f'{" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))}'
+    )
     big, small = args.rows, args.rows // 10
     direct = {n: direct_parts(spark, paths[n]) for n in (small, big)}
     print('part (direct)                      us/row   (load)')
@@ -204,8 +216,11 @@ def main(argv=None) -> int:
         cpu_small, _ = run_pipeline(spark, small_variants[name])
         cpu_big, wall = run_pipeline(spark, variants[name])
         per_row = (cpu_big - cpu_small) / (big - small) * 1e6
-        print(f'{name:35} {per_row:7.3f}   {cpu_big:6.2f} / {cpu_small:5.2f}     '
-              f'{wall:6.2f}   ({load()})', flush=True)
+        print(
+            f'{name:35} {per_row:7.3f}   {cpu_big:6.2f} / {cpu_small:5.2f}     '
+            f'{wall:6.2f}   ({load()})',
+            flush=True,
+        )
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -16,6 +16,7 @@ and the source-to-table latency of each window is printed too: when its row's
 file was written into the table's folder (the file's modification time, just
 before the rename that publishes it) minus the window's end, min/mean/max.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,27 +49,40 @@ def main(argv=None) -> dict:
     parser.add_argument('--rows_per_second', type=int, default=20000)
     parser.add_argument('--seconds', type=float, default=60)
     parser.add_argument('--debug', action='store_true')
-    parser.add_argument('--table', action='store_true',
-                        help='write to a catalog table (module doc)')
+    parser.add_argument(
+        '--table', action='store_true', help='write to a catalog table (module doc)'
+    )
     args = parser.parse_args(argv)
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session
     from beam_spark_inproc.transforms import ReadFromSpark
-    spark, _ = session.get_or_create('local[2]', None, {
-        'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'})
+
+    spark, _ = session.get_or_create(
+        'local[2]', None, {'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'}
+    )
     base = tempfile.mkdtemp(prefix='bench-spark-source-')
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=args.debug),
-                      options=PipelineOptions(['--checkpoint_location',
-                                               os.path.join(base, 'ck')]))
-    _ = (p | ReadFromSpark.stream(
-            format='rate', options={'rowsPerSecond': args.rows_per_second},
-            event_time='timestamp', max_out_of_orderness=1, spark=spark)
-         | beam.ParDo(Latency())
-         | beam.WindowInto(window.FixedWindows(10))
-         | beam.Map(lambda r: ('rows', 1)) | beam.CombinePerKey(sum)
-         | beam.Map(lambda kv: beam.Row(rows=kv[1])).with_output_types(
-             RowTypeConstraint.from_fields([('rows', int)]))
-         | _sink(spark, base, args.table))
+    p = beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark, debug=args.debug),
+        options=PipelineOptions(['--checkpoint_location', os.path.join(base, 'ck')]),
+    )
+    _ = (
+        p
+        | ReadFromSpark.stream(
+            format='rate',
+            options={'rowsPerSecond': args.rows_per_second},
+            event_time='timestamp',
+            max_out_of_orderness=1,
+            spark=spark,
+        )
+        | beam.ParDo(Latency())
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.Map(lambda r: ('rows', 1))
+        | beam.CombinePerKey(sum)
+        | beam.Map(lambda kv: beam.Row(rows=kv[1])).with_output_types(
+            RowTypeConstraint.from_fields([('rows', int)])
+        )
+        | _sink(spark, base, args.table)
+    )
     result = p.run()
 
     def counters():
@@ -86,9 +100,11 @@ def main(argv=None) -> dict:
     result.cancel()
     figures = {
         'rows_per_second_asked': args.rows_per_second,
-        'rows': rows, 'rows_per_second': round((rows - start_rows) / elapsed),
-        'latency_ms': {'min': dist.min, 'mean': round(dist.mean),
-                       'max': dist.max} if dist else None,
+        'rows': rows,
+        'rows_per_second': round((rows - start_rows) / elapsed),
+        'latency_ms': {'min': dist.min, 'mean': round(dist.mean), 'max': dist.max}
+        if dist
+        else None,
         'micro_batches': result.executor.micro_batch,
     }
     if args.table:
@@ -102,21 +118,22 @@ TABLE = 'bench_rate_counts'
 
 def _sink(spark, base: str, table: bool):
     from beam_spark_inproc.transforms import WriteToSpark
+
     out = os.path.join(base, 'out')
     if not table:
-        return WriteToSpark(path=out, mode='append',
-                            window_start='window_start', spark=spark)
+        return WriteToSpark(path=out, mode='append', window_start='window_start', spark=spark)
     spark.sql(f'DROP TABLE IF EXISTS {TABLE}')
-    spark.sql(f'CREATE TABLE {TABLE} (rows BIGINT, window_start TIMESTAMP) '
-              f"USING parquet LOCATION '{out}'")
-    return WriteToSpark(TABLE, mode='append', window_start='window_start',
-                        spark=spark)
+    spark.sql(
+        f"CREATE TABLE {TABLE} (rows BIGINT, window_start TIMESTAMP) USING parquet LOCATION '{out}'"
+    )
+    return WriteToSpark(TABLE, mode='append', window_start='window_start', spark=spark)
 
 
 def _table_latency(spark, folder: str) -> dict:
     """Per window row in the table: its file's write time minus the window's
     end (10 s after its start)."""
     import pyarrow.parquet as pq
+
     latencies = []
     for name in os.listdir(folder):
         if name.startswith(('_', '.')):
@@ -124,11 +141,17 @@ def _table_latency(spark, folder: str) -> dict:
         path = os.path.join(folder, name)
         for start in pq.read_table(path).column('window_start').to_pylist():
             latencies.append(os.path.getmtime(path) - start.timestamp() - 10)
-    return {'rows_in_table': spark.table(TABLE).count(),
-            'windows': len(latencies),
-            'latency_s': {'min': round(min(latencies), 2),
-                          'mean': round(sum(latencies) / len(latencies), 2),
-                          'max': round(max(latencies), 2)} if latencies else None}
+    return {
+        'rows_in_table': spark.table(TABLE).count(),
+        'windows': len(latencies),
+        'latency_s': {
+            'min': round(min(latencies), 2),
+            'mean': round(sum(latencies) / len(latencies), 2),
+            'max': round(max(latencies), 2),
+        }
+        if latencies
+        else None,
+    }
 
 
 if __name__ == '__main__':

@@ -18,6 +18,7 @@ medians::
 
     python tests/benchmarks/spark_stage_cost.py --repeats 7
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,9 @@ def main() -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_spark_inproc import InProcessSparkRunner
+
     spark = InProcessSparkRunner().session(PipelineOptions([]))
-    rows = pa.table({'k': pa.array(range(32), pa.int64()),
-                     'v': pa.array([b'x'] * 32, pa.binary())})
+    rows = pa.table({'k': pa.array(range(32), pa.int64()), 'v': pa.array([b'x'] * 32, pa.binary())})
 
     def one_stage():
         frame = spark.createDataFrame(rows)
@@ -50,25 +51,33 @@ def main() -> None:
     def three_stages():
         frame = spark.createDataFrame(rows)
         schema = frame.schema
-        return (frame.mapInArrow(_identity, schema).repartition(2, 'k')
-                .mapInArrow(_identity, schema).repartition(2, 'k')
-                .mapInArrow(_identity, schema))
+        return (
+            frame.mapInArrow(_identity, schema)
+            .repartition(2, 'k')
+            .mapInArrow(_identity, schema)
+            .repartition(2, 'k')
+            .mapInArrow(_identity, schema)
+        )
 
     times: dict[str, list[float]] = {'1 stage': [], '3 stages': []}
-    for repeat in range(args.repeats + 1):   # the first is a warm-up
+    for repeat in range(args.repeats + 1):  # the first is a warm-up
         for name, build in (('1 stage', one_stage), ('3 stages', three_stages)):
             start = time.perf_counter()
             frame = build()
             built = time.perf_counter()
             assert frame.toArrow().num_rows == 32
             done = time.perf_counter()
-            print(f'{name}: build {built - start:.3f} s, job {done - built:.3f} s'
-                  f'{" (warm-up)" if repeat == 0 else ""}; load {os.getloadavg()[0]:.1f}')
+            print(
+                f'{name}: build {built - start:.3f} s, job {done - built:.3f} s'
+                f'{" (warm-up)" if repeat == 0 else ""}; load {os.getloadavg()[0]:.1f}'
+            )
             if repeat:
                 times[name].append(done - start)
     for name, seconds in times.items():
-        print(f'{name}: median {statistics.median(seconds):.3f} s '
-              f'({min(seconds):.3f}-{max(seconds):.3f}) over {len(seconds)} repeats')
+        print(
+            f'{name}: median {statistics.median(seconds):.3f} s '
+            f'({min(seconds):.3f}-{max(seconds):.3f}) over {len(seconds)} repeats'
+        )
 
 
 if __name__ == '__main__':

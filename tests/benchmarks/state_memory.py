@@ -10,6 +10,7 @@ the key is done, so the peak stays flat. Prints, per key count: wall time and
 the largest growth of ru_maxrss seen by a bundle of the stateful stage.
 Run by hand; not part of the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,7 @@ class KeepThenEmit(beam.DoFn):
     def start_bundle(self):
         self._start = _peak_mb()
 
-    def process(self, kv, bag=beam.DoFn.StateParam(BAG),
-                done=beam.DoFn.TimerParam(DONE)):
+    def process(self, kv, bag=beam.DoFn.StateParam(BAG), done=beam.DoFn.TimerParam(DONE)):
         bag.add('x' * 340)
         done.set(0)
 
@@ -50,22 +50,26 @@ class KeepThenEmit(beam.DoFn):
         yield 'n', sum(len(v) for v in bag.read())
 
     def finish_bundle(self):
-        yield WindowedValue(('growth_mb', _peak_mb() - self._start),
-                            GlobalWindow().max_timestamp(), [GlobalWindow()])
+        yield WindowedValue(
+            ('growth_mb', _peak_mb() - self._start),
+            GlobalWindow().max_timestamp(),
+            [GlobalWindow()],
+        )
 
 
 def run(spark, keys: int, out_dir: str) -> tuple[float, float, int]:
     prefix = os.path.join(out_dir, f'state-{keys}')
     start = time.time()
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        (p
-         | beam.Create(range(40))
-         | beam.FlatMap(lambda i, n=keys: ((k, 1) for k in range(i, n, 40)
-                                           for _ in range(3)))
-         | beam.ParDo(KeepThenEmit())
-         | beam.CombinePerKey(_sum_or_max)
-         | beam.MapTuple(lambda k, v: f'{k} {v}')
-         | beam.io.WriteToText(prefix))
+        (
+            p
+            | beam.Create(range(40))
+            | beam.FlatMap(lambda i, n=keys: ((k, 1) for k in range(i, n, 40) for _ in range(3)))
+            | beam.ParDo(KeepThenEmit())
+            | beam.CombinePerKey(_sum_or_max)
+            | beam.MapTuple(lambda k, v: f'{k} {v}')
+            | beam.io.WriteToText(prefix)
+        )
     wall = time.time() - start
     values = {}
     for path in glob.glob(prefix + '*'):

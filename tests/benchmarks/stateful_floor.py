@@ -21,6 +21,7 @@ microseconds per element.
     python -m tests.benchmarks.stateful_floor [--events 20] [--per-event 20000]
         [--keys 1000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,6 +53,7 @@ def _elements(events: int, per_event: int, keys: int):
         for i in range(events):
             for j in range(per_event):
                 yield beam.window.TimestampedValue((f'k{j % keys}', i), i)
+
     return make
 
 
@@ -59,10 +61,14 @@ def beam_run(dofn, args) -> float:
     """CPU seconds of FnApiRunner running the DoFn over the elements."""
     start = time.process_time()
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        _ = (p | beam.Impulse()
-             | beam.FlatMap(_elements(args.events, args.per_event, args.keys))
-             | beam.Map(streaming._stamp) | beam.ParDo(dofn())
-             | beam.Map(lambda kv: (kv[0], (1, kv[1][1], kv[1][2]))))
+        _ = (
+            p
+            | beam.Impulse()
+            | beam.FlatMap(_elements(args.events, args.per_event, args.keys))
+            | beam.Map(streaming._stamp)
+            | beam.ParDo(dofn())
+            | beam.Map(lambda kv: (kv[0], (1, kv[1][1], kv[1][2])))
+        )
     return time.process_time() - start
 
 
@@ -95,18 +101,20 @@ def main() -> None:
     for _ in range(args.rounds):
         for run in (beam_run, debug_run):
             for dofn in (streaming._StatefulCount, _PlainCount):
-                cpu.setdefault((run.__name__, dofn.__name__), []).append(
-                    run(dofn, args))
+                cpu.setdefault((run.__name__, dofn.__name__), []).append(run(dofn, args))
     for run in ('beam_run', 'debug_run'):
         stateful = statistics.median(cpu[(run, '_StatefulCount')])
         plain = statistics.median(cpu[(run, '_PlainCount')])
-        print(f'{run:9s}: stateful {stateful:6.2f} CPU-s '
-              f'({1e6 * stateful / n:5.2f} us/element), plain {plain:6.2f} '
-              f'({1e6 * plain / n:5.2f} us/element); the state\'s share '
-              f'{1e6 * (stateful - plain) / n:5.2f} us/element; runs '
-              + ' '.join(f'{c:.2f}' for c in cpu[(run, '_StatefulCount')])
-              + ' / ' + ' '.join(f'{c:.2f}' for c in cpu[(run, '_PlainCount')]),
-              flush=True)
+        print(
+            f'{run:9s}: stateful {stateful:6.2f} CPU-s '
+            f'({1e6 * stateful / n:5.2f} us/element), plain {plain:6.2f} '
+            f"({1e6 * plain / n:5.2f} us/element); the state's share "
+            f'{1e6 * (stateful - plain) / n:5.2f} us/element; runs '
+            + ' '.join(f'{c:.2f}' for c in cpu[(run, '_StatefulCount')])
+            + ' / '
+            + ' '.join(f'{c:.2f}' for c in cpu[(run, '_PlainCount')]),
+            flush=True,
+        )
 
 
 if __name__ == '__main__':

@@ -15,6 +15,7 @@ the previous window (1,000 rows). Prints wall seconds, elements per second
 and seconds per micro-batch; the first run of a process includes the JVM's
 warm-up, so modes alternate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from beam_spark_inproc import InProcessSparkRunner  # noqa: E402
 from beam_spark_inproc.spark import session  # noqa: E402
@@ -44,9 +44,9 @@ KEYS = 1000
 def events(windows: int, per: int) -> TestStream:
     stream = TestStream()
     for step in range(windows):
-        stream = stream.add_elements([
-            window.TimestampedValue((f'k{i % KEYS}', i), step * 10 + i % 10)
-            for i in range(per)])
+        stream = stream.add_elements(
+            [window.TimestampedValue((f'k{i % KEYS}', i), step * 10 + i % 10) for i in range(per)]
+        )
         stream = stream.advance_watermark_to(step * 10 + 10)
     return stream.advance_watermark_to_infinity()
 
@@ -55,13 +55,17 @@ def run(spark, mode: str, windows: int, per: int, out: str) -> float:
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    totals = (p | events(windows, per)
-              | beam.WindowInto(window.FixedWindows(10))
-              | beam.CombinePerKey(sum)
-              | beam.Map(lambda kv: Total(*kv)).with_output_types(Total))
+    totals = (
+        p
+        | events(windows, per)
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.CombinePerKey(sum)
+        | beam.Map(lambda kv: Total(*kv)).with_output_types(Total)
+    )
     if mode == 'write':
-        _ = totals | WriteToSpark(path=out, mode='append', window_start='ws',
-                                  window_end='we', spark=spark)
+        _ = totals | WriteToSpark(
+            path=out, mode='append', window_start='ws', window_end='we', spark=spark
+        )
     else:
         _ = totals | beam.Map(lambda t: None)
     start = time.time()
@@ -83,10 +87,12 @@ def main() -> None:
             seconds = run(spark, mode, args.windows, args.per_window, out)
             n = args.windows * args.per_window
             rows = spark.read.parquet(out).count() if mode == 'write' else None
-            print(f'{mode}: {n} elements, {args.windows} micro-batches, '
-                  f'{rows if rows is not None else "-"} rows written, '
-                  f'{seconds:.1f} s: {n / seconds:.0f} elements/s, '
-                  f'{seconds / args.windows:.2f} s per micro-batch')
+            print(
+                f'{mode}: {n} elements, {args.windows} micro-batches, '
+                f'{rows if rows is not None else "-"} rows written, '
+                f'{seconds:.1f} s: {n / seconds:.0f} elements/s, '
+                f'{seconds / args.windows:.2f} s per micro-batch'
+            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -42,6 +42,7 @@ runs of the full-size stream on Spark first: the driver JVM's JIT compiler
 docs/performance.md), which a stream that runs for hours has long
 paid. The BundleBasedDirectRunner, pure Python, has nothing to warm.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,16 +78,17 @@ def _instrument() -> None:
         try:
             return run(self, source_rows)
         finally:
-            MICRO_BATCHES.append(
-                (start, {i: s.position for i, s in self.sources.items()}))
+            MICRO_BATCHES.append((start, {i: s.position for i, s in self.sources.items()}))
+
     loop.StreamingExecutor._run_micro_batch = timed
 
 
 def stream(events: int, per_event: int, keys: int) -> TestStream:
     s = TestStream()
     for i in range(events):
-        s = s.add_elements([window.TimestampedValue((f'k{j % keys}', i), i)
-                            for j in range(per_event)])
+        s = s.add_elements(
+            [window.TimestampedValue((f'k{j % keys}', i), i) for j in range(per_event)]
+        )
         s = s.advance_watermark_to(i + 1)
     return s.advance_watermark_to_infinity()
 
@@ -145,36 +147,49 @@ class _Sink(beam.DoFn):
 
     def finish_bundle(self):
         if self._seen:
-            name = os.path.join(self._folder, f'{os.getpid()}-{id(self)}-'
-                                f'{time.time_ns()}.pkl')
+            name = os.path.join(self._folder, f'{os.getpid()}-{id(self)}-{time.time_ns()}.pkl')
             with open(name, 'wb') as f:
                 pickle.dump(self._seen, f)
 
 
 def windowed_count(p, source, folder):
-    _ = (p | source | beam.Map(_stamp) | beam.WindowInto(window.FixedWindows(1))
-         | beam.CombinePerKey(_CountFirst()) | beam.ParDo(_Sink(folder)))
+    _ = (
+        p
+        | source
+        | beam.Map(_stamp)
+        | beam.WindowInto(window.FixedWindows(1))
+        | beam.CombinePerKey(_CountFirst())
+        | beam.ParDo(_Sink(folder))
+    )
 
 
 def stateful(p, source, folder):
-    _ = (p | source | beam.Map(_stamp) | beam.ParDo(_StatefulCount())
-         | beam.Map(lambda kv: (kv[0], (1, kv[1][1], kv[1][2])))
-         | beam.ParDo(_Sink(folder)))
+    _ = (
+        p
+        | source
+        | beam.Map(_stamp)
+        | beam.ParDo(_StatefulCount())
+        | beam.Map(lambda kv: (kv[0], (1, kv[1][1], kv[1][2])))
+        | beam.ParDo(_Sink(folder))
+    )
 
 
 PIPELINES = {'windowed count': windowed_count, 'stateful': stateful}
 
 
-def run_one(name: str, runner_name: str, args, spread_kb: str = '',
-            flags: list | tuple = ()) -> dict:
+def run_one(
+    name: str, runner_name: str, args, spread_kb: str = '', flags: list | tuple = ()
+) -> dict:
     folder = tempfile.mkdtemp(prefix='bench-streaming-')
     options = PipelineOptions(
-        (['--spark_stream_spread_kb', spread_kb] if spread_kb else [])
-        + list(flags))
+        (['--spark_stream_spread_kb', spread_kb] if spread_kb else []) + list(flags)
+    )
     options.view_as(StandardOptions).streaming = True
-    runner = {'direct': BundleBasedDirectRunner,
-              'spark': lambda: InProcessSparkRunner(),
-              'debug': lambda: InProcessSparkRunner(debug=True)}[runner_name]()
+    runner = {
+        'direct': BundleBasedDirectRunner,
+        'spark': lambda: InProcessSparkRunner(),
+        'debug': lambda: InProcessSparkRunner(debug=True),
+    }[runner_name]()
     p = beam.Pipeline(runner=runner, options=options)
     PIPELINES[name](p, stream(args.events, args.per_event, args.keys), folder)
     MICRO_BATCHES.clear()
@@ -189,8 +204,7 @@ def run_one(name: str, runner_name: str, args, spread_kb: str = '',
     elements = sum(count for _, _, _, count in outputs)
     expected = args.events * args.per_event
     assert elements == expected, (name, runner_name, elements, expected)
-    figures = {'elements': elements, 'seconds': end - start,
-               'throughput': elements / (end - start)}
+    figures = {'elements': elements, 'seconds': end - start, 'throughput': elements / (end - start)}
     batches = list(MICRO_BATCHES)
     if batches:
         # Element event i is event 2i of the TestStream: the micro-batch that
@@ -200,6 +214,7 @@ def run_one(name: str, runner_name: str, args, spread_kb: str = '',
                 if max(positions.values()) > 2 * event:
                     return at
             return batches[-1][0]
+
         latencies = [out - took(event) for out, event, _, _ in outputs]
         first_end = batches[1][0] if len(batches) > 1 else end
         steady = [c for out, event, _, c in outputs if took(event) >= first_end]
@@ -219,33 +234,50 @@ def main() -> None:
     parser.add_argument('--events', type=int, default=20)
     parser.add_argument('--per-event', type=int, default=20_000)
     parser.add_argument('--keys', type=int, default=1000)
-    parser.add_argument('--debug', action='store_true',
-                        help='also run on the debug engine')
+    parser.add_argument('--debug', action='store_true', help='also run on the debug engine')
     parser.add_argument('--pipelines', default=','.join(PIPELINES))
-    parser.add_argument('--spread-kb', default='',
-                        help='--spark_stream_spread_kb values to run this '
-                        'runner with, comma-separated, e.g. "256,0" for an A/B '
-                        'in one run (default: the option\'s default)')
-    parser.add_argument('--overhead-keys', default='0,10000,1000000',
-                        help='keys of state for the overhead part ("" to skip)')
-    parser.add_argument('--warm-runs', type=int, default=0,
-                        help='untimed full-size runs of each pipeline on Spark '
-                        'before the timed ones (the JVM\'s JIT warm-up)')
-    parser.add_argument('--runner-flags', default='',
-                        help='pipeline options for every run on this runner, '
-                        'the first one (which starts the session) included, '
-                        'e.g. "--spark_conf spark.driver.extraJavaOptions=..."')
+    parser.add_argument(
+        '--spread-kb',
+        default='',
+        help='--spark_stream_spread_kb values to run this '
+        'runner with, comma-separated, e.g. "256,0" for an A/B '
+        "in one run (default: the option's default)",
+    )
+    parser.add_argument(
+        '--overhead-keys',
+        default='0,10000,1000000',
+        help='keys of state for the overhead part ("" to skip)',
+    )
+    parser.add_argument(
+        '--warm-runs',
+        type=int,
+        default=0,
+        help='untimed full-size runs of each pipeline on Spark '
+        "before the timed ones (the JVM's JIT warm-up)",
+    )
+    parser.add_argument(
+        '--runner-flags',
+        default='',
+        help='pipeline options for every run on this runner, '
+        'the first one (which starts the session) included, '
+        'e.g. "--spark_conf spark.driver.extraJavaOptions=..."',
+    )
     args = parser.parse_args()
     flags = shlex.split(args.runner_flags)
     _instrument()
-    print(f'load average {os.getloadavg()}; {args.events} events x '
-          f'{args.per_event} elements, {args.keys} keys'
-          + (f'; {args.warm_runs} full-size warm-up runs a pipeline on Spark'
-             if args.warm_runs else ''))
+    print(
+        f'load average {os.getloadavg()}; {args.events} events x '
+        f'{args.per_event} elements, {args.keys} keys'
+        + (
+            f'; {args.warm_runs} full-size warm-up runs a pipeline on Spark'
+            if args.warm_runs
+            else ''
+        )
+    )
     spreads = args.spread_kb.split(',')
     runners = [('direct', '')] + [
-        (r, kb) for r in ['spark'] + (['debug'] if args.debug else [])
-        for kb in spreads]
+        (r, kb) for r in ['spark'] + (['debug'] if args.debug else []) for kb in spreads
+    ]
     # Start Spark (session, Python workers) before anything is timed.
     warm = argparse.Namespace(events=2, per_event=10, keys=2)
     for name in PIPELINES:
@@ -261,33 +293,37 @@ def main() -> None:
                 # DirectRunner's run takes longer): whichever Spark run came
                 # first paid for starting them again.
                 run_one(name, 'spark', warm, kb, flags)
-            f = run_one(name, runner_name, args, kb,
-                        flags if runner_name != 'direct' else ())
+            f = run_one(name, runner_name, args, kb, flags if runner_name != 'direct' else ())
             if runner_name == 'direct':
                 base = f['throughput']
             ratio = f' ({f["throughput"] / base:.1f}x direct)' if base else ''
-            steady = (f', steady {f["steady throughput"]:,.0f}/s'
-                      if 'steady throughput' in f else '')
+            steady = f', steady {f["steady throughput"]:,.0f}/s' if 'steady throughput' in f else ''
             label = runner_name + (f' spread {kb}' if kb else '')
-            print(f'{name:15s} {label:7s} {f["elements"]:>9,} elements '
-                  f'in {f["seconds"]:6.2f} s: {f["throughput"]:>9,.0f}/s{ratio}'
-                  f'{steady}; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s'
-                  + (f'; {f["micro-batches"]} micro-batches'
-                     if 'micro-batches' in f else '')
-                  + f'  [load {os.getloadavg()[0]:.1f}]', flush=True)
+            print(
+                f'{name:15s} {label:7s} {f["elements"]:>9,} elements '
+                f'in {f["seconds"]:6.2f} s: {f["throughput"]:>9,.0f}/s{ratio}'
+                f'{steady}; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s'
+                + (f'; {f["micro-batches"]} micro-batches' if 'micro-batches' in f else '')
+                + f'  [load {os.getloadavg()[0]:.1f}]',
+                flush=True,
+            )
     from tests.benchmarks.streaming_state import measure
+
     for keys in [int(k) for k in args.overhead_keys.split(',') if k]:
         rows = measure(keys, 5, spark=True)
         # Micro-batches 2, 4, ..., 10 take the one-key events (the odd ones
         # only step the clock).
         touches = [s for n, s, _ in rows[2:12:2]]
         written = [w for n, _, w in rows[2:12:2]]
-        print(f'overhead spark  {keys:>9,} keys of state: first micro-batch '
-              f'{rows[0][1]:.2f} s ({rows[0][2]:,} B), one-key micro-batch '
-              f'median {statistics.median(touches):.2f} s '
-              f'(min {min(touches):.2f}, max {max(touches):.2f}), state written '
-              f'{min(written):,}-{max(written):,} B'
-              f'  [load {os.getloadavg()[0]:.1f}]', flush=True)
+        print(
+            f'overhead spark  {keys:>9,} keys of state: first micro-batch '
+            f'{rows[0][1]:.2f} s ({rows[0][2]:,} B), one-key micro-batch '
+            f'median {statistics.median(touches):.2f} s '
+            f'(min {min(touches):.2f}, max {max(touches):.2f}), state written '
+            f'{min(written):,}-{max(written):,} B'
+            f'  [load {os.getloadavg()[0]:.1f}]',
+            flush=True,
+        )
 
 
 if __name__ == '__main__':

@@ -20,6 +20,7 @@ proto that carries them: a 5-minute run's driver held 1.33 GB of them).
 
     python tests/benchmarks/streaming_scale.py --minutes 3 --keys 1000000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,7 +67,7 @@ class KeyedElements(beam.DoFn, RestrictionProvider, WatermarkEstimatorProvider):
         self.keys, self.rate, self.step, self.period = keys, rate, step, period
 
     def initial_restriction(self, element) -> OffsetRange:
-        return OffsetRange(0, 2 ** 62)
+        return OffsetRange(0, 2**62)
 
     def create_tracker(self, restriction) -> OffsetRestrictionTracker:
         return OffsetRestrictionTracker(restriction)
@@ -81,19 +82,21 @@ class KeyedElements(beam.DoFn, RestrictionProvider, WatermarkEstimatorProvider):
         return ManualWatermarkEstimator(state)
 
     @beam.DoFn.unbounded_per_element()
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(),
-                estimator=beam.DoFn.WatermarkEstimatorParam()):
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(),
+        estimator=beam.DoFn.WatermarkEstimatorParam(),
+    ):
         started = time.monotonic()
         first = tracker.current_restriction().start
         call = first // self.rate
         for n in range(first, (call + 1) * self.rate):
             if not tracker.try_claim(n):
                 return
-            yield window.TimestampedValue((f'key{n % self.keys}', n),
-                                          call * self.step)
+            yield window.TimestampedValue((f'key{n % self.keys}', n), call * self.step)
         estimator.set_watermark(Timestamp((call + 1) * self.step))
-        tracker.defer_remainder(Duration.of(
-            max(0.0, self.period - (time.monotonic() - started))))
+        tracker.defer_remainder(Duration.of(max(0.0, self.period - (time.monotonic() - started))))
 
 
 def _test_stream(args) -> TestStream:
@@ -104,11 +107,9 @@ def _test_stream(args) -> TestStream:
     for step in range(args.steps):
         elements = []
         for _ in range(args.rate):
-            elements.append(window.TimestampedValue(
-                (f'key{n % args.keys}', n), step * args.step))
+            elements.append(window.TimestampedValue((f'key{n % args.keys}', n), step * args.step))
             n += 1
-        stream = stream.add_elements(elements).advance_watermark_to(
-            (step + 1) * args.step)
+        stream = stream.add_elements(elements).advance_watermark_to((step + 1) * args.step)
     return stream.advance_watermark_to_infinity()
 
 
@@ -162,9 +163,11 @@ def jstat_gc(pid: int) -> dict | None:
     """A JVM's ``jstat -gc`` figures (KB, counts), or None (jstat missing,
     the JVM gone)."""
     import subprocess
+
     try:
-        out = subprocess.run(['jstat', '-gc', str(pid)], capture_output=True,
-                             text=True, timeout=20).stdout.split('\n')
+        out = subprocess.run(
+            ['jstat', '-gc', str(pid)], capture_output=True, text=True, timeout=20
+        ).stdout.split('\n')
         return dict(zip(out[0].split(), map(float, out[1].split())))
     except Exception:
         return None
@@ -180,10 +183,10 @@ def _heap_mb(pid: int, live: bool) -> str:
     JVM holds on its heap vs what its RSS shows); with ``live``, after a full
     GC (``jcmd PID GC.run``): the live set."""
     import subprocess
+
     if live:
         try:
-            subprocess.run(['jcmd', str(pid), 'GC.run'], capture_output=True,
-                           timeout=60)
+            subprocess.run(['jcmd', str(pid), 'GC.run'], capture_output=True, timeout=60)
         except Exception:
             pass
     stats = jstat_gc(pid)
@@ -191,9 +194,11 @@ def _heap_mb(pid: int, live: bool) -> str:
         return 'heap ?'
     used = heap_used_kb(stats)
     committed = sum(stats.get(k, 0) for k in ('S0C', 'S1C', 'EC', 'OC'))
-    return (f'heap {used / 1024:.0f}/{committed / 1024:.0f} '
-            f'meta {stats.get("MU", 0) / 1024:.0f} '
-            f'fullGC {stats.get("FGC", 0):.0f}')
+    return (
+        f'heap {used / 1024:.0f}/{committed / 1024:.0f} '
+        f'meta {stats.get("MU", 0) / 1024:.0f} '
+        f'fullGC {stats.get("FGC", 0):.0f}'
+    )
 
 
 def _shuffle_files(pids: list[int], spark) -> int:
@@ -205,8 +210,7 @@ def _shuffle_files(pids: list[int], spark) -> int:
     for pid in pids:
         try:
             with open(f'/proc/{pid}/environ') as f:
-                env = dict(v.split('=', 1) for v in f.read().split('\0')
-                           if '=' in v)
+                env = dict(v.split('=', 1) for v in f.read().split('\0') if '=' in v)
             folders += env.get('SPARK_EXECUTOR_DIRS', '').split(os.pathsep)
         except OSError:
             pass
@@ -217,8 +221,7 @@ def _shuffle_files(pids: list[int], spark) -> int:
     count = 0
     for folder in filter(None, folders):
         for _, _, names in os.walk(folder):
-            count += sum(n.startswith('shuffle_') and n.endswith('.data')
-                         for n in names)
+            count += sum(n.startswith('shuffle_') and n.endswith('.data') for n in names)
     return count
 
 
@@ -255,51 +258,60 @@ def _descendants(pid: int) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument('--keys', type=int, default=1_000_000)
-    parser.add_argument('--rate', type=int, default=20_000,
-                        help='elements per micro-batch')
-    parser.add_argument('--source', choices=['sdf', 'test_stream'],
-                        default='sdf')
-    parser.add_argument('--period', type=float, default=0.0,
-                        help='sdf: seconds per micro-batch at least (pacing)')
-    parser.add_argument('--steps', type=int, default=60,
-                        help='test_stream: micro-batches generated (the '
-                        'stream ends after)')
-    parser.add_argument('--step', type=int, default=10,
-                        help='event-time seconds per micro-batch')
+    parser.add_argument('--rate', type=int, default=20_000, help='elements per micro-batch')
+    parser.add_argument('--source', choices=['sdf', 'test_stream'], default='sdf')
+    parser.add_argument(
+        '--period', type=float, default=0.0, help='sdf: seconds per micro-batch at least (pacing)'
+    )
+    parser.add_argument(
+        '--steps',
+        type=int,
+        default=60,
+        help='test_stream: micro-batches generated (the stream ends after)',
+    )
+    parser.add_argument('--step', type=int, default=10, help='event-time seconds per micro-batch')
     parser.add_argument('--window', type=int, default=600)
     parser.add_argument('--minutes', type=float, default=3)
     parser.add_argument('--every', type=float, default=15)
     parser.add_argument('--master', default='local-cluster[2,1,2048]')
-    parser.add_argument('--jvms', action='store_true',
-                        help='also print each JVM (driver, executors): RSS, '
-                        'heap used/committed (jstat) and what the status '
-                        'store retains')
-    parser.add_argument('--live', action='store_true',
-                        help='with --jvms: heap after a full GC (jcmd GC.run)')
-    parser.add_argument('--conf', action='append', default=[],
-                        help='KEY=VALUE Spark settings for the session')
+    parser.add_argument(
+        '--jvms',
+        action='store_true',
+        help='also print each JVM (driver, executors): RSS, '
+        'heap used/committed (jstat) and what the status '
+        'store retains',
+    )
+    parser.add_argument(
+        '--live', action='store_true', help='with --jvms: heap after a full GC (jcmd GC.run)'
+    )
+    parser.add_argument(
+        '--conf', action='append', default=[], help='KEY=VALUE Spark settings for the session'
+    )
     args = parser.parse_args()
     location = tempfile.mkdtemp(prefix='bench-scale-')
     if args.source == 'sdf':
         source = beam.Impulse() | beam.ParDo(
-            KeyedElements(args.keys, args.rate, args.step, args.period))
+            KeyedElements(args.keys, args.rate, args.step, args.period)
+        )
     else:
         source = _test_stream(args)
     from beam_spark_inproc.spark import session
-    spark, _ = session.get_or_create(
-        args.master, None, dict(c.split('=', 1) for c in args.conf))
+
+    spark, _ = session.get_or_create(args.master, None, dict(c.split('=', 1) for c in args.conf))
     options = PipelineOptions([f'--checkpoint_location={location}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    _ = (p | source | beam.WindowInto(window.FixedWindows(args.window))
-         | beam.ParDo(CountPerKey()))
+    _ = p | source | beam.WindowInto(window.FixedWindows(args.window)) | beam.ParDo(CountPerKey())
     start = time.time()
     result = p.run()
-    print(f'keys={args.keys} rate={args.rate}/micro-batch master={args.master} '
-          f'checkpoint={location}')
-    print(f'{"t (s)":>7} {"micro-batch":>11} {"driver MB":>10} '
-          f'{"JVMs MB":>8} {"Python workers PSS MB (n)":>26} '
-          f'{"largest worker MB":>17} {"checkpoint MB":>14} {"load":>5}')
+    print(
+        f'keys={args.keys} rate={args.rate}/micro-batch master={args.master} checkpoint={location}'
+    )
+    print(
+        f'{"t (s)":>7} {"micro-batch":>11} {"driver MB":>10} '
+        f'{"JVMs MB":>8} {"Python workers PSS MB (n)":>26} '
+        f'{"largest worker MB":>17} {"checkpoint MB":>14} {"load":>5}'
+    )
     me = os.getpid()
     while time.time() - start < args.minutes * 60:
         state = result.wait_until_finish(duration=int(args.every * 1000))
@@ -309,19 +321,27 @@ def main() -> None:
         workers = [_pss_kb(pid) for pid in pids if not _is_jvm(pid)]
         size = CheckpointStore.size(type('S', (), {'root': location})())
         workers_mb = f'{sum(workers) / 1024:.0f} ({len(workers)})'
-        print(f'{time.time() - start:7.0f} '
-              f'{executor.micro_batch if executor else -1:>11} '
-              f'{_rss_kb(me) / 1024:10.0f} {sum(jvms) / 1024:8.0f} '
-              f'{workers_mb:>26} {max(workers, default=0) / 1024:17.0f} '
-              f'{size / 2**20:14.1f} {os.getloadavg()[0]:5.1f}', flush=True)
+        print(
+            f'{time.time() - start:7.0f} '
+            f'{executor.micro_batch if executor else -1:>11} '
+            f'{_rss_kb(me) / 1024:10.0f} {sum(jvms) / 1024:8.0f} '
+            f'{workers_mb:>26} {max(workers, default=0) / 1024:17.0f} '
+            f'{size / 2**20:14.1f} {os.getloadavg()[0]:5.1f}',
+            flush=True,
+        )
         if args.jvms:
             for pid in pids:
                 if _is_jvm(pid):
-                    print(f'        {_jvm_role(pid):>10} pid {pid}: RSS '
-                          f'{_rss_kb(pid) / 1024:.0f} MB '
-                          f'{_heap_mb(pid, args.live)}', flush=True)
-            print(f'        {_status_store(spark)} shuffle files '
-                  f'{_shuffle_files(pids, spark)}', flush=True)
+                    print(
+                        f'        {_jvm_role(pid):>10} pid {pid}: RSS '
+                        f'{_rss_kb(pid) / 1024:.0f} MB '
+                        f'{_heap_mb(pid, args.live)}',
+                        flush=True,
+                    )
+            print(
+                f'        {_status_store(spark)} shuffle files {_shuffle_files(pids, spark)}',
+                flush=True,
+            )
         if state != 'RUNNING':
             break
     result.cancel()

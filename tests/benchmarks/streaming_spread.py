@@ -17,6 +17,7 @@ value, so neither side pays for starting Python workers), and print per run:
         [--events 20] [--per-event 20000] [--keys 1000] [--spread-kb 256,0] \\
         [--rounds 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,15 +31,14 @@ from tests.benchmarks.run import Sampler
 
 
 def _stages(url: str, app: str) -> dict:
-    with urllib.request.urlopen(
-            f'{url}/api/v1/applications/{app}/stages?status=complete') as f:
+    with urllib.request.urlopen(f'{url}/api/v1/applications/{app}/stages?status=complete') as f:
         return {(s['stageId'], s['attemptId']): s for s in json.load(f)}
 
 
 def _tasks(url: str, app: str, stage: tuple) -> list:
     with urllib.request.urlopen(
-            f'{url}/api/v1/applications/{app}/stages/{stage[0]}/{stage[1]}/'
-            'taskList?length=10000') as f:
+        f'{url}/api/v1/applications/{app}/stages/{stage[0]}/{stage[1]}/taskList?length=10000'
+    ) as f:
         return json.load(f)
 
 
@@ -59,10 +59,14 @@ def main() -> None:
         for kb in spreads:
             streaming.run_one(name, 'spark', warm, kb, extra)
     from pyspark.sql import SparkSession
+
     context = SparkSession.getActiveSession().sparkContext
     url, app = context.uiWebUrl, context.applicationId
-    print(f'load average {os.getloadavg()}; {args.events} events x '
-          f'{args.per_event} elements, {args.keys} keys', flush=True)
+    print(
+        f'load average {os.getloadavg()}; {args.events} events x '
+        f'{args.per_event} elements, {args.keys} keys',
+        flush=True,
+    )
     results: dict = {}
     for name in [n for n in args.pipelines.split(',') if n]:
         for round_ in range(args.rounds):
@@ -79,31 +83,38 @@ def main() -> None:
                 # stages apart.
                 split = {'map': 0.0, 'result': 0.0}
                 for stage in stages:
-                    times = [t['taskMetrics']['executorRunTime'] / 1000
-                             for t in _tasks(url, app, stage)
-                             if t.get('taskMetrics')]
+                    times = [
+                        t['taskMetrics']['executorRunTime'] / 1000
+                        for t in _tasks(url, app, stage)
+                        if t.get('taskMetrics')
+                    ]
                     if times:
                         critical += max(times)
                         work += sum(times)
                         tasks += len(times)
-                        kind = ('map' if stages_info[stage].get(
-                            'shuffleWriteBytes') else 'result')
+                        kind = 'map' if stages_info[stage].get('shuffleWriteBytes') else 'result'
                         split[kind] += max(times)
                 results.setdefault((name, kb), []).append(
-                    (f['seconds'], sum(cpu.values()), critical, work))
-                print(f'{name:15s} spread {kb:>4s} KB: {f["seconds"]:6.2f} s wall, '
-                      f'CPU {sum(cpu.values()):6.2f} s (driver '
-                      f'{cpu.get("driver", 0):.2f}, JVM {cpu.get("jvm", 0):.2f}, '
-                      f'Python workers {cpu.get("python", 0):.2f}); tasks: '
-                      f'{len(stages)} stages, {tasks:.0f} tasks, critical path '
-                      f'{critical:.2f} s (shuffle map stages {split["map"]:.2f}, '
-                      f'result stages {split["result"]:.2f}), run time '
-                      f'{work:.2f} s  '
-                      f'[load {os.getloadavg()[0]:.1f}]', flush=True)
+                    (f['seconds'], sum(cpu.values()), critical, work)
+                )
+                print(
+                    f'{name:15s} spread {kb:>4s} KB: {f["seconds"]:6.2f} s wall, '
+                    f'CPU {sum(cpu.values()):6.2f} s (driver '
+                    f'{cpu.get("driver", 0):.2f}, JVM {cpu.get("jvm", 0):.2f}, '
+                    f'Python workers {cpu.get("python", 0):.2f}); tasks: '
+                    f'{len(stages)} stages, {tasks:.0f} tasks, critical path '
+                    f'{critical:.2f} s (shuffle map stages {split["map"]:.2f}, '
+                    f'result stages {split["result"]:.2f}), run time '
+                    f'{work:.2f} s  '
+                    f'[load {os.getloadavg()[0]:.1f}]',
+                    flush=True,
+                )
     print('medians: wall, CPU, critical path, task run time (s)')
     for (name, kb), rows in results.items():
-        print(f'{name:15s} spread {kb:>4s} KB: ' + ', '.join(
-            f'{statistics.median(column):.2f}' for column in zip(*rows)))
+        print(
+            f'{name:15s} spread {kb:>4s} KB: '
+            + ', '.join(f'{statistics.median(column):.2f}' for column in zip(*rows))
+        )
 
 
 if __name__ == '__main__':

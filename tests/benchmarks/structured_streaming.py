@@ -53,6 +53,7 @@ runs only those.
         [--per-event 20000] [--keys 1000] [--floor-events 30] [--floor-rows 20]
         [--queries "stateful (rate source);..."] [--fixed-cost-rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,9 +90,11 @@ def _source_class():
             return {'event': min(self.events, at + 1)}
 
         def partitions(self, start, end):
-            return [InputPartition((e, p)) for e in
-                    range(start['event'], end['event'])
-                    for p in range(self.partitions_)]
+            return [
+                InputPartition((e, p))
+                for e in range(start['event'], end['event'])
+                for p in range(self.partitions_)
+            ]
 
         def read(self, partition):
             event, part = partition.value
@@ -118,30 +121,39 @@ def _source_class():
 
 def _session():
     from pyspark.sql import SparkSession
+
     # Spark's Python workers run this interpreter (with pyspark and pyarrow).
     os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
-    return (SparkSession.builder.master('local[2]')
-            .config('spark.sql.shuffle.partitions', '2')
-            .config('spark.sql.streaming.numRecentProgressUpdates', '10000')
-            .config('spark.ui.enabled', 'false')
-            .getOrCreate())
+    return (
+        SparkSession.builder.master('local[2]')
+        .config('spark.sql.shuffle.partitions', '2')
+        .config('spark.sql.streaming.numRecentProgressUpdates', '10000')
+        .config('spark.ui.enabled', 'false')
+        .getOrCreate()
+    )
 
 
 def _events(spark, events: int, per_event: int, keys: int):
-    return (spark.readStream.format(NAME).option('events', events)
-            .option('per_event', per_event).option('keys', keys)
-            .option('partitions', 2).load())
+    return (
+        spark.readStream.format(NAME)
+        .option('events', events)
+        .option('per_event', per_event)
+        .option('keys', keys)
+        .option('partitions', 2)
+        .load()
+    )
 
 
 def _count_in_arrow(batches):
     import pyarrow as pa
+
     for batch in batches:
-        yield pa.RecordBatch.from_pydict(
-            {'key': batch.column(0), 'ts': batch.column(1)})
+        yield pa.RecordBatch.from_pydict({'key': batch.column(0), 'ts': batch.column(1)})
 
 
 def _running_count(key, frames, state):
     import pandas as pd
+
     n = state.get[0] if state.exists else 0
     for frame in frames:
         counts = range(n + 1, n + 1 + len(frame))
@@ -155,44 +167,63 @@ def _rate(spark, per_event: int, keys: int = 2):
     a micro-batch as (key, ts), the input of ``_events`` (micro-batch i's
     rows at event time i seconds, row j's key ``k{j % keys}``) but endless."""
     from pyspark.sql import functions as F
-    return (spark.readStream.format('rate-micro-batch')
-            .option('rowsPerBatch', per_event).option('numPartitions', 2)
-            .option('startTimestamp', 0).option('advanceMillisPerBatch', 1000)
-            .load().select(F.concat(F.lit('k'), (F.col('value') % keys).cast(
-                'string')).alias('key'), F.col('timestamp').alias('ts')))
+
+    return (
+        spark.readStream.format('rate-micro-batch')
+        .option('rowsPerBatch', per_event)
+        .option('numPartitions', 2)
+        .option('startTimestamp', 0)
+        .option('advanceMillisPerBatch', 1000)
+        .load()
+        .select(
+            F.concat(F.lit('k'), (F.col('value') % keys).cast('string')).alias('key'),
+            F.col('timestamp').alias('ts'),
+        )
+    )
 
 
 def _query(name: str, df):
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
+
     name = name.replace(' (rate source)', '')
     if name == 'floor, no-op':
         return df.writeStream.foreachBatch(lambda batch, batch_id: None)
     if name == 'floor, mapInArrow count':
         df = df.mapInArrow(_count_in_arrow, df.schema)
     if name in ('floor, mapInArrow count', 'windowed count'):
-        return (df.withWatermark('ts', '0 seconds')
-                .groupBy(F.window('ts', '1 second'), 'key').count()
-                .writeStream.outputMode('append').format('noop'))
+        return (
+            df.withWatermark('ts', '0 seconds')
+            .groupBy(F.window('ts', '1 second'), 'key')
+            .count()
+            .writeStream.outputMode('append')
+            .format('noop')
+        )
     if name == 'stateful':
-        return (df.groupBy('key').applyInPandasWithState(
-            _running_count, 'key string, count long', 'n long', 'append',
-            GroupStateTimeout.NoTimeout)
-            .writeStream.outputMode('append').format('noop'))
+        return (
+            df.groupBy('key')
+            .applyInPandasWithState(
+                _running_count,
+                'key string, count long',
+                'n long',
+                'append',
+                GroupStateTimeout.NoTimeout,
+            )
+            .writeStream.outputMode('append')
+            .format('noop')
+        )
     raise ValueError(name)
 
 
-def run_query(spark, name: str, events: int, per_event: int,
-              keys: int) -> dict:
+def run_query(spark, name: str, events: int, per_event: int, keys: int) -> dict:
     from tests.benchmarks.run import Sampler
+
     folder = tempfile.mkdtemp(prefix='bench-structured-')
     rate = name.endswith('(rate source)')
     try:
-        source = (_rate(spark, per_event, keys) if rate
-                  else _events(spark, events, per_event, keys))
+        source = _rate(spark, per_event, keys) if rate else _events(spark, events, per_event, keys)
         with Sampler(interval=0.5) as sampler:
-            query = (_query(name, source)
-                     .option('checkpointLocation', folder).start())
+            query = _query(name, source).option('checkpointLocation', folder).start()
             if rate:  # endless: stopped after ``events`` micro-batches
                 while len(query.recentProgress) < events:
                     if query.exception() is not None:
@@ -210,8 +241,7 @@ def run_query(spark, name: str, events: int, per_event: int,
         progress = progress[:events]
     batches = []
     for p in progress:
-        started = datetime.datetime.fromisoformat(
-            p.timestamp.replace('Z', '+00:00')).timestamp()
+        started = datetime.datetime.fromisoformat(p.timestamp.replace('Z', '+00:00')).timestamp()
         took = p.durationMs.get('triggerExecution', 0) / 1000
         out = p.sink.numOutputRows if p.sink.numOutputRows >= 0 else 0
         state = sum(s.memoryUsedBytes for s in p.stateOperators)
@@ -230,15 +260,17 @@ def run_query(spark, name: str, events: int, per_event: int,
     first_end = batches[0][1]
     steady = sum(b[2] for b in batches[1:])
     return {
-        'micro-batches': len(batches), 'elements': elements,
+        'micro-batches': len(batches),
+        'elements': elements,
         'seconds': end - start,
         'throughput': elements / (end - start) if end > start else 0.0,
         'steady throughput': steady / (end - first_end) if end > first_end else 0.0,
         'batch p50': statistics.median(times),
         'batch p99': times[min(len(times) - 1, int(len(times) * 0.99))],
         'p50': latencies[len(latencies) // 2] if latencies else 0.0,
-        'p99': (latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-                if latencies else 0.0),
+        'p99': (
+            latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
+        ),
         'state bytes': batches[-1][4],
         # the whole process tree's (driver, JVM, Python workers and the
         # source's process), over the query's start, run and stop
@@ -248,16 +280,18 @@ def run_query(spark, name: str, events: int, per_event: int,
 
 
 def _line(name: str, f: dict) -> str:
-    return (f'{name:36s} {f["micro-batches"]:3d} micro-batches, '
-            f'{f["elements"]:>9,} elements in {f["seconds"]:6.2f} s: '
-            f'{f["throughput"]:>9,.0f}/s, steady '
-            f'{f["steady throughput"]:>9,.0f}/s; micro-batch p50 '
-            f'{f["batch p50"] * 1000:.0f} ms, p99 {f["batch p99"] * 1000:.0f} '
-            f'ms; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s; state '
-            f'{f["state bytes"]:,} B; CPU a micro-batch '
-            f'{f["cpu per batch"] * 1000:.0f} ms (JVM '
-            f'{f["jvm cpu per batch"] * 1000:.0f})  '
-            f'[load {os.getloadavg()[0]:.1f}]')
+    return (
+        f'{name:36s} {f["micro-batches"]:3d} micro-batches, '
+        f'{f["elements"]:>9,} elements in {f["seconds"]:6.2f} s: '
+        f'{f["throughput"]:>9,.0f}/s, steady '
+        f'{f["steady throughput"]:>9,.0f}/s; micro-batch p50 '
+        f'{f["batch p50"] * 1000:.0f} ms, p99 {f["batch p99"] * 1000:.0f} '
+        f'ms; latency p50 {f["p50"]:.2f} s, p99 {f["p99"]:.2f} s; state '
+        f'{f["state bytes"]:,} B; CPU a micro-batch '
+        f'{f["cpu per batch"] * 1000:.0f} ms (JVM '
+        f'{f["jvm cpu per batch"] * 1000:.0f})  '
+        f'[load {os.getloadavg()[0]:.1f}]'
+    )
 
 
 def _runner(name: str, events: int, per_event: int, keys: int) -> dict:
@@ -265,28 +299,38 @@ def _runner(name: str, events: int, per_event: int, keys: int) -> dict:
     with the same figures as ``run_query`` (CPU as there)."""
     from tests.benchmarks import streaming
     from tests.benchmarks.run import Sampler
+
     args = argparse.Namespace(events=events, per_event=per_event, keys=keys)
     with Sampler(interval=0.5) as sampler:
         f = streaming.run_one(name, 'spark', args)
     cpu = sampler.cpu_seconds()
     batches = f.get('micro-batches') or 1
-    return {'micro-batches': batches, 'elements': f['elements'],
-            'seconds': f['seconds'], 'throughput': f['throughput'],
-            'steady throughput': f.get('steady throughput', 0.0),
-            'batch p50': f['seconds'] / batches,
-            'batch p99': f['seconds'] / batches, 'p50': f['p50'],
-            'p99': f['p99'], 'state bytes': 0,
-            'cpu per batch': sum(cpu.values()) / batches,
-            'jvm cpu per batch': cpu.get('jvm', 0.0) / batches}
+    return {
+        'micro-batches': batches,
+        'elements': f['elements'],
+        'seconds': f['seconds'],
+        'throughput': f['throughput'],
+        'steady throughput': f.get('steady throughput', 0.0),
+        'batch p50': f['seconds'] / batches,
+        'batch p99': f['seconds'] / batches,
+        'p50': f['p50'],
+        'p99': f['p99'],
+        'state bytes': 0,
+        'cpu per batch': sum(cpu.values()) / batches,
+        'jvm cpu per batch': cpu.get('jvm', 0.0) / batches,
+    }
 
 
-FLOORS = ('floor, no-op', 'floor, mapInArrow count',
-          'floor, no-op (rate source)', 'floor, mapInArrow count (rate source)')
+FLOORS = (
+    'floor, no-op',
+    'floor, mapInArrow count',
+    'floor, no-op (rate source)',
+    'floor, mapInArrow count (rate source)',
+)
 # The benchmark's queries over Spark's own source as well (the Python data
 # source's planner starts a Python process that must connect back within
 # Spark's timeout: on a heavily loaded machine it may not).
-PIPELINES = ('windowed count', 'stateful', 'windowed count (rate source)',
-             'stateful (rate source)')
+PIPELINES = ('windowed count', 'stateful', 'windowed count (rate source)', 'stateful (rate source)')
 
 
 def main() -> None:
@@ -296,19 +340,24 @@ def main() -> None:
     parser.add_argument('--keys', type=int, default=1000)
     parser.add_argument('--floor-events', type=int, default=30)
     parser.add_argument('--floor-rows', type=int, default=20)
-    parser.add_argument('--fixed-cost-rounds', type=int, default=0,
-                        help='instead: N rounds, each this runner\'s stateful '
-                        'count over --floor-events x --floor-rows (the '
-                        'runner\'s session) and then each floor query in it')
-    parser.add_argument('--queries', default='',
-                        help='only these queries, separated by ";" (names as '
-                        'printed)')
+    parser.add_argument(
+        '--fixed-cost-rounds',
+        type=int,
+        default=0,
+        help="instead: N rounds, each this runner's stateful "
+        'count over --floor-events x --floor-rows (the '
+        "runner's session) and then each floor query in it",
+    )
+    parser.add_argument(
+        '--queries', default='', help='only these queries, separated by ";" (names as printed)'
+    )
     args = parser.parse_args()
     # The source's classes travel to Spark's Python workers by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if args.fixed_cost_rounds:
         from pyspark.sql import SparkSession
         from tests.benchmarks import streaming
+
         streaming._instrument()
         # The runner makes the session (its settings), the queries share it.
         _runner('stateful', 2, 10, 2)
@@ -318,13 +367,16 @@ def main() -> None:
     else:
         spark = _session()
     spark.dataSource.register(_source_class())
-    print(f'load average {os.getloadavg()}; PySpark {spark.version}, '
-          f'local[2]; {args.events} events x {args.per_event} elements, '
-          f'{args.keys} keys; floor: {args.floor_events} x {args.floor_rows}',
-          flush=True)
+    print(
+        f'load average {os.getloadavg()}; PySpark {spark.version}, '
+        f'local[2]; {args.events} events x {args.per_event} elements, '
+        f'{args.keys} keys; floor: {args.floor_events} x {args.floor_rows}',
+        flush=True,
+    )
     floor = (args.floor_events, args.floor_rows, 2)
     runs = [(name, *floor) for name in FLOORS] + [
-        (name, args.events, args.per_event, args.keys) for name in PIPELINES]
+        (name, args.events, args.per_event, args.keys) for name in PIPELINES
+    ]
     if args.queries:
         runs = [r for r in runs if r[0] in args.queries.split(';')]
     # Warm up: the session's first queries start the Python workers and JITs.
@@ -332,16 +384,13 @@ def main() -> None:
         run_query(spark, name, 3, 10, 2)
     if args.fixed_cost_rounds:
         for _ in range(args.fixed_cost_rounds):
-            print(_line('this runner, stateful', _runner('stateful', *floor)),
-                  flush=True)
+            print(_line('this runner, stateful', _runner('stateful', *floor)), flush=True)
             for name, *_ in runs:
                 if name in FLOORS:
-                    print(_line(name, run_query(spark, name, *floor)),
-                          flush=True)
+                    print(_line(name, run_query(spark, name, *floor)), flush=True)
         return
     for name, events, per_event, keys in runs:
-        print(_line(name, run_query(spark, name, events, per_event, keys)),
-              flush=True)
+        print(_line(name, run_query(spark, name, events, per_event, keys)), flush=True)
     spark.stop()
 
 

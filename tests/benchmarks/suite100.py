@@ -23,6 +23,7 @@ Prints each run's wall seconds (the whole pytest process, JVM start included)
 and the sum of the tests' own durations (pytest's ``--durations``), the ratios
 to ``direct`` and the load average.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,42 +37,42 @@ import tempfile
 import time
 
 KINDS = {
-    'map_filter': '''
+    'map_filter': """
     out = (p | beam.Create(list(range({n})))
            | beam.Map(lambda x: x * 3) | beam.Filter(lambda x: x % 2 == 0))
-    assert_that(out, equal_to([x * 3 for x in range({n}) if x * 3 % 2 == 0]))''',
-    'words': '''
+    assert_that(out, equal_to([x * 3 for x in range({n}) if x * 3 % 2 == 0]))""",
+    'words': """
     lines = ['w%d w%d w%d' % (i, i % 3, i % 5) for i in range({n})]
     out = (p | beam.Create(lines) | beam.FlatMap(str.split)
            | beam.combiners.Count.PerElement())
     expected = collections.Counter(w for l in lines for w in l.split())
-    assert_that(out, equal_to(list(expected.items())))''',
-    'gbk': '''
+    assert_that(out, equal_to(list(expected.items())))""",
+    'gbk': """
     out = (p | beam.Create([(i % 4, i) for i in range({n})]) | beam.GroupByKey()
            | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
     assert_that(out, equal_to([(k, [i for i in range({n}) if i % 4 == k])
-                               for k in range(min(4, {n}))]))''',
-    'combine_per_key': '''
+                               for k in range(min(4, {n}))]))""",
+    'combine_per_key': """
     out = (p | beam.Create([('k%d' % (i % 3), i) for i in range({n})])
            | beam.CombinePerKey(sum))
     assert_that(out, equal_to([('k%d' % k, sum(i for i in range({n}) if i % 3 == k))
-                               for k in range(min(3, {n}))]))''',
-    'side_input': '''
+                               for k in range(min(3, {n}))]))""",
+    'side_input': """
     side = p | 'Side' >> beam.Create([('a', 10), ('b', 20)])
     out = (p | 'Main' >> beam.Create(list(range({n})))
            | beam.Map(lambda x, d: x + d['a'] + d['b'], d=beam.pvalue.AsDict(side)))
-    assert_that(out, equal_to([x + 30 for x in range({n})]))''',
-    'outputs': '''
+    assert_that(out, equal_to([x + 30 for x in range({n})]))""",
+    'outputs': """
     outs = (p | beam.Create(list(range({n})))
             | beam.ParDo(Split()).with_outputs('odd', main='even'))
     assert_that(outs.even, equal_to([x for x in range({n}) if x % 2 == 0]), label='e')
-    assert_that(outs.odd, equal_to([x for x in range({n}) if x % 2]), label='o')''',
-    'flatten': '''
+    assert_that(outs.odd, equal_to([x for x in range({n}) if x % 2]), label='o')""",
+    'flatten': """
     a = p | 'A' >> beam.Create(list(range({n})))
     b = p | 'B' >> beam.Create(list(range(100, 100 + {n})))
     out = (a, b) | beam.Flatten() | beam.Map(lambda x: x + 1)
-    assert_that(out, equal_to([x + 1 for x in list(range({n})) + list(range(100, 100 + {n}))]))''',
-    'windows': '''
+    assert_that(out, equal_to([x + 1 for x in list(range({n})) + list(range(100, 100 + {n}))]))""",
+    'windows': """
     out = (p | beam.Create([(i * 7, i) for i in range({n})])
            | beam.Map(lambda tv: window.TimestampedValue(('k', tv[1]), tv[0]))
            | beam.WindowInto(window.FixedWindows(20)) | beam.CombinePerKey(sum)
@@ -79,13 +80,13 @@ KINDS = {
     sums = collections.Counter()
     for i in range({n}):
         sums[i * 7 // 20] += i
-    assert_that(out, equal_to(list(sums.values())))''',
-    'distinct': '''
+    assert_that(out, equal_to(list(sums.values())))""",
+    'distinct': """
     out = p | beam.Create([i % 5 for i in range({n})]) | beam.Distinct()
-    assert_that(out, equal_to(sorted(set(i % 5 for i in range({n})))))''',
-    'combine_globally': '''
+    assert_that(out, equal_to(sorted(set(i % 5 for i in range({n})))))""",
+    'combine_globally': """
     out = p | beam.Create(list(range({n}))) | beam.CombineGlobally(sum)
-    assert_that(out, equal_to([sum(range({n}))]))''',
+    assert_that(out, equal_to([sum(range({n}))]))""",
 }
 SIZES = (1, 2, 3, 5, 8, 10, 20, 30, 50, 100)
 
@@ -106,16 +107,16 @@ class Split(beam.DoFn):
             yield x
 '''
 
-DIRECT_CONFTEST = '''import pytest
+DIRECT_CONFTEST = """import pytest
 
 
 @pytest.fixture
 def beam_pipeline():
     from apache_beam.testing.test_pipeline import TestPipeline
     return TestPipeline(runner='DirectRunner', blocking=True)
-'''
+"""
 
-SPARK_CONFTEST = '''import pytest
+SPARK_CONFTEST = """import pytest
 
 
 @pytest.fixture
@@ -124,15 +125,17 @@ def beam_pipeline(inproc_runner):
     from apache_beam.testing.test_pipeline import TestPipeline
     return TestPipeline(runner=inproc_runner, blocking=True,
                         options=PipelineOptions(['--spark_small_data_kb=0']))
-'''
+"""
 
 
 def write_suite(folder: str) -> int:
     tests = [HEADER]
     for kind, body in KINDS.items():
         for n in SIZES:
-            tests.append(f'\n\ndef test_{kind}_{n}(beam_pipeline):\n'
-                         f'  with beam_pipeline as p:{body.format(n=n)}\n')
+            tests.append(
+                f'\n\ndef test_{kind}_{n}(beam_pipeline):\n'
+                f'  with beam_pipeline as p:{body.format(n=n)}\n'
+            )
     with open(os.path.join(folder, 'test_suite100.py'), 'w') as f:
         f.write(''.join(tests))
     return len(KINDS) * len(SIZES)
@@ -151,12 +154,26 @@ def run(folder: str, engine: str) -> tuple[float, float, str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-         '--durations=0', '--durations-min=0', 'test_suite100.py'],
-        cwd=work, env=env, capture_output=True, text=True)
+        [
+            sys.executable,
+            '-m',
+            'pytest',
+            '-q',
+            '-p',
+            'no:cacheprovider',
+            '--durations=0',
+            '--durations-min=0',
+            'test_suite100.py',
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
-    durations = sum(float(m) for m in re.findall(
-        r'^([\d.]+)s (?:call|setup|teardown)', result.stdout, re.M))
+    durations = sum(
+        float(m) for m in re.findall(r'^([\d.]+)s (?:call|setup|teardown)', result.stdout, re.M)
+    )
     last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ''
     if result.returncode != 0:
         print(result.stdout[-5000:], result.stderr[-3000:])
@@ -166,8 +183,7 @@ def run(folder: str, engine: str) -> tuple[float, float, str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeats', type=int, default=1)
-    parser.add_argument('--engines', nargs='+',
-                        default=['inproc', 'direct', 'inproc-spark'])
+    parser.add_argument('--engines', nargs='+', default=['inproc', 'direct', 'inproc-spark'])
     parser.add_argument('--keep', default=None, help='write the suite here')
     args = parser.parse_args(argv)
     folder = args.keep or tempfile.mkdtemp(prefix='suite100-')
@@ -182,17 +198,22 @@ def main(argv=None) -> None:
             walls[engine].append(wall)
             tests[engine].append(durations)
             loads.append(os.getloadavg()[0])
-            print(f'  {engine:12s} wall {wall:7.2f} s, tests {durations:7.2f} s: {last}',
-                  flush=True)
-    print(f'{count} tests, medians of {args.repeats} (load average '
-          f'{min(loads):.2f}-{max(loads):.2f}):')
+            print(
+                f'  {engine:12s} wall {wall:7.2f} s, tests {durations:7.2f} s: {last}', flush=True
+            )
+    print(
+        f'{count} tests, medians of {args.repeats} (load average '
+        f'{min(loads):.2f}-{max(loads):.2f}):'
+    )
     base = walls.get('direct')
     for engine in args.engines:
         wall, durations = statistics.median(walls[engine]), statistics.median(tests[engine])
         ratio = ''
         if base:
-            ratio = (f'  {wall / statistics.median(base):.2f}x direct wall, '
-                     f'{durations / statistics.median(tests["direct"]):.2f}x tests')
+            ratio = (
+                f'  {wall / statistics.median(base):.2f}x direct wall, '
+                f'{durations / statistics.median(tests["direct"]):.2f}x tests'
+            )
         print(f'  {engine:12s} wall {wall:7.2f} s, tests {durations:7.2f} s{ratio}')
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)

@@ -9,6 +9,7 @@ unpickles it in fresh interpreters that have imported only what PySpark's worker
 imports itself (pyspark.serializers, pyarrow). Prints the median time of the
 unpickling and the package's modules it loaded, and how many modules in all.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ import tempfile
 
 # Run in a fresh interpreter: what PySpark's worker has loaded before a task,
 # then the task's unpickling.
-PROBE = r'''
+PROBE = r"""
 import json, sys, time
 import pyarrow, pyspark.serializers, cloudpickle
 before = set(sys.modules)
@@ -31,7 +32,7 @@ with open(sys.argv[1], 'rb') as f:
 seconds = time.perf_counter() - start
 loaded = sorted(set(sys.modules) - before)
 print(json.dumps({'seconds': seconds, 'loaded': loaded}))
-'''
+"""
 
 
 def pickled_task(path: str) -> None:
@@ -45,9 +46,12 @@ def pickled_task(path: str) -> None:
 
     p = Pipeline()
     side = p | 'Side' >> beam.Create([1, 2])
-    (p | beam.Create([1, 2, 3])
-       | beam.Map(lambda x, s: (x % 2, x + sum(s)), beam.pvalue.AsList(side))
-       | beam.GroupByKey())
+    (
+        p
+        | beam.Create([1, 2, 3])
+        | beam.Map(lambda x, s: (x % 2, x + sum(s)), beam.pvalue.AsList(side))
+        | beam.GroupByKey()
+    )
     plan = plan_pipeline(p.to_runner_api(), False)
     stage = next(s for s in plan.stages if s.side_inputs)
     try:  # a side input over the inline size travels as a shipped file
@@ -60,8 +64,9 @@ def pickled_task(path: str) -> None:
 
 
 def probe(path: str) -> dict:
-    out = subprocess.run([sys.executable, '-c', PROBE, path], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, '-c', PROBE, path], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -76,10 +81,12 @@ def main() -> None:
     seconds = statistics.median(r['seconds'] for r in results)
     loaded = results[-1]['loaded']
     ours = [m for m in loaded if m.split('.')[0] == 'beam_spark_inproc']
-    print(f'unpickling a StageTask: median {seconds * 1000:.0f} ms over '
-          f'{args.runs} fresh interpreters; {len(loaded)} modules loaded, '
-          f'{sum(m.startswith("apache_beam") for m in loaded)} of them Beam\'s, '
-          f'{sum(m.startswith("pyspark") for m in loaded)} PySpark\'s')
+    print(
+        f'unpickling a StageTask: median {seconds * 1000:.0f} ms over '
+        f'{args.runs} fresh interpreters; {len(loaded)} modules loaded, '
+        f"{sum(m.startswith('apache_beam') for m in loaded)} of them Beam's, "
+        f"{sum(m.startswith('pyspark') for m in loaded)} PySpark's"
+    )
     print('beam_spark_inproc modules loaded (%d):' % len(ours))
     for m in ours:
         print('  ' + m)

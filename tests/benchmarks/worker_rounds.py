@@ -18,6 +18,7 @@ inherit it), and prints per round:
         [--pipeline stateful] [--rounds 6] [--events 20] [--per-event 20000] \\
         [--keys 1000] [--variants default]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,6 +76,7 @@ class Canary:
 
     def __init__(self, interval: float = 0.2):
         import threading
+
         self.interval = interval
         self.samples: list[float] = []
         self._stop = threading.Event()
@@ -116,20 +118,24 @@ def _spread(records: list, stage: str) -> str:
     ms) and how it moves with the CPU of the young collections during each
     task (fixed work: a slower task whose collections are slower too ran on
     a slower CPU, not more work)."""
-    tasks = [r for r in records if r['stage'].endswith(stage)
-             and r.get('bundle_thread_cpu') and r['gc_during'].get('gc0')]
+    tasks = [
+        r
+        for r in records
+        if r['stage'].endswith(stage) and r.get('bundle_thread_cpu') and r['gc_during'].get('gc0')
+    ]
     if len(tasks) < 4:
         return ''
     cpu = [r['bundle_thread_cpu'] * 1000 for r in tasks]
-    per_gc = [r['gc_during']['gc0_cpu'] / r['gc_during']['gc0'] * 1000
-              for r in tasks]
+    per_gc = [r['gc_during']['gc0_cpu'] / r['gc_during']['gc0'] * 1000 for r in tasks]
     try:
         corr = f'{statistics.correlation(cpu, per_gc):.2f}'
     except statistics.StatisticsError:
         corr = '-'
-    return (f'; bundle thread ms a task: median {statistics.median(cpu):.0f}, '
-            f'p90 {statistics.quantiles(cpu, n=10)[-1]:.0f}, max {max(cpu):.0f}; '
-            f'correlation with a young collection\'s CPU {corr}')
+    return (
+        f'; bundle thread ms a task: median {statistics.median(cpu):.0f}, '
+        f'p90 {statistics.quantiles(cpu, n=10)[-1]:.0f}, max {max(cpu):.0f}; '
+        f"correlation with a young collection's CPU {corr}"
+    )
 
 
 def main() -> None:
@@ -139,15 +145,19 @@ def main() -> None:
     parser.add_argument('--events', type=int, default=20)
     parser.add_argument('--per-event', type=int, default=20_000)
     parser.add_argument('--keys', type=int, default=1000)
-    parser.add_argument('--variants', default='default',
-                        help="streaming_ab's variants, alternating")
-    parser.add_argument('--no-warm', action='store_true',
-                        help='no warm-up run before each measured run')
-    parser.add_argument('--no-marks', action='store_true',
-                        help='without the tasks\' marks (they cost CPU)')
+    parser.add_argument(
+        '--variants', default='default', help="streaming_ab's variants, alternating"
+    )
+    parser.add_argument(
+        '--no-warm', action='store_true', help='no warm-up run before each measured run'
+    )
+    parser.add_argument(
+        '--no-marks', action='store_true', help="without the tasks' marks (they cost CPU)"
+    )
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix='worker-rounds-')
     from beam_spark_inproc.worker import profiling
+
     if not args.no_marks:
         os.environ[profiling.TASK_TIMES_ENV] = folder
     from tests.benchmarks import streaming
@@ -155,15 +165,17 @@ def main() -> None:
     from tests.benchmarks.run import Sampler
     from tests.benchmarks.run import _descendants
     from tests.benchmarks.run import _proc_table
+
     streaming._instrument()
     warm = argparse.Namespace(events=2, per_event=2_000, keys=2)
     variants = [v for v in args.variants.split(',') if v]
-    print(f'load average {os.getloadavg()}; {args.pipeline}, {args.events} x '
-          f'{args.per_event}, {args.keys} keys; task marks in {folder}',
-          flush=True)
+    print(
+        f'load average {os.getloadavg()}; {args.pipeline}, {args.events} x '
+        f'{args.per_event}, {args.keys} keys; task marks in {folder}',
+        flush=True,
+    )
     for v in variants:
-        streaming.run_one(args.pipeline, 'spark', warm,
-                          flags=streaming_ab.variant_flags(v))
+        streaming.run_one(args.pipeline, 'spark', warm, flags=streaming_ab.variant_flags(v))
     summary: dict = {}
     for n in range(args.rounds):
         for variant in variants:
@@ -185,7 +197,8 @@ def main() -> None:
                 if table[pid][1].startswith('python') and pid in sampler._kind:
                     workers[pid] = (
                         sampler._last_cpu[pid] - sampler._first_cpu[pid],
-                        table[pid][3] / 2 ** 20)
+                        table[pid][3] / 2**20,
+                    )
             records = _records(folder, since, until)
             inside = sum(r['process_cpu'] for r in records)
             between = sum(r.get('cpu_since_previous_task') or 0 for r in records)
@@ -203,34 +216,43 @@ def main() -> None:
             # Tasks that began an epoch of frozen objects (``gc_epochs``):
             # the task before ended one, and PySpark's collection after it
             # walked every object.
-            begun = sorted(r['gc_frozen_at_start'][1] for r in records
-                           if r.get('gc_frozen_at_start')
-                           and r['gc_frozen_at_start'][0] == 0)
-            print(f'round {n} {variant}: {f["throughput"]:,.0f}/s, {f["seconds"]:.2f} s; '
-                  f'Python workers {cpu.get("python", 0):.2f} CPU-s (JVM '
-                  f'{cpu.get("jvm", 0):.2f}, driver {cpu.get("driver", 0):.2f}); '
-                  f'{len(records)} tasks: inside {inside:.2f} (bundle threads '
-                  f'{bundle:.2f}, main threads {main_thread:.2f}), between '
-                  f'{between:.2f}; gc during tasks: {_gc_text(_sum_gc(records, "gc_during"))}; '
-                  f'between: {_gc_text(_sum_gc(records, "gc_before"))}; epochs begun '
-                  f'{len(begun)} (of {begun} tasks); '
-                  f'calibration {calibrated * 1000:.0f} ms, canary {canary.median_ms():.2f} ms, steal {steal:.2f} s; fresh '
-                  f'workers {len(sampler.fresh_spark_workers)}  '
-                  f'[load {os.getloadavg()[0]:.1f}]', flush=True)
+            begun = sorted(
+                r['gc_frozen_at_start'][1]
+                for r in records
+                if r.get('gc_frozen_at_start') and r['gc_frozen_at_start'][0] == 0
+            )
+            print(
+                f'round {n} {variant}: {f["throughput"]:,.0f}/s, {f["seconds"]:.2f} s; '
+                f'Python workers {cpu.get("python", 0):.2f} CPU-s (JVM '
+                f'{cpu.get("jvm", 0):.2f}, driver {cpu.get("driver", 0):.2f}); '
+                f'{len(records)} tasks: inside {inside:.2f} (bundle threads '
+                f'{bundle:.2f}, main threads {main_thread:.2f}), between '
+                f'{between:.2f}; gc during tasks: {_gc_text(_sum_gc(records, "gc_during"))}; '
+                f'between: {_gc_text(_sum_gc(records, "gc_before"))}; epochs begun '
+                f'{len(begun)} (of {begun} tasks); '
+                f'calibration {calibrated * 1000:.0f} ms, canary {canary.median_ms():.2f} ms, steal {steal:.2f} s; fresh '
+                f'workers {len(sampler.fresh_spark_workers)}  '
+                f'[load {os.getloadavg()[0]:.1f}]',
+                flush=True,
+            )
             for stage, (count, stage_cpu, rows) in sorted(by_stage.items()):
-                print(f'    stage ...{stage}: {count} tasks, {stage_cpu:.2f} CPU-s, '
-                      f'{rows} rows in{_spread(records, stage)}', flush=True)
+                print(
+                    f'    stage ...{stage}: {count} tasks, {stage_cpu:.2f} CPU-s, '
+                    f'{rows} rows in{_spread(records, stage)}',
+                    flush=True,
+                )
             for pid, (pcpu, rss) in sorted(workers.items()):
-                print(f'    pid {pid}: {pcpu:.2f} CPU-s, RSS {rss:.0f} MB, '
-                      f'{tasks_by_pid.get(pid, 0)} tasks', flush=True)
+                print(
+                    f'    pid {pid}: {pcpu:.2f} CPU-s, RSS {rss:.0f} MB, '
+                    f'{tasks_by_pid.get(pid, 0)} tasks',
+                    flush=True,
+                )
             summary.setdefault(variant, []).append(
-                (f['throughput'], cpu.get('python', 0), inside, between,
-                 canary.median_ms()))
-    print('medians: elements/s, Python workers CPU-s, inside tasks, between '
-          'tasks, canary ms')
+                (f['throughput'], cpu.get('python', 0), inside, between, canary.median_ms())
+            )
+    print('medians: elements/s, Python workers CPU-s, inside tasks, between tasks, canary ms')
     for variant, rows in summary.items():
-        print(f'{variant}: ' + ', '.join(
-            f'{statistics.median(c):,.2f}' for c in zip(*rows)))
+        print(f'{variant}: ' + ', '.join(f'{statistics.median(c):,.2f}' for c in zip(*rows)))
 
 
 if __name__ == '__main__':

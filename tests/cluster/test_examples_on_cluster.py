@@ -4,6 +4,7 @@ Each example module is imported by name from ``examples/`` (on the driver's
 ``sys.path`` only), so executors can unpickle its DoFns only from the code the
 runner ships. Checks are those of ``tests/integration/test_examples.py``.
 """
+
 from __future__ import annotations
 
 import pytest

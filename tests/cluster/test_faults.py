@@ -8,6 +8,7 @@ shuffle (whose outputs that executor held). Each pipeline's output must equal
 the fault-free result (``equal_to`` compares as multisets: a duplicate fails),
 and committed metrics must count each element exactly once.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,9 @@ ON_SPARK = ['--spark_small_data_kb=0']
 
 
 def _runner_pipeline(spark) -> beam.Pipeline:
-    return beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                         options=PipelineOptions(ON_SPARK))
+    return beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark), options=PipelineOptions(ON_SPARK)
+    )
 
 
 def _first_time(marker: str) -> bool:
@@ -82,12 +84,15 @@ class _Faulty(beam.DoFn):
 
 
 def _pipeline(p, fault: str, marker: str):
-    out = (p | beam.Create(range(N))
-           | beam.Reshuffle()
-           | 'Key' >> beam.Map(lambda x: (x % KEYS, x))
-           | beam.GroupByKey()
-           | 'Faulty' >> beam.ParDo(_Faulty(fault, marker, at_key=7))
-           | 'Spread' >> beam.FlatMap(lambda t: [t] * 3))
+    out = (
+        p
+        | beam.Create(range(N))
+        | beam.Reshuffle()
+        | 'Key' >> beam.Map(lambda x: (x % KEYS, x))
+        | beam.GroupByKey()
+        | 'Faulty' >> beam.ParDo(_Faulty(fault, marker, at_key=7))
+        | 'Spread' >> beam.FlatMap(lambda t: [t] * 3)
+    )
     return out
 
 
@@ -115,8 +120,7 @@ def expected():
 
 
 def _counter(result, name):
-    [counter] = result.metrics().query(
-        MetricsFilter().with_name(name))['counters']
+    [counter] = result.metrics().query(MetricsFilter().with_name(name))['counters']
     return counter
 
 

@@ -1,4 +1,5 @@
 """Executors import the user's code without the user doing anything unusual."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,8 +22,10 @@ ON_SPARK = ['--spark_small_data_kb=0']
 
 def _importable_on_executors(spark, name: str) -> bool:
     """Whether executors' Python workers can import ``name`` (plain Spark job)."""
+
     def probe(batches):
         import importlib
+
         for batch in batches:
             try:
                 importlib.import_module(name)
@@ -30,6 +33,7 @@ def _importable_on_executors(spark, name: str) -> bool:
             except ImportError:
                 ok = False
             yield pa.RecordBatch.from_pydict({'ok': [ok] * batch.num_rows})
+
     rows = spark.range(4, numPartitions=2).mapInArrow(probe, 'ok boolean').collect()
     return all(r.ok for r in rows)
 
@@ -38,18 +42,22 @@ def test_module_next_to_the_script_is_shipped(spark, tmp_path):
     name = f'user_helper_{uuid.uuid4().hex[:8]}'
     (tmp_path / f'{name}.py').write_text(
         'def double(x):\n    return 2 * x\n\n'
-        'class Tag:\n    def __init__(self, label):\n        self.label = label\n')
+        'class Tag:\n    def __init__(self, label):\n        self.label = label\n'
+    )
     assert not _importable_on_executors(spark, name)
     sys.path.insert(0, str(tmp_path))  # as for a helper next to a pipeline script
     try:
         helper = importlib.import_module(name)
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                           options=PipelineOptions(ON_SPARK)) as p:
-            out = (p | beam.Create([1, 2, 3])
-                   | beam.Map(helper.double)  # pickled by reference to the module
-                   | beam.Map(lambda x, t: (t.label, x), t=helper.Tag('doubled')))
-            assert_that(out, equal_to([('doubled', 2), ('doubled', 4),
-                                       ('doubled', 6)]))
+        with beam.Pipeline(
+            runner=InProcessSparkRunner(spark=spark), options=PipelineOptions(ON_SPARK)
+        ) as p:
+            out = (
+                p
+                | beam.Create([1, 2, 3])
+                | beam.Map(helper.double)  # pickled by reference to the module
+                | beam.Map(lambda x, t: (t.label, x), t=helper.Tag('doubled'))
+            )
+            assert_that(out, equal_to([('doubled', 2), ('doubled', 4), ('doubled', 6)]))
     finally:
         sys.path.remove(str(tmp_path))
 
@@ -70,7 +78,6 @@ def test_spark_py_files_reach_the_executors(spark, tmp_path):
     path.write_text('def triple(x):\n    return 3 * x\n')
     assert not _importable_on_executors(spark, name)
     options = PipelineOptions([f'--spark_py_files={path}', *ON_SPARK])
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                       options=options) as p:
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
         out = p | beam.Create([1, 2]) | beam.ParDo(_ImportsByName(name))
         assert_that(out, equal_to([3, 6]))

@@ -16,6 +16,7 @@ summaries, one wrote its state, later stages read its output, each able to
 recompute it after the fault); on this design they did not come back in 15
 runs of each fault at load 15-25.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -26,5 +27,4 @@ from tests.streaming import stream_faults
 
 @pytest.mark.parametrize('fault', ['exit', 'kill_executor'])
 def test_stream_survives_fault_in_a_stateful_stage(spark, tmp_path, fault):
-    stream_faults.check(InProcessSparkRunner(spark=spark), fault,
-                        str(tmp_path / 'fault-injected'))
+    stream_faults.check(InProcessSparkRunner(spark=spark), fault, str(tmp_path / 'fault-injected'))

@@ -8,6 +8,7 @@ with every runner) plus the JVM's note about the incubator module Spark 4's
 launcher always adds; nothing else: no pandas warning from pyspark, no Beam
 import warning per Python worker, no Spark start-up lines.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,8 +33,9 @@ def _env() -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=400
+    )
 
 
 def _lines(text: str) -> list[str]:
@@ -55,12 +57,13 @@ def test_wordcount_prints_its_result_and_nothing_else(tmp_path, beam_import_stde
     counts = collections.Counter(re.findall(r"[\w']+", text.lower()))
     top = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]
     assert _lines(done.stdout) == [f'{word}: {n}' for word, n in top]
-    unexpected = [line for line in _lines(done.stderr)
-                  if line not in beam_import_stderr and line != JVM_NOTE]
+    unexpected = [
+        line for line in _lines(done.stderr) if line not in beam_import_stderr and line != JVM_NOTE
+    ]
     assert unexpected == [], done.stderr
 
 
-WORKER_LOGGING = '''
+WORKER_LOGGING = """
 import logging
 import apache_beam as beam
 from beam_spark_inproc import InProcessSparkRunner
@@ -78,7 +81,7 @@ def run(tag):
 run('default')
 logging.getLogger().setLevel(logging.INFO)  # as Beam's examples do
 run('info')
-'''
+"""
 
 
 def test_workers_log_at_the_drivers_level(tmp_path):

@@ -1,5 +1,6 @@
 """Getting a pipeline's output back to the test: DoFns run in Spark's Python
 workers, so outputs travel through files, not through the test's memory."""
+
 from __future__ import annotations
 
 import glob

@@ -5,6 +5,7 @@ received, and is a context manager (stopped on exit). ``Blackhole`` accepts
 connections and never answers (a sink that hangs); ``dead_url`` names a port
 nothing listens on.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -31,8 +32,9 @@ class _Receiver:
         self.lock = threading.Lock()
         self.server.receiver = self
         self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever,
-                                        kwargs={'poll_interval': 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -61,6 +63,7 @@ class _JsonHandler(_Quiet):
 
 class HttpReceiver(_Receiver):
     """Records (path, JSON document) of each POST."""
+
     scheme = 'http'
 
     def __init__(self):
@@ -85,6 +88,7 @@ class _TCPServer(socketserver.ThreadingTCPServer):
 
 class GraphiteReceiver(_Receiver):
     """Records the lines of each connection (one connection per push)."""
+
     scheme = 'graphite'
 
     def __init__(self):
@@ -99,10 +103,13 @@ class GraphiteReceiver(_Receiver):
 class _PushgatewayHandler(_Quiet):
     def do_PUT(self) -> None:  # prometheus_client's push_to_gateway
         from prometheus_client.parser import text_string_to_metric_families
+
         body = self._body().decode()
-        samples = [(s.name, dict(s.labels), s.value)
-                   for family in text_string_to_metric_families(body)
-                   for s in family.samples]
+        samples = [
+            (s.name, dict(s.labels), s.value)
+            for family in text_string_to_metric_families(body)
+            for s in family.samples
+        ]
         self.server.receiver.add((self.path, samples))
         self.send_response(200)
         self.end_headers()
@@ -112,11 +119,11 @@ class PushgatewayStandIn(_Receiver):
     """Answers PUT /metrics/job/<job>/<label>/<value> as a Pushgateway does;
     records (path, [(name, labels, value)]) parsed with prometheus_client's
     own text-format parser."""
+
     scheme = 'pushgateway'
 
     def __init__(self):
-        super().__init__(http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                         _PushgatewayHandler))
+        super().__init__(http.server.ThreadingHTTPServer(('127.0.0.1', 0), _PushgatewayHandler))
 
 
 class Blackhole:

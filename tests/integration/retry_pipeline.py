@@ -4,6 +4,7 @@ Needs its own SparkSession (``local[2,2]``: two task attempts), so it runs in a
 subprocess; prints the metric results as JSON, with the last JSON document and
 Graphite lines the run pushed to receivers on 127.0.0.1 (``receivers.py``).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ class FailFirstAttempt(beam.DoFn):
 
     def process(self, x):
         from pyspark import TaskContext
+
         self.seen.inc()
         self.sizes.update(x)
         if x == N - 1 and TaskContext.get().attemptNumber() == 0:
@@ -39,30 +41,40 @@ class FailFirstAttempt(beam.DoFn):
 def main() -> None:
     spark, _ = get_or_create('local[2,2]', None, {})
     with HttpReceiver() as http, GraphiteReceiver() as graphite:
-        options = PipelineOptions([
-            f'--metrics_sink={http.url}/beam', f'--metrics_sink={graphite.url}',
-            '--job_name=retry',
-            # Spark's task retry is under test: every stage on Spark, none of
-            # these small stages in the driver (``execution.small``).
-            '--spark_small_data_kb=0'])
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                           options=options) as p:
-            (p | beam.Create(range(N)) | beam.ParDo(FailFirstAttempt())
-             | beam.combiners.Count.Globally())
+        options = PipelineOptions(
+            [
+                f'--metrics_sink={http.url}/beam',
+                f'--metrics_sink={graphite.url}',
+                '--job_name=retry',
+                # Spark's task retry is under test: every stage on Spark, none of
+                # these small stages in the driver (``execution.small``).
+                '--spark_small_data_kb=0',
+            ]
+        )
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
+            (
+                p
+                | beam.Create(range(N))
+                | beam.ParDo(FailFirstAttempt())
+                | beam.combiners.Count.Globally()
+            )
         result = p.result
         pushed, lines = http.documents[-1], graphite.pushes[-1]
     counters = result.metrics().query(MetricsFilter().with_name('seen'))['counters']
     dists = result.metrics().query(MetricsFilter().with_name('value'))['distributions']
-    json.dump({
-        'state': str(result.state),
-        'committed': counters[0].committed,
-        'attempted': counters[0].attempted,
-        'dist_count': dists[0].committed.count,
-        'dist_sum': dists[0].committed.sum,
-        'dist_attempted_count': dists[0].attempted.count,
-        'pushed': pushed,
-        'graphite': lines,
-    }, sys.stdout)
+    json.dump(
+        {
+            'state': str(result.state),
+            'committed': counters[0].committed,
+            'attempted': counters[0].attempted,
+            'dist_count': dists[0].committed.count,
+            'dist_sum': dists[0].committed.sum,
+            'dist_attempted_count': dists[0].attempted.count,
+            'pushed': pushed,
+            'graphite': lines,
+        },
+        sys.stdout,
+    )
     spark.stop()
 
 

@@ -7,6 +7,7 @@ Run by ``spark_connect_pipelines.main`` in the Connect client process, after
 the batch pipelines; each case's records must equal Beam's
 BundleBasedDirectRunner's on the same TestStream (``tests.streaming.oracle``).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,7 @@ import time
 import traceback
 
 # The client runs as a script from tests/integration: make ``tests`` importable.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.streaming import oracle  # noqa: E402
 from tests.streaming import test_spread  # noqa: E402
@@ -31,9 +31,11 @@ from tests.streaming import test_triggers  # noqa: E402
 CASES = {
     'two_groupings': (test_triggers.two_groupings, (), None),
     'stateful_timers': (test_triggers.stateful_timers, (), None),
-    'spread_windowed_sum': (test_spread.windowed_sum,
-                            ('--spark_parallelism', '2',
-                             '--spark_stream_spread_kb', '16'), 2 + 3),
+    'spread_windowed_sum': (
+        test_spread.windowed_sum,
+        ('--spark_parallelism', '2', '--spark_stream_spread_kb', '16'),
+        2 + 3,
+    ),
 }
 
 
@@ -48,16 +50,17 @@ def spark_file_stream(session) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
     from beam_spark_inproc import InProcessSparkRunner
     from tests.streaming import spark_source_pipelines as cases
+
     base = tempfile.mkdtemp(prefix='beam-connect-spark-source-')
     landing, out = os.path.join(base, 'landing'), os.path.join(base, 'out')
     os.makedirs(out)
     cases.land(landing)
     expected = cases.bounded(session, landing)
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=session),
-                      options=PipelineOptions([
-                          '--checkpoint_location', os.path.join(base, 'ck')]))
-    _ = (cases.windowed_sums(p | cases.read(landing, session))
-         | beam.ParDo(cases.Collect(out)))
+    p = beam.Pipeline(
+        runner=InProcessSparkRunner(spark=session),
+        options=PipelineOptions(['--checkpoint_location', os.path.join(base, 'ck')]),
+    )
+    _ = cases.windowed_sums(p | cases.read(landing, session)) | beam.ParDo(cases.Collect(out))
     assert p.run().wait_until_finish() == 'DONE'
     got = cases.collected(out)
     if got != expected or not got:
@@ -76,41 +79,47 @@ def spark_stream_writes(session) -> int:
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import WriteToSpark
     from tests.streaming import spark_sink_pipeline as sink
+
     base = tempfile.mkdtemp(prefix='beam-connect-spark-sink-')
     out = os.path.join(base, 'out')
-    table = sink.create_table(session, os.path.join(base, 'table'),
-                              'connect_sink_totals')
+    table = sink.create_table(session, os.path.join(base, 'table'), 'connect_sink_totals')
     try:
+
         def build(p):
             totals = sink.totals(p)
-            _ = totals | WriteToSpark(path=out, mode='append', spark=session,
-                                      **sink.COLUMNS)
+            _ = totals | WriteToSpark(path=out, mode='append', spark=session, **sink.COLUMNS)
             _ = totals | 'To table' >> WriteToSpark(
-                table, mode='append', spark=session, **sink.COLUMNS)
+                table, mode='append', spark=session, **sink.COLUMNS
+            )
             return totals | sink.query(session)
-        records = oracle.run(build, InProcessSparkRunner(spark=session),
-                             f'--checkpoint_location={base}/ck')
+
+        records = oracle.run(
+            build, InProcessSparkRunner(spark=session), f'--checkpoint_location={base}/ck'
+        )
         expected = sink.expected()
-        problems = [what for what, got, want in (
-            ('path', sink.table(out), expected),
-            ('table', sink.table_rows(session, table), expected),
-            ('SparkSql', sink.windows(records), sink.expected_panes()))
-            if got != want]
+        problems = [
+            what
+            for what, got, want in (
+                ('path', sink.table(out), expected),
+                ('table', sink.table_rows(session, table), expected),
+                ('SparkSql', sink.windows(records), sink.expected_panes()),
+            )
+            if got != want
+        ]
         if problems or not expected:
-            raise AssertionError(f'over Connect, {problems} differ from the '
-                                 'rows of Beam\'s panes')
+            raise AssertionError(f"over Connect, {problems} differ from the rows of Beam's panes")
         return len(records)
     finally:
         session.sql(f'DROP TABLE IF EXISTS {table}')
 
 
 # Cases that check themselves: name -> function(session) returning records.
-SOURCE_CASES = {'spark_file_stream': spark_file_stream,
-                'spark_stream_writes': spark_stream_writes}
+SOURCE_CASES = {'spark_file_stream': spark_file_stream, 'spark_stream_writes': spark_stream_writes}
 
 
 def run_all(session) -> dict:
     from beam_spark_inproc import InProcessSparkRunner
+
     status = {}
     for name, (build, flags, bundles) in sorted(CASES.items()):
         began = time.monotonic()
@@ -118,16 +127,17 @@ def run_all(session) -> dict:
         try:
             expected = oracle.direct(build)
             results = []
-            got = oracle.run(build, InProcessSparkRunner(spark=session), *flags,
-                             results=results)
+            got = oracle.run(build, InProcessSparkRunner(spark=session), *flags, results=results)
             entry['records'] = len(got)
             if got != expected:
-                raise AssertionError(f'over Connect: {got!r}\n'
-                                     f'BundleBasedDirectRunner: {expected!r}')
+                raise AssertionError(
+                    f'over Connect: {got!r}\nBundleBasedDirectRunner: {expected!r}'
+                )
             if bundles is not None and test_spread.bundles(results[0]) != bundles:
                 raise AssertionError(
                     f'{test_spread.bundles(results[0])} bundles saw elements '
-                    f'over Connect, expected {bundles}')
+                    f'over Connect, expected {bundles}'
+                )
             entry['ok'] = bool(expected)
         except Exception as e:
             entry['error'] = f'{type(e).__name__}: {e}'[-6000:]

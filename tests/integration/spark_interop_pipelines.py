@@ -11,6 +11,7 @@ Only DataFrame APIs that exist over Connect (``createDataFrame``, ``table``,
 ``read``, ``sql``) are used. Tables get unique names and are dropped afterwards.
 Callables inside pipelines are lambdas (shipped by value to Spark's workers).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -50,19 +51,24 @@ def _events(n=2000, keys=7):
 @_case
 def read_table_count_per_key(spark, runner, workdir):
     from beam_spark_inproc.transforms import ReadFromSpark
+
     table = _name('events')
     events = _events()
-    spark.createDataFrame(events, 'id long, key string, amount double') \
-        .repartition(3).write.saveAsTable(table)
+    spark.createDataFrame(events, 'id long, key string, amount double').repartition(
+        3
+    ).write.saveAsTable(table)
     expected = {}
     for _, key, amount in events:
         n, total = expected.get(key, (0, 0.0))
         expected[key] = (n + 1, total + amount)
     try:
         with beam.Pipeline(runner=runner) as p:
-            counts = (p | ReadFromSpark(table, spark=spark)
-                      | beam.Map(lambda r: (r.key, (1, r.amount)))
-                      | beam.CombinePerKey(lambda vs: tuple(map(sum, zip(*vs)))))
+            counts = (
+                p
+                | ReadFromSpark(table, spark=spark)
+                | beam.Map(lambda r: (r.key, (1, r.amount)))
+                | beam.CombinePerKey(lambda vs: tuple(map(sum, zip(*vs))))
+            )
             assert_that(counts, equal_to(sorted(expected.items())))
     finally:
         _drop(spark, table)
@@ -71,55 +77,71 @@ def read_table_count_per_key(spark, runner, workdir):
 @_case
 def read_query_and_dataframe(spark, runner, workdir):
     from beam_spark_inproc.transforms import ReadFromSpark
+
     df = spark.createDataFrame([(i, f'n{i}') for i in range(50)], 'id int, name string')
     view = _name('view')
     df.createOrReplaceTempView(view)
     with beam.Pipeline(runner=runner) as p:
         from_query = p | 'Query' >> ReadFromSpark(
-            query=f'SELECT id * 2 AS twice FROM {view} WHERE id < 10', spark=spark)
+            query=f'SELECT id * 2 AS twice FROM {view} WHERE id < 10', spark=spark
+        )
         from_df = p | 'Frame' >> ReadFromSpark(dataframe=df.filter('id >= 45'))
-        assert_that(from_query | beam.Map(lambda r: r.twice),
-                    equal_to([2 * i for i in range(10)]), label='query')
-        assert_that(from_df | beam.Map(lambda r: (r.id, r.name)),
-                    equal_to([(i, f'n{i}') for i in range(45, 50)]), label='frame')
+        assert_that(
+            from_query | beam.Map(lambda r: r.twice),
+            equal_to([2 * i for i in range(10)]),
+            label='query',
+        )
+        assert_that(
+            from_df | beam.Map(lambda r: (r.id, r.name)),
+            equal_to([(i, f'n{i}') for i in range(45, 50)]),
+            label='frame',
+        )
     spark.catalog.dropTempView(view)
 
 
 # --- the type matrix: one column per row of docs/spark-interop.md ------------
 
 UTC = datetime.timezone.utc
-TS = [datetime.datetime(2024, 2, 29, 12, 30, 15, 123456, tzinfo=UTC),
-      datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)]
+TS = [
+    datetime.datetime(2024, 2, 29, 12, 30, 15, 123456, tzinfo=UTC),
+    datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+]
 
 
 def _micros(dt):
-    return (dt - datetime.datetime(1970, 1, 1, tzinfo=UTC)) // datetime.timedelta(
-        microseconds=1)
+    return (dt - datetime.datetime(1970, 1, 1, tzinfo=UTC)) // datetime.timedelta(microseconds=1)
 
 
 # name -> (Spark DDL type, two values as Spark takes them, the Beam values)
 TYPE_MATRIX = {
     'tinyint': ('tinyint', [-128, 127], [-128, 127]),
     'smallint': ('smallint', [-32768, 32767], [-32768, 32767]),
-    'int': ('int', [-2**31, 2**31 - 1], [-2**31, 2**31 - 1]),
-    'bigint': ('bigint', [-2**63, 2**63 - 1], [-2**63, 2**63 - 1]),
+    'int': ('int', [-(2**31), 2**31 - 1], [-(2**31), 2**31 - 1]),
+    'bigint': ('bigint', [-(2**63), 2**63 - 1], [-(2**63), 2**63 - 1]),
     'float': ('float', [1.5, -0.25], [1.5, -0.25]),
     'double': ('double', [1e300, -2.5], [1e300, -2.5]),
     'boolean': ('boolean', [True, False], [True, False]),
     'string': ('string', ['héllo', ''], ['héllo', '']),
     'binary': ('binary', [b'\x00\xff', b''], [b'\x00\xff', b'']),
-    'decimal': ('decimal(12,3)', [decimal.Decimal('123456789.123'),
-                                  decimal.Decimal('-0.001')],
-                [decimal.Decimal('123456789.123'), decimal.Decimal('-0.001')]),
+    'decimal': (
+        'decimal(12,3)',
+        [decimal.Decimal('123456789.123'), decimal.Decimal('-0.001')],
+        [decimal.Decimal('123456789.123'), decimal.Decimal('-0.001')],
+    ),
     'timestamp': ('timestamp', TS, [Timestamp(micros=_micros(t)) for t in TS]),
-    'date': ('date', [datetime.date(2024, 2, 29), datetime.date(1900, 1, 1)],
-             [datetime.date(2024, 2, 29), datetime.date(1900, 1, 1)]),
-    'struct': ('struct<a:int,b:string>', [(1, 'x'), (2, None)],
-               [(1, 'x'), (2, None)]),
+    'date': (
+        'date',
+        [datetime.date(2024, 2, 29), datetime.date(1900, 1, 1)],
+        [datetime.date(2024, 2, 29), datetime.date(1900, 1, 1)],
+    ),
+    'struct': ('struct<a:int,b:string>', [(1, 'x'), (2, None)], [(1, 'x'), (2, None)]),
     'array': ('array<bigint>', [[1, None, 3], []], [[1, None, 3], []]),
     'map': ('map<string,double>', [{'a': 1.0}, {}], [{'a': 1.0}, {}]),
-    'nested': ('array<struct<t:timestamp>>', [[(TS[0],)], None],
-               [[(Timestamp(micros=_micros(TS[0])),)], None]),
+    'nested': (
+        'array<struct<t:timestamp>>',
+        [[(TS[0],)], None],
+        [[(Timestamp(micros=_micros(TS[0])),)], None],
+    ),
 }
 
 
@@ -140,6 +162,7 @@ def type_matrix(spark, runner, workdir):
     with a null row for the nullable fields."""
     from beam_spark_inproc.transforms import ReadFromSpark
     from beam_spark_inproc.transforms import WriteToSpark
+
     names = sorted(TYPE_MATRIX)
     ddl = ', '.join(f'c_{n} {TYPE_MATRIX[n][0]}' for n in names)
     rows = [tuple(TYPE_MATRIX[n][1][i] for n in names) for i in range(2)]
@@ -151,27 +174,43 @@ def type_matrix(spark, runner, workdir):
     try:
         with beam.Pipeline(runner=runner) as p:
             read = p | ReadFromSpark(dataframe=source)
-            assert_that(read | beam.Map(
-                lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)),
-                equal_to([_plain(e) for e in expected]))
+            assert_that(
+                read
+                | beam.Map(
+                    lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)
+                ),
+                equal_to([_plain(e) for e in expected]),
+            )
             read | WriteToSpark(table=out, spark=spark)
             # A read with one plain reader: that stage makes the rows itself
             # (the ARROW input mode) rather than a ToBeamRows step.
             alone = p | 'Alone' >> ReadFromSpark(dataframe=source)
-            assert_that(alone | 'Plain' >> beam.Map(
-                lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)),
-                equal_to([_plain(e) for e in expected]), label='alone')
+            assert_that(
+                alone
+                | 'Plain'
+                >> beam.Map(
+                    lambda r, names=names: tuple(_plain(getattr(r, f'c_{n}')) for n in names)
+                ),
+                equal_to([_plain(e) for e in expected]),
+                label='alone',
+            )
         written = spark.table(out)
         # tinyint reads as Beam int16 (Beam Python's BYTE is unsigned), so it
         # comes back as smallint; every other type comes back as it was.
         # Beam decimals carry no precision: a new table gets decimal(38,18).
-        want_schema = source.schema.simpleString().replace(
-            'c_tinyint:tinyint', 'c_tinyint:smallint').replace(
-            'decimal(12,3)', 'decimal(38,18)')
+        want_schema = (
+            source.schema.simpleString()
+            .replace('c_tinyint:tinyint', 'c_tinyint:smallint')
+            .replace('decimal(12,3)', 'decimal(38,18)')
+        )
         assert written.schema.simpleString() == want_schema, (
-            written.schema.simpleString(), want_schema)
+            written.schema.simpleString(),
+            want_schema,
+        )
+
         def by_int(rows):  # Decimal('1.5') == Decimal('1.500')
             return sorted((tuple(r) for r in rows), key=lambda r: repr(r[names.index('int')]))
+
         got, want = by_int(written.collect()), by_int(source.collect())
         assert got == want, (got, want)
     finally:
@@ -180,11 +219,18 @@ def type_matrix(spark, runner, workdir):
 
 # --- batched consumers ----------------------------------------------------------
 
+
 def _batch_rows(n=3000, keys=7):
     """(id, key, amount, flag) rows with a null in each nullable column."""
-    return [(i, None if i % 1000 == 999 else f'k{i % keys}',
-             None if i % 500 == 1 else i / 8, None if i % 3 == 2 else i % 2 == 0)
-            for i in range(n)]
+    return [
+        (
+            i,
+            None if i % 1000 == 999 else f'k{i % keys}',
+            None if i % 500 == 1 else i / 8,
+            None if i % 3 == 2 else i % 2 == 0,
+        )
+        for i in range(n)
+    ]
 
 
 @_case
@@ -201,9 +247,9 @@ def read_into_batched_dofns(spark, runner, workdir):
     from apache_beam.dataframe.convert import to_dataframe
     from apache_beam.dataframe.convert import to_pcollection
     from beam_spark_inproc.transforms import ReadFromSpark
+
     data = _batch_rows()
-    source = spark.createDataFrame(
-        data, "id long, key string, amount double, flag boolean")
+    source = spark.createDataFrame(data, 'id long, key string, amount double, flag boolean')
     counts = {}
     for _, key, _, _ in data:
         counts[key] = counts.get(key, 0) + 1
@@ -227,29 +273,34 @@ def read_into_batched_dofns(spark, runner, workdir):
     # has string annotations).
     CountPerKey.process_batch.__annotations__ = {
         'batch': pa.Table,
-        'return': typing.Iterator[typing.Tuple[typing.Optional[str], int]]}
-    Values.process_batch.__annotations__ = {
-        'batch': pd.DataFrame, 'return': typing.Iterator[tuple]}
+        'return': typing.Iterator[typing.Tuple[typing.Optional[str], int]],
+    }
+    Values.process_batch.__annotations__ = {'batch': pd.DataFrame, 'return': typing.Iterator[tuple]}
 
     p = beam.Pipeline(runner=runner)
-    per_key = (p | 'Arrow' >> ReadFromSpark(dataframe=source)
-               | 'Count per key' >> beam.ParDo(CountPerKey())
-               | 'Sum' >> beam.CombinePerKey(sum))
+    per_key = (
+        p
+        | 'Arrow' >> ReadFromSpark(dataframe=source)
+        | 'Count per key' >> beam.ParDo(CountPerKey())
+        | 'Sum' >> beam.CombinePerKey(sum)
+    )
     assert_that(per_key, equal_to(sorted(counts.items(), key=repr)), label='arrow')
-    values = (p | 'Pandas' >> ReadFromSpark(dataframe=source)
-              | 'Values' >> beam.ParDo(Values()))
+    values = p | 'Pandas' >> ReadFromSpark(dataframe=source) | 'Values' >> beam.ParDo(Values())
     assert_that(values, equal_to(data), label='pandas')
     frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
-    grouped = to_pcollection(frame.groupby('key').size().to_frame('n'),
-                             include_indexes=True)
-    assert_that(grouped | beam.Map(lambda r: (r.key, int(r.n))),
-                equal_to([(k, n) for k, n in counts.items() if k is not None]),
-                label='dataframe')
+    grouped = to_pcollection(frame.groupby('key').size().to_frame('n'), include_indexes=True)
+    assert_that(
+        grouped | beam.Map(lambda r: (r.key, int(r.n))),
+        equal_to([(k, n) for k, n in counts.items() if k is not None]),
+        label='dataframe',
+    )
     result = p.run()
     result.wait_until_finish()
     # (FnApiRunner names the reading step for these DoFns' metrics.)
-    dists = [d.committed for d in result.metrics().query(
-        MetricsFilter().with_name('batch_rows'))['distributions']]
+    dists = [
+        d.committed
+        for d in result.metrics().query(MetricsFilter().with_name('batch_rows'))['distributions']
+    ]
     assert sum(d.sum for d in dists) == 2 * len(data), dists
     assert all(d.max > 1 for d in dists), dists
     assert sum(d.count for d in dists) < 20, dists
@@ -261,14 +312,18 @@ _KV = RowTypeConstraint.from_fields([('id', int), ('word', str)])
 
 
 def _kv_rows(p, n, label='Rows'):
-    return (p | f'{label} create' >> beam.Create(range(n))
-            | f'{label} row' >> beam.Map(
-                lambda i: beam.Row(id=i, word=f'w{i % 5}')).with_output_types(_KV))
+    return (
+        p
+        | f'{label} create' >> beam.Create(range(n))
+        | f'{label} row'
+        >> beam.Map(lambda i: beam.Row(id=i, word=f'w{i % 5}')).with_output_types(_KV)
+    )
 
 
 @_case
 def write_table_modes(spark, runner, workdir):
     from beam_spark_inproc.transforms import WriteToSpark
+
     table = _name('modes')
     try:
         for mode, n in (('errorifexists', 30), ('append', 20), ('overwrite', 7)):
@@ -288,13 +343,16 @@ def write_table_modes(spark, runner, workdir):
 @_case
 def write_files_formats(spark, runner, workdir):
     from beam_spark_inproc.transforms import WriteToSpark
+
     formats = ('parquet', 'orc', 'json', 'csv')
     with beam.Pipeline(runner=runner) as p:
         rows = _kv_rows(p, 40)
         for fmt in formats:
             rows | f'Write {fmt}' >> WriteToSpark(
-                path=os.path.join(workdir, fmt), format=fmt,
-                options={'header': 'true'} if fmt == 'csv' else None)
+                path=os.path.join(workdir, fmt),
+                format=fmt,
+                options={'header': 'true'} if fmt == 'csv' else None,
+            )
     for fmt in formats:
         reader = spark.read.format(fmt)
         if fmt == 'csv':
@@ -308,6 +366,7 @@ def write_failure_leaves_nothing(spark, runner, workdir):
     """A transform failing upstream of a write: the error names it, no table
     is created, and the session still works."""
     from beam_spark_inproc.transforms import WriteToSpark
+
     table = _name('failed')
 
     def explode(i):
@@ -318,8 +377,12 @@ def write_failure_leaves_nothing(spark, runner, workdir):
     try:
         try:
             with beam.Pipeline(runner=runner) as p:
-                (p | beam.Create(range(100)) | 'Explode' >> beam.Map(explode)
-                 .with_output_types(_KV) | WriteToSpark(table=table, spark=spark))
+                (
+                    p
+                    | beam.Create(range(100))
+                    | 'Explode' >> beam.Map(explode).with_output_types(_KV)
+                    | WriteToSpark(table=table, spark=spark)
+                )
         except Exception as e:
             assert 'Explode' in str(e) and 'element 77 is bad' in str(e), str(e)[:2000]
         else:
@@ -341,6 +404,7 @@ def sql_join_keeps_metrics(spark, runner, workdir):
     """Two PCollections joined and aggregated by Spark SQL; a counter in a DoFn
     upstream of the SQL reaches the pipeline's metrics once per element."""
     from beam_spark_inproc.transforms import SparkSql
+
     orders = [(i % 4, float(i)) for i in range(60)]
     users = [(0, 'ann'), (1, 'bob'), (2, 'cy')]  # user 3 has no name: dropped
     counter = beam.metrics.Metrics.counter('interop', 'orders')
@@ -350,13 +414,17 @@ def sql_join_keeps_metrics(spark, runner, workdir):
         return beam.Row(user_id=o[0], amount=o[1])
 
     p = beam.Pipeline(runner=runner)
-    o = (p | 'Orders' >> beam.Create(orders)
-         | 'Count' >> beam.Map(count).with_output_types(_ORDER))
-    u = (p | 'Users' >> beam.Create(users)
-         | 'User' >> beam.Map(lambda x: beam.Row(id=x[0], name=x[1])).with_output_types(_USER))
+    o = p | 'Orders' >> beam.Create(orders) | 'Count' >> beam.Map(count).with_output_types(_ORDER)
+    u = (
+        p
+        | 'Users' >> beam.Create(users)
+        | 'User' >> beam.Map(lambda x: beam.Row(id=x[0], name=x[1])).with_output_types(_USER)
+    )
     totals = {'orders': o, 'users': u} | SparkSql(
         'SELECT u.name AS name, SUM(o.amount) AS total, COUNT(*) AS n '
-        'FROM orders o JOIN users u ON o.user_id = u.id GROUP BY u.name', spark=spark)
+        'FROM orders o JOIN users u ON o.user_id = u.id GROUP BY u.name',
+        spark=spark,
+    )
     expected = []
     for uid, name in users:
         amounts = [a for k, a in orders if k == uid]
@@ -372,6 +440,7 @@ def run_all(spark, workdir, names=None) -> dict:
     """Runs the cases on ``spark`` with InProcessSparkRunner: {name: status}."""
     import time
     from beam_spark_inproc import InProcessSparkRunner
+
     status = {}
     for name in names or sorted(CASES):
         began = time.monotonic()

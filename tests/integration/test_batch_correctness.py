@@ -4,6 +4,7 @@ Each test runs on the debug engine and on Spark (``engine``), against
 FnApiRunner where it can run the pipeline, else against results computed by
 hand from Beam's model.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,6 +45,7 @@ def engine(request):
 
 # -- 1. no bundle for an empty partition ------------------------------------
 
+
 class CountInFinishBundle(beam.DoFn):
     """Emits, in finish_bundle, how many elements its bundle had."""
 
@@ -66,16 +68,20 @@ def test_empty_partitions_run_no_bundle(engine):
     # partitions); after a GroupByKey with one key: bundles only where the key
     # is (the other shuffle partitions are empty).
     with beam.Pipeline(runner=engine()) as p:
-        from_impulse = p | beam.Impulse() | 'AfterImpulse' >> beam.ParDo(
-            CountInFinishBundle())
+        from_impulse = p | beam.Impulse() | 'AfterImpulse' >> beam.ParDo(CountInFinishBundle())
         assert_that(from_impulse, equal_to([1]), label='CheckImpulse')
-        grouped = (p | beam.Create([1, 2, 3]) | beam.Map(lambda x: ('k', x))
-                   | beam.GroupByKey()
-                   | 'Grouped' >> beam.ParDo(CountInFinishBundle()))
+        grouped = (
+            p
+            | beam.Create([1, 2, 3])
+            | beam.Map(lambda x: ('k', x))
+            | beam.GroupByKey()
+            | 'Grouped' >> beam.ParDo(CountInFinishBundle())
+        )
         assert_that(grouped, equal_to([1]), label='CheckGrouped')
 
 
 # -- 2. Reshuffle in front of a GroupByKey ----------------------------------
+
 
 class Key(typing.NamedTuple):
     a: int
@@ -83,19 +89,24 @@ class Key(typing.NamedTuple):
 
 
 def _reshuffled_groups(p):
-    named = (p | 'Named' >> beam.Create([1, 2, 3, 4])
-             | 'KeyNamed' >> beam.Map(lambda x: (Key(x % 2, 'x'), x))
-             | 'ReshuffleNamed' >> beam.Reshuffle()
-             | 'GroupNamed' >> beam.GroupByKey()
-             | 'ShowNamed' >> beam.Map(
-                 lambda kv: 'named %s %s' % (tuple(kv[0]), sorted(kv[1]))))
-    sessions = (p | 'Timed' >> beam.Create([1, 2, 3, 20])
-                | 'Stamp' >> beam.Map(lambda x: TimestampedValue(('k', x), x))
-                | beam.WindowInto(window.Sessions(5))
-                | 'ReshuffleSessions' >> beam.Reshuffle()
-                | 'GroupSessions' >> beam.GroupByKey()
-                | 'ShowSessions' >> beam.ParDo(_ShowWindow())
-                | 'Global' >> beam.WindowInto(window.GlobalWindows()))
+    named = (
+        p
+        | 'Named' >> beam.Create([1, 2, 3, 4])
+        | 'KeyNamed' >> beam.Map(lambda x: (Key(x % 2, 'x'), x))
+        | 'ReshuffleNamed' >> beam.Reshuffle()
+        | 'GroupNamed' >> beam.GroupByKey()
+        | 'ShowNamed' >> beam.Map(lambda kv: 'named %s %s' % (tuple(kv[0]), sorted(kv[1])))
+    )
+    sessions = (
+        p
+        | 'Timed' >> beam.Create([1, 2, 3, 20])
+        | 'Stamp' >> beam.Map(lambda x: TimestampedValue(('k', x), x))
+        | beam.WindowInto(window.Sessions(5))
+        | 'ReshuffleSessions' >> beam.Reshuffle()
+        | 'GroupSessions' >> beam.GroupByKey()
+        | 'ShowSessions' >> beam.ParDo(_ShowWindow())
+        | 'Global' >> beam.WindowInto(window.GlobalWindows())
+    )
     return (named, sessions) | beam.Flatten()
 
 
@@ -119,11 +130,14 @@ class _ShowPane(beam.DoFn):
 
 
 def _panes_after_reshuffle(p):
-    return (p | beam.Create([('a', 1), ('a', 2), ('b', 3)])
-            | beam.GroupByKey()  # its outputs have an ON_TIME pane
-            | beam.MapTuple(lambda k, vs: '%s %s' % (k, sorted(vs)))
-            | beam.Reshuffle()
-            | beam.ParDo(_ShowPane()))
+    return (
+        p
+        | beam.Create([('a', 1), ('a', 2), ('b', 3)])
+        | beam.GroupByKey()  # its outputs have an ON_TIME pane
+        | beam.MapTuple(lambda k, vs: '%s %s' % (k, sorted(vs)))
+        | beam.Reshuffle()
+        | beam.ParDo(_ShowPane())
+    )
 
 
 @pytest.mark.parametrize('version', [None, '2.60.0'])
@@ -131,24 +145,26 @@ def test_reshuffle_pane_info_follows_compat_version(engine, tmp_path, version):
     options = {'update_compatibility_version': version} if version else {}
     # Beam pickles pipelines older than 2.68 with dill (not a dependency);
     # Beam's own ReshuffleTest patches the same switch.
-    with mock.patch('apache_beam.coders.coders._should_force_use_dill',
-                    return_value=True):
-        on_runner = run_on(engine(), _panes_after_reshuffle,
-                           tmp_path / 'runner', options)
-        expected = run_on(FnApiRunner(), _panes_after_reshuffle,
-                          tmp_path / 'fnapi', options)
+    with mock.patch('apache_beam.coders.coders._should_force_use_dill', return_value=True):
+        on_runner = run_on(engine(), _panes_after_reshuffle, tmp_path / 'runner', options)
+        expected = run_on(FnApiRunner(), _panes_after_reshuffle, tmp_path / 'fnapi', options)
     assert on_runner == expected and len(expected) == 2
 
 
 def _streamed_panes_after_reshuffle(p):
-    return (p | TestStream().add_elements([('a', 1), ('a', 2)])
-            .advance_watermark_to(20).add_elements([('b', 3)])
-            .advance_watermark_to_infinity()
-            | beam.WindowInto(window.FixedWindows(10))
-            | beam.GroupByKey()
-            | beam.MapTuple(lambda k, vs: '%s %s' % (k, sorted(vs)))
-            | beam.Reshuffle()
-            | beam.ParDo(_ShowPane()))
+    return (
+        p
+        | TestStream()
+        .add_elements([('a', 1), ('a', 2)])
+        .advance_watermark_to(20)
+        .add_elements([('b', 3)])
+        .advance_watermark_to_infinity()
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: '%s %s' % (k, sorted(vs)))
+        | beam.Reshuffle()
+        | beam.ParDo(_ShowPane())
+    )
 
 
 _STREAMED: list[str] = []  # in-driver runners only (the debug engine, Beam's)
@@ -164,16 +180,16 @@ def test_streaming_reshuffle_pane_info_follows_compat_version(version):
     # and pane reset: ON_TIME panes came out of a 2.64 pipeline's Reshuffle.
     def run(runner):
         del _STREAMED[:]
-        options = PipelineOptions(streaming=True,
-                                  update_compatibility_version=version)
+        options = PipelineOptions(streaming=True, update_compatibility_version=version)
         # Beam pickles pipelines older than 2.68 with dill (not a dependency);
         # Beam's own ReshuffleTest patches the same switch.
-        with mock.patch('apache_beam.coders.coders._should_force_use_dill',
-                        return_value=True):
+        with mock.patch('apache_beam.coders.coders._should_force_use_dill', return_value=True):
             with beam.Pipeline(runner=runner, options=options) as p:
                 _ = _streamed_panes_after_reshuffle(p) | beam.Map(_record)
         return sorted(_STREAMED)
+
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
     expected = run(BundleBasedDirectRunner())
     assert run(InProcessSparkRunner(debug=True)) == expected
     assert len(expected) == 2
@@ -202,9 +218,13 @@ class _CountTo(beam.DoFn, beam.RestrictionProvider):
 def _splittable_with_side_inputs(p):
     names = p | 'Names' >> beam.Create([{2: 'two', 3: 'three'}])
     offset = p | 'Offset' >> beam.Create([100])
-    return (p | beam.Create([2, 3])
-            | beam.ParDo(_CountTo(), names=beam.pvalue.AsSingleton(names),
-                         offset=beam.pvalue.AsSingleton(offset)))
+    return (
+        p
+        | beam.Create([2, 3])
+        | beam.ParDo(
+            _CountTo(), names=beam.pvalue.AsSingleton(names), offset=beam.pvalue.AsSingleton(offset)
+        )
+    )
 
 
 @both
@@ -214,12 +234,12 @@ def test_splittable_dofn_reshuffle_leaves_side_inputs_alone(engine, tmp_path):
     # the main input only (it mixed the side inputs' elements into it:
     # "'dict' object has no attribute ...", as beam.dataframe.io's reads did).
     on_runner = run_on(engine(), _splittable_with_side_inputs, tmp_path / 'runner')
-    expected = run_on(FnApiRunner(), _splittable_with_side_inputs,
-                      tmp_path / 'fnapi')
+    expected = run_on(FnApiRunner(), _splittable_with_side_inputs, tmp_path / 'fnapi')
     assert on_runner == expected and len(expected) == 5
 
 
 # -- 3. value providers ----------------------------------------------------
+
 
 class _ValueOptions(PipelineOptions):
     @classmethod
@@ -242,8 +262,7 @@ def test_runtime_value_provider_in_workers(engine):
             yield '%s %s %s' % (self.at_setup, greeting.get(), name)
 
     for args, word in (([], 'hello'), (['--greeting', 'hi'], 'hi')):
-        with beam.Pipeline(runner=engine(),
-                           options=_ValueOptions(args)) as p:
+        with beam.Pipeline(runner=engine(), options=_ValueOptions(args)) as p:
             out = p | beam.Create(['ann']) | beam.ParDo(Greet())
             assert_that(out, equal_to(['%s %s ann' % (word, word)]))
 
@@ -288,8 +307,7 @@ def test_log_records_of_jobs_before_a_failure_reach_the_driver(engine):
         with LogCapture() as seen, pytest.raises(Exception, match='side input ran'):
             with beam.Pipeline(runner=engine()) as p:
                 side = p | 'Side' >> beam.Create([1, 2]) | beam.Map(_log_each)
-                _ = (p | 'Main' >> beam.Create([0])
-                     | beam.Map(_fail_with, beam.pvalue.AsList(side)))
+                _ = p | 'Main' >> beam.Create([0]) | beam.Map(_fail_with, beam.pvalue.AsList(side))
     finally:
         root.setLevel(level)
     messages = [r.getMessage() for r in seen.records if r.name == 'user.dofn']
@@ -316,6 +334,7 @@ class LogCapture(logging.Handler):
 
 # -- 4. custom window types -------------------------------------------------
 
+
 class TaggedWindow(IntervalWindow):
     """An interval window with a tag of its own (a user window type)."""
 
@@ -324,8 +343,12 @@ class TaggedWindow(IntervalWindow):
         self.tag = tag
 
     def __eq__(self, other):
-        return (type(self) == type(other) and self.start == other.start and
-                self.end == other.end and self.tag == other.tag)
+        return (
+            type(self) == type(other)
+            and self.start == other.start
+            and self.end == other.end
+            and self.tag == other.tag
+        )
 
     def __hash__(self):
         return hash((self.start, self.end, self.tag))
@@ -349,8 +372,7 @@ class TaggedSessions(window.WindowFn):
     """Sessions (gap 5) that merge only windows of the same tag (value % 2)."""
 
     def assign(self, context):
-        return [TaggedWindow(context.timestamp, context.timestamp + 5,
-                             context.element[1] % 2)]
+        return [TaggedWindow(context.timestamp, context.timestamp + 5, context.element[1] % 2)]
 
     def merge(self, merge_context):
         by_tag: dict = {}
@@ -363,8 +385,9 @@ class TaggedSessions(window.WindowFn):
         for tag, runs in by_tag.items():
             for run in runs:
                 if len(run) > 1:
-                    merge_context.merge(run, TaggedWindow(
-                        min(w.start for w in run), max(w.end for w in run), tag))
+                    merge_context.merge(
+                        run, TaggedWindow(min(w.start for w in run), max(w.end for w in run), tag)
+                    )
 
     def get_window_coder(self):
         return TaggedWindowCoder()
@@ -379,50 +402,62 @@ def test_merging_custom_window_type(engine, tmp_path):
     # FnApiRunner keeps such windows opaque and cannot merge them: expected
     # from the WindowFn's definition.
     def build(p):
-        return (p | beam.Create([1, 2, 3, 4, 12, 30])
-                | beam.Map(lambda x: TimestampedValue(('k', x), x))
-                | beam.WindowInto(TaggedSessions())
-                | beam.GroupByKey()
-                | beam.ParDo(_ShowTagged()))
-    assert run_on(engine(), build, tmp_path) == sorted([
-        'k TaggedWindow(Timestamp(1), Timestamp(8), 1) [1, 3]',
-        'k TaggedWindow(Timestamp(2), Timestamp(9), 0) [2, 4]',
-        'k TaggedWindow(Timestamp(12), Timestamp(17), 0) [12]',
-        'k TaggedWindow(Timestamp(30), Timestamp(35), 0) [30]',
-    ])
+        return (
+            p
+            | beam.Create([1, 2, 3, 4, 12, 30])
+            | beam.Map(lambda x: TimestampedValue(('k', x), x))
+            | beam.WindowInto(TaggedSessions())
+            | beam.GroupByKey()
+            | beam.ParDo(_ShowTagged())
+        )
+
+    assert run_on(engine(), build, tmp_path) == sorted(
+        [
+            'k TaggedWindow(Timestamp(1), Timestamp(8), 1) [1, 3]',
+            'k TaggedWindow(Timestamp(2), Timestamp(9), 0) [2, 4]',
+            'k TaggedWindow(Timestamp(12), Timestamp(17), 0) [12]',
+            'k TaggedWindow(Timestamp(30), Timestamp(35), 0) [30]',
+        ]
+    )
 
 
 # -- 5. processing-time triggers in batch ------------------------------------
+
 
 def test_processing_time_trigger_fires_at_end_of_input(engine, tmp_path):
     # FnApiRunner fails ("'NoneType' object has no attribute 'time'"); in batch
     # processing time ends with the input: one pane per key with all of it.
     def build(p):
-        return (p | beam.Create(['a', 'b', 'b', 'c', 'c', 'c'])
-                | beam.WindowInto(
-                    window.GlobalWindows(),
-                    trigger=trigger.Repeatedly(trigger.AfterProcessingTime(10)),
-                    accumulation_mode=trigger.AccumulationMode.DISCARDING,
-                    allowed_lateness=0)
-                | beam.combiners.Count.PerElement()
-                | beam.ParDo(_ShowPane()))
+        return (
+            p
+            | beam.Create(['a', 'b', 'b', 'c', 'c', 'c'])
+            | beam.WindowInto(
+                window.GlobalWindows(),
+                trigger=trigger.Repeatedly(trigger.AfterProcessingTime(10)),
+                accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                allowed_lateness=0,
+            )
+            | beam.combiners.Count.PerElement()
+            | beam.ParDo(_ShowPane())
+        )
+
     lines = run_on(engine(), build, tmp_path)
-    assert [line.split(' PaneInfo')[0] for line in lines] == [
-        "('a', 1)", "('b', 2)", "('c', 3)"]
+    assert [line.split(' PaneInfo')[0] for line in lines] == ["('a', 1)", "('b', 2)", "('c', 3)"]
     assert all('timing: EARLY' in line for line in lines), lines
 
 
 # -- 7. workers that cannot import Beam ---------------------------------------
+
 
 def test_workers_without_beam_get_a_clear_error(tmp_path):
     # A user's own session whose workers run a Python without Beam: its own
     # process (one SparkContext per process).
     bare = _python_without_beam()
     if bare is None:
-        pytest.skip('no Python without apache_beam on this machine to run '
-                    'the workers with')
+        pytest.skip('no Python without apache_beam on this machine to run the workers with')
     script = tmp_path / 'bare_workers.py'
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import sys
         from pyspark.sql import SparkSession
         spark = (SparkSession.builder.master('local[1]')
@@ -441,17 +476,24 @@ def test_workers_without_beam_get_a_clear_error(tmp_path):
                 print('RAN')
             except Exception as e:
                 print('ERROR', type(e).__name__, str(e).replace(chr(10), ' '))
-    '''))
+    """)
+    )
     env = dict(os.environ, PYSPARK_PYTHON=bare)
-    done = subprocess.run([sys.executable, str(script)], env=env, cwd=os.getcwd(),
-                          capture_output=True, text=True, timeout=300)
-    errors = [line for line in done.stdout.splitlines()
-              if line.startswith('ERROR')]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=os.getcwd(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in done.stdout.splitlines() if line.startswith('ERROR')]
     assert len(errors) == 2, done.stdout + done.stderr[-3000:]
     for line in errors:
         assert line.startswith('ERROR WorkerEnvironmentError'), line
-        assert bare in line or os.path.realpath(bare) in line or \
-            "Python workers run /" in line, line
+        assert bare in line or os.path.realpath(bare) in line or 'Python workers run /' in line, (
+            line
+        )
         assert 'apache_beam' in line and 'PYSPARK_PYTHON' in line, line
         assert sys.executable in line, line
 
@@ -462,8 +504,11 @@ def _python_without_beam():
             continue
         try:
             check = subprocess.run(
-                [candidate, '-c', 'import sys; print(sys.version_info[:2]);'
-                 'import apache_beam'], capture_output=True, text=True, timeout=60)
+                [candidate, '-c', 'import sys; print(sys.version_info[:2]);import apache_beam'],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except OSError:
             continue
         same_minor = check.stdout.strip() == str(tuple(sys.version_info[:2]))

@@ -2,6 +2,7 @@
 class-data-sharing archive (``spark.class_archive``): one the JVM cannot map
 costs a second start without it, never the run (``tests/unit/
 test_class_archive.py`` checks how the archive is written and settled)."""
+
 from __future__ import annotations
 
 import os
@@ -10,11 +11,10 @@ import sys
 import textwrap
 
 
-def test_a_class_archive_the_jvm_cannot_map_is_deleted_and_the_session_starts(
-        tmp_path):
+def test_a_class_archive_the_jvm_cannot_map_is_deleted_and_the_session_starts(tmp_path):
     """A truncated archive in place (which crashes a JVM mapping it) costs a
     second start without it, and is deleted: the run goes on."""
-    script = textwrap.dedent('''
+    script = textwrap.dedent("""
         import os, subprocess, sys
         from beam_spark_inproc.spark import class_archive, session
         archive = class_archive.Archive.for_this_install()
@@ -26,11 +26,15 @@ def test_a_class_archive_the_jvm_cannot_map_is_deleted_and_the_session_starts(
         archive.path.write_bytes(data[:len(data) // 2])
         spark, _ = session.get_or_create('local[1]', None, {})
         print(spark.range(5).count(), archive.path.exists())
-    ''')
+    """)
     out = subprocess.run(
-        [sys.executable, '-c', script], cwd=tmp_path, capture_output=True,
-        text=True, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)),
-        timeout=300)
+        [sys.executable, '-c', script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ['5', 'False']
     assert 'exited at its start with its class archive' in out.stderr

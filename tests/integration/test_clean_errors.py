@@ -4,6 +4,7 @@ one error, and a session that keeps working afterwards.
 Each test runs a fresh Python process (Spark's JVM writes its logs to that
 process's stderr, which an in-process capture cannot see).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-ERRORS = '''
+ERRORS = """
 import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -49,7 +50,7 @@ except PipelineExecutionError as e:
 run('local[2]', lambda x: x * 10, out)
 print('AFTER', open(out).read(), flush=True)
 run('local[2]', boom, out)
-'''
+"""
 
 
 def _env() -> dict[str, str]:
@@ -63,8 +64,13 @@ def test_bad_masters_and_a_failing_dofn_print_one_error_each(tmp_path):
     script = tmp_path / 'errors_pipeline.py'
     script.write_text(ERRORS)
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / 'out')], cwd=str(tmp_path),
-        env=_env(), capture_output=True, text=True, timeout=400)
+        [sys.executable, str(script), str(tmp_path / 'out')],
+        cwd=str(tmp_path),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     out, err = done.stdout.splitlines(), done.stderr
     bad = [line for line in out if line.startswith('BAD MASTER')]
     assert bad == [
@@ -73,11 +79,17 @@ def test_bad_masters_and_a_failing_dofn_print_one_error_each(tmp_path):
         'k8s, or local"). Give one of: local, local[N], local[*], '
         'local[N,retries], local-cluster[workers,cores,memoryMB], '
         'spark://host:port[,host:port...], yarn or k8s://https://host:port.',
-        bad[1], bad[2]], out
-    assert bad[1].startswith("BAD MASTER SparkMasterError Cannot reach the Spark "
-                             "master 'spark://nohost.invalid:7077' (nohost.invalid:7077: ")
-    assert bad[2].startswith("BAD MASTER SparkMasterError Cannot reach the Spark "
-                             "master 'spark://127.0.0.1:1' (127.0.0.1:1: ")
+        bad[1],
+        bad[2],
+    ], out
+    assert bad[1].startswith(
+        'BAD MASTER SparkMasterError Cannot reach the Spark '
+        "master 'spark://nohost.invalid:7077' (nohost.invalid:7077: "
+    )
+    assert bad[2].startswith(
+        'BAD MASTER SparkMasterError Cannot reach the Spark '
+        "master 'spark://127.0.0.1:1' (127.0.0.1:1: "
+    )
     # The session the runner then made runs a failing pipeline and a good one.
     assert 'FAILED Map(boom) ValueError' in out, done
     assert 'AFTER [10, 20, 30]' in out, done
@@ -85,17 +97,25 @@ def test_bad_masters_and_a_failing_dofn_print_one_error_each(tmp_path):
     # line; none of Spark's task-failure logs or the encoded record.
     assert done.returncode == 1
     assert err.count('PipelineExecutionError: ') == 1, err
-    assert re.search(r"PipelineExecutionError: Beam transform 'Map\(boom\)' "
-                     r'failed \(stage \d+ of \d+\): ValueError: bad element 3',
-                     err), err
+    assert re.search(
+        r"PipelineExecutionError: Beam transform 'Map\(boom\)' "
+        r'failed \(stage \d+ of \d+\): ValueError: bad element 3',
+        err,
+    ), err
     assert "raise ValueError('bad element %s' % x)" in err, err
-    for noise in ('ERROR Executor', 'TaskSetManager', '[beam failure record',
-                  'PYTHON_EXCEPTION', 'Py4JJavaError', 'SQLSTATE',
-                  'at org.apache.spark'):
+    for noise in (
+        'ERROR Executor',
+        'TaskSetManager',
+        '[beam failure record',
+        'PYTHON_EXCEPTION',
+        'Py4JJavaError',
+        'SQLSTATE',
+        'at org.apache.spark',
+    ):
         assert noise not in err, (noise, err)
 
 
-INTERRUPTED = '''
+INTERRUPTED = """
 import os, sys, time, traceback
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -130,7 +150,7 @@ except KeyboardInterrupt as e:
 run(lambda x: x + 1)
 print('AFTER', open(out).read(), flush=True)
 run(slow)
-'''
+"""
 
 
 def _interrupt_when(path: pathlib.Path, process: subprocess.Popen) -> None:
@@ -147,8 +167,12 @@ def test_ctrl_c_cancels_the_jobs_and_raises_keyboard_interrupt_alone(tmp_path):
     started = tmp_path / 'started'
     process = subprocess.Popen(
         [sys.executable, '-c', INTERRUPTED, str(started), str(tmp_path / 'out')],
-        cwd=str(tmp_path), env=_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        cwd=str(tmp_path),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _interrupt_when(started, process)  # caught: the script goes on
         _interrupt_when(started, process)  # uncaught: the script ends
@@ -161,7 +185,6 @@ def test_ctrl_c_cancels_the_jobs_and_raises_keyboard_interrupt_alone(tmp_path):
     assert 'AFTER [2, 3, 4, 5]' in out, (stdout, stderr)
     assert process.returncode != 0
     assert stderr.rstrip().endswith('KeyboardInterrupt'), stderr
-    for noise in ('Py4J', 'During handling', 'SPARK_JOB_CANCELLED',
-                  'TaskSetManager'):
+    for noise in ('Py4J', 'During handling', 'SPARK_JOB_CANCELLED', 'TaskSetManager'):
         assert noise not in stderr, (noise, stderr)
     assert stderr.count('Traceback (most recent call last)') == 1, stderr

@@ -1,6 +1,7 @@
 """A run in a new process starts Spark's JVM only when a stage needs Spark
 (``spark.session.LazySession``): each case runs in a process of its own, as
 the test run's shared session would otherwise be the active one."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-_SCRIPT = textwrap.dedent('''
+_SCRIPT = textwrap.dedent("""
     import json, sys, tempfile, threading
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
@@ -34,15 +35,22 @@ _SCRIPT = textwrap.dedent('''
                    for t in threading.enumerate())
     print(json.dumps({'session': SparkSession.getActiveSession() is not None,
                       'gateway': SparkContext._gateway is not None or starting}))
-''')
+""")
 
 
 def _run(case: str) -> dict:
     """The script's findings, run with the defaults a user gets."""
     from beam_spark_inproc.options import SMALL_DATA_ENV
+
     env = {k: v for k, v in os.environ.items() if k != SMALL_DATA_ENV}
-    out = subprocess.run([sys.executable, '-c', _SCRIPT, case], check=True,
-                         capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, '-c', _SCRIPT, case],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -4,6 +4,7 @@ The same plan and worker code run in the driver process without Spark, so:
 ``breakpoint()`` in a DoFn stops in the user's terminal, exceptions keep their
 type, DoFns see the driver's module globals, and results equal those on Spark.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ from tests.integration.outputs import run_to_lines
 
 # --- 1. breakpoint() in a DoFn ------------------------------------------------
 
-_BREAKPOINT_SCRIPT = '''
+_BREAKPOINT_SCRIPT = """
 import sys
 
 import apache_beam as beam
@@ -47,7 +48,7 @@ with beam.Pipeline(runner=runner, options=options) as p:
      | beam.io.WriteToText(out, shard_name_template=''))
 with open(out) as f:
     print('PIPELINE RESULT: %s' % f.read().strip())
-'''
+"""
 
 
 @pytest.mark.parametrize('mode', ['debug_arg', 'option'])
@@ -59,8 +60,13 @@ def test_breakpoint_in_dofn_stops_in_the_users_terminal(tmp_path, mode):
     env.pop('PYTHONINSPECT', None)
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path / 'out.txt'), mode],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=env, cwd=str(tmp_path), text=True)
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(tmp_path),
+        text=True,
+    )
     try:
         # One element: pdb stops once; print the DoFn's local, then continue.
         output, _ = proc.communicate(input='p x\nc\n', timeout=120)
@@ -72,13 +78,15 @@ def test_breakpoint_in_dofn_stops_in_the_users_terminal(tmp_path, mode):
     assert '(Pdb)' in output, output
     assert 'x = element * 7' in output or '-> yield x' in output, output
     prompt_lines = [line for line in output.splitlines() if '(Pdb)' in line]
-    assert any(line.split('(Pdb)', 1)[1].strip() == '42'
-               for line in prompt_lines), output  # `p x` printed 6 * 7
+    assert any(line.split('(Pdb)', 1)[1].strip() == '42' for line in prompt_lines), (
+        output
+    )  # `p x` printed 6 * 7
     assert output.count('(Pdb)') == 2, output  # stopped exactly once
     assert 'PIPELINE RESULT: 42' in output, output
 
 
 # --- 2. exceptions keep their type --------------------------------------------
+
 
 class MyError(Exception):
     pass
@@ -146,23 +154,20 @@ def test_nested_stateful_dofn_with_timer_runs():
         COUNT = userstate.CombiningValueStateSpec('count', sum)
         FLUSH = userstate.TimerSpec('flush', userstate.TimeDomain.WATERMARK)
 
-        def process(self, kv, count=beam.DoFn.StateParam(COUNT),
-                    flush=beam.DoFn.TimerParam(FLUSH)):
+        def process(self, kv, count=beam.DoFn.StateParam(COUNT), flush=beam.DoFn.TimerParam(FLUSH)):
             count.add(kv[1])
             flush.set(100)
 
         @userstate.on_timer(FLUSH)
-        def flushed(self, key=beam.DoFn.KeyParam,
-                    count=beam.DoFn.StateParam(COUNT)):
+        def flushed(self, key=beam.DoFn.KeyParam, count=beam.DoFn.StateParam(COUNT)):
             SEEN[key] = count.read()
 
     with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
-        (p | beam.Create([('a', 1), ('a', 2), ('b', 5)])
-         | beam.ParDo(CountThenFlush()))
+        (p | beam.Create([('a', 1), ('a', 2), ('b', 5)]) | beam.ParDo(CountThenFlush()))
     assert SEEN == {'a': 3, 'b': 5}
 
 
-_MAIN_SCRIPT = '''
+_MAIN_SCRIPT = """
 import apache_beam as beam
 from beam_spark_inproc import InProcessSparkRunner
 
@@ -184,7 +189,7 @@ with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
     (p | beam.Create([1, 2, 2, 3]) | beam.Map(add) | beam.ParDo(Square())
      | beam.Map(lambda x: TOTALS.__setitem__('last_lambda', True)))
 print('TOTALS', sorted(TOTALS.items(), key=repr))
-'''
+"""
 
 
 def test_dofns_in_main_script_see_its_globals(tmp_path):
@@ -192,22 +197,32 @@ def test_dofns_in_main_script_see_its_globals(tmp_path):
     own globals."""
     script = tmp_path / 'main_pipeline.py'
     script.write_text(_MAIN_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True,
-                          text=True, timeout=120, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert ("TOTALS [('last_lambda', True), ('squares', 18), (1, 1), (2, 2), "
-            "(3, 1)]") in proc.stdout, proc.stdout
+    assert (
+        "TOTALS [('last_lambda', True), ('squares', 18), (1, 1), (2, 2), (3, 1)]"
+    ) in proc.stdout, proc.stdout
 
 
 # --- 4. same results as on Spark ----------------------------------------------
 
+
 def _fixed_windows_gbk(p):
     data = [(k, v) for k in 'ab' for v in range(25)]
-    return (p | beam.Create(data)
-            | beam.Map(lambda kv: TimestampedValue(kv, kv[1]))
-            | beam.WindowInto(FixedWindows(10))
-            | beam.GroupByKey()
-            | beam.ParDo(_WithWindow()))
+    return (
+        p
+        | beam.Create(data)
+        | beam.Map(lambda kv: TimestampedValue(kv, kv[1]))
+        | beam.WindowInto(FixedWindows(10))
+        | beam.GroupByKey()
+        | beam.ParDo(_WithWindow())
+    )
 
 
 class _WithWindow(beam.DoFn):
@@ -217,64 +232,78 @@ class _WithWindow(beam.DoFn):
 
 def _side_input_as_dict(p):
     names = p | 'Names' >> beam.Create([(1, 'one'), (2, 'two'), (3, 'three')])
-    return (p | 'Main' >> beam.Create([1, 2, 3, 4, 2])
-            | beam.Map(lambda x, d: (x, d.get(x, '?')),
-                       d=beam.pvalue.AsDict(names)))
+    return (
+        p
+        | 'Main' >> beam.Create([1, 2, 3, 4, 2])
+        | beam.Map(lambda x, d: (x, d.get(x, '?')), d=beam.pvalue.AsDict(names))
+    )
 
 
 def _combine_per_key(p):
-    return (p | beam.Create([(k, v) for k in 'xyz' for v in range(ord(k))])
-            | beam.CombinePerKey(sum))
+    return p | beam.Create([(k, v) for k in 'xyz' for v in range(ord(k))]) | beam.CombinePerKey(sum)
 
 
 class _BufferUntilTimer(beam.DoFn):
     """Buffers per key, emits sorted buffer and count when the timer fires."""
+
     BAG = userstate.BagStateSpec('bag', VarIntCoder())
     COUNT = userstate.CombiningValueStateSpec('count', sum)
     FLUSH = userstate.TimerSpec('flush', userstate.TimeDomain.WATERMARK)
 
-    def process(self, kv, bag=beam.DoFn.StateParam(BAG),
-                count=beam.DoFn.StateParam(COUNT),
-                flush=beam.DoFn.TimerParam(FLUSH)):
+    def process(
+        self,
+        kv,
+        bag=beam.DoFn.StateParam(BAG),
+        count=beam.DoFn.StateParam(COUNT),
+        flush=beam.DoFn.TimerParam(FLUSH),
+    ):
         bag.add(kv[1])
         count.add(1)
         flush.set(1000)
 
     @userstate.on_timer(FLUSH)
-    def on_flush(self, key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam,
-                 bag=beam.DoFn.StateParam(BAG),
-                 count=beam.DoFn.StateParam(COUNT)):
+    def on_flush(
+        self,
+        key=beam.DoFn.KeyParam,
+        ts=beam.DoFn.TimestampParam,
+        bag=beam.DoFn.StateParam(BAG),
+        count=beam.DoFn.StateParam(COUNT),
+    ):
         yield key, ts.micros // 10**6, count.read(), sorted(bag.read())
         bag.clear()
 
 
 def _stateful_with_timer(p):
-    return (p | beam.Create([(k, v) for k in 'pq' for v in range(5)])
-            | beam.ParDo(_BufferUntilTimer()))
+    return (
+        p | beam.Create([(k, v) for k in 'pq' for v in range(5)]) | beam.ParDo(_BufferUntilTimer())
+    )
 
 
 _EXPECTED = {
     'fixed_windows_gbk': sorted(
         repr((k, start, list(range(start, min(start + 10, 25)))))
-        for k in 'ab' for start in (0, 10, 20)),
-    'side_input_as_dict': sorted(repr(t) for t in [
-        (1, 'one'), (2, 'two'), (3, 'three'), (4, '?'), (2, 'two')]),
-    'combine_per_key': sorted(
-        repr((k, sum(range(ord(k))))) for k in 'xyz'),
-    'stateful_with_timer': sorted(
-        repr((k, 1000, 5, [0, 1, 2, 3, 4])) for k in 'pq'),
+        for k in 'ab'
+        for start in (0, 10, 20)
+    ),
+    'side_input_as_dict': sorted(
+        repr(t) for t in [(1, 'one'), (2, 'two'), (3, 'three'), (4, '?'), (2, 'two')]
+    ),
+    'combine_per_key': sorted(repr((k, sum(range(ord(k))))) for k in 'xyz'),
+    'stateful_with_timer': sorted(repr((k, 1000, 5, [0, 1, 2, 3, 4])) for k in 'pq'),
 }
 
 
-@pytest.mark.parametrize('name, build', [
-    ('fixed_windows_gbk', _fixed_windows_gbk),
-    ('side_input_as_dict', _side_input_as_dict),
-    ('combine_per_key', _combine_per_key),
-    ('stateful_with_timer', _stateful_with_timer),
-])
+@pytest.mark.parametrize(
+    'name, build',
+    [
+        ('fixed_windows_gbk', _fixed_windows_gbk),
+        ('side_input_as_dict', _side_input_as_dict),
+        ('combine_per_key', _combine_per_key),
+        ('stateful_with_timer', _stateful_with_timer),
+    ],
+)
 def test_debug_results_equal_spark_results(spark, tmp_path, name, build):
     debug = run_to_lines(InProcessSparkRunner(debug=True), build, str(tmp_path / 'debug'))
-    on_spark = run_to_lines(InProcessSparkRunner(spark=spark), build,
-                    str(tmp_path / 'spark'))
+    on_spark = run_to_lines(InProcessSparkRunner(spark=spark), build, str(tmp_path / 'spark'))
     assert debug == on_spark
     assert debug == _EXPECTED[name]

@@ -10,6 +10,7 @@ are compared as the contract promises them: partitions' contents where it says
 where rows go, multisets where it does not. What an engine leaves out of the
 contract is named with the reason (``LEFT_OUT``), and its test skipped there.
 """
+
 from __future__ import annotations
 
 import collections
@@ -25,32 +26,42 @@ from beam_spark_inproc.protocol.rows import SCHEMA
 
 PARALLELISM = 3
 # (tag, key, data): two ports' elements, keyed, and a report.
-ROWS = [(1, b'b', b'b1'), (0, b'a', b'a0'), (0, b'b', b'b0'), (1, b'a', b'a1'),
-        (0, b'c', b'c0'), (CONTROL_TAG, None, b'report'), (0, b'a', b'a2')]
+ROWS = [
+    (1, b'b', b'b1'),
+    (0, b'a', b'a0'),
+    (0, b'b', b'b0'),
+    (1, b'a', b'a1'),
+    (0, b'c', b'c0'),
+    (CONTROL_TAG, None, b'report'),
+    (0, b'a', b'a2'),
+]
 
 
 # The runner gives the small-data engine batch pipelines without runner-native
 # stages only (``runner.py``): what only a stream or a native stage asks for is
 # not its.
-_BATCH_ONLY = ('a stream\'s primitive: the runner runs streams on the Spark '
-               'engine, never on the small-data engine')
-_NO_NATIVE = ('Spark interop: a pipeline with runner-native stages runs on the '
-              'Spark engine, never on the small-data engine')
+_BATCH_ONLY = (
+    "a stream's primitive: the runner runs streams on the Spark "
+    'engine, never on the small-data engine'
+)
+_NO_NATIVE = (
+    'Spark interop: a pipeline with runner-native stages runs on the '
+    'Spark engine, never on the small-data engine'
+)
 LEFT_OUT = {
     'small': {
         'test_rows_from_the_driver_and_uncache': _BATCH_ONLY,
         'test_rows_in_parts_are_consecutive_partitions': _BATCH_ONLY,
-        'test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted':
-            _BATCH_ONLY,
+        'test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted': _BATCH_ONLY,
         'test_shuffle_bucketed_shares_the_shards_out_evenly': _BATCH_ONLY,
         'test_shuffle_spread_keeps_every_row': (
             'the small-data engine shuffles tiny data into one partition (one '
-            'bundle, no empty tasks); spread over cores is Spark\'s, after the '
-            'hand-over'),
+            "bundle, no empty tasks); spread over cores is Spark's, after the "
+            'hand-over'
+        ),
         'test_spark_session_is_a_working_session': _NO_NATIVE,
         'test_arrow_source_hands_a_task_the_dataframes_own_columns': _NO_NATIVE,
-        'test_to_dataframe_is_the_functions_batches_of_each_partition':
-            _NO_NATIVE,
+        'test_to_dataframe_is_the_functions_batches_of_each_partition': _NO_NATIVE,
     },
 }
 
@@ -62,24 +73,28 @@ def engine(request):
         pytest.skip(reason)
     if request.param in ('debug', 'prebuilt'):
         from beam_spark_inproc.debug.engine import LocalEngine
+
         # Spark's part of native stages (spark_session) on the test session.
-        made = LocalEngine(PARALLELISM,
-                           session=lambda: request.getfixturevalue('spark'))
+        made = LocalEngine(PARALLELISM, session=lambda: request.getfixturevalue('spark'))
         if request.param == 'prebuilt':
             from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
+
             made = Prebuilder(made, lambda task: True)
     elif request.param == 'small':
         from beam_spark_inproc.execution.small import SmallDataEngine
         from beam_spark_inproc.spark.engine import SparkEngine
         from beam_spark_inproc.spark.hand_over import SparkHandOver
+
         spark = request.getfixturevalue('spark')
-        made = SmallDataEngine(SparkHandOver(
-            lambda: spark, lambda: SparkEngine(spark, PARALLELISM, 'contract'),
-            PARALLELISM))
+        made = SmallDataEngine(
+            SparkHandOver(
+                lambda: spark, lambda: SparkEngine(spark, PARALLELISM, 'contract'), PARALLELISM
+            )
+        )
     else:
         from beam_spark_inproc.spark.engine import SparkEngine
-        made = SparkEngine(request.getfixturevalue('spark'), PARALLELISM,
-                           'contract')
+
+        made = SparkEngine(request.getfixturevalue('spark'), PARALLELISM, 'contract')
     yield made
     made.release()
 
@@ -96,8 +111,9 @@ class Emit:
         self.emitted()
         tags, keys, datas = zip(*self.rows)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
-             pa.array(datas, pa.binary())], schema=SCHEMA)
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()), pa.array(datas, pa.binary())],
+            schema=SCHEMA,
+        )
 
     def emitted(self):
         pass
@@ -115,8 +131,9 @@ class PartitionRows:
         out.append((0, None, b'|'))
         tags, keys, datas = zip(*out)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()),
-             pa.array(datas, pa.binary())], schema=SCHEMA)
+            [pa.array(tags, pa.int32()), pa.array(keys, pa.binary()), pa.array(datas, pa.binary())],
+            schema=SCHEMA,
+        )
 
 
 def source(engine):
@@ -153,11 +170,10 @@ def test_collect_splits_elements_and_control_rows(engine):
 
 def test_select_keeps_one_tag_retagged_and_control_rows_on_request(engine):
     data = source(engine)
-    rows = [r for p in partitions(engine, engine.select(data, 1, 5, True))
-            for r in p]
+    rows = [r for p in partitions(engine, engine.select(data, 1, 5, True)) for r in p]
     assert sorted(rows, key=repr) == sorted(
-        [(5, b'b', b'b1'), (5, b'a', b'a1'), (CONTROL_TAG, None, b'report')],
-        key=repr)
+        [(5, b'b', b'b1'), (5, b'a', b'a1'), (CONTROL_TAG, None, b'report')], key=repr
+    )
     chunks, control = engine.collect(engine.select(data, 0, 0, False))
     assert sorted(chunks) == [b'a0', b'a2', b'b0', b'c0'] and control == []
 
@@ -165,15 +181,19 @@ def test_select_keeps_one_tag_retagged_and_control_rows_on_request(engine):
 def test_union_holds_every_row_and_union_of_nothing_is_empty(engine):
     chunks, control = engine.collect(engine.union([source(engine), source(engine)]))
     assert collections.Counter(chunks) == collections.Counter(
-        2 * [d for t, _, d in ROWS if t != CONTROL_TAG])
+        2 * [d for t, _, d in ROWS if t != CONTROL_TAG]
+    )
     assert control == [b'report', b'report']
     assert engine.collect(engine.union([])) == ([], [])
 
 
-@pytest.mark.parametrize('how, order', [
-    (e.GROUP, lambda r: (r[0], r[1] or b'')),
-    (e.KEY_SORTED, lambda r: (r[1] or b'', r[0])),
-])
+@pytest.mark.parametrize(
+    'how, order',
+    [
+        (e.GROUP, lambda r: (r[0], r[1] or b'')),
+        (e.KEY_SORTED, lambda r: (r[1] or b'', r[0])),
+    ],
+)
 def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order):
     parts = partitions(engine, engine.shuffle(source(engine), how))
     rows = [r for p in parts for r in p]
@@ -187,15 +207,14 @@ def test_shuffle_by_key_puts_each_key_in_one_partition_sorted(engine, how, order
 
 def test_shuffle_bucketed_puts_each_state_bucket_in_one_partition_sorted(engine):
     from beam_spark_inproc.protocol.buckets import bucket_of
+
     keys = [b'k%d' % i for i in range(40)]
-    rows = [(i % 2, k, b'%d' % i) for i, k in enumerate(keys)] + [
-        (CONTROL_TAG, None, b'report')]
+    rows = [(i % 2, k, b'%d' % i) for i, k in enumerate(keys)] + [(CONTROL_TAG, None, b'report')]
     parts = partitions(engine, engine.shuffle(engine.rows(rows), e.BUCKETED))
     assert collections.Counter(r for p in parts for r in p) == collections.Counter(rows)
     seen = collections.Counter()
     for part in parts:
-        order = [(-1, b'', t) if k is None else (bucket_of(k), k, t)
-                 for t, k, _ in part]
+        order = [(-1, b'', t) if k is None else (bucket_of(k), k, t) for t, k, _ in part]
         assert order == sorted(order)  # rows without a key first
         seen.update({bucket_of(k) for _, k, _ in part if k is not None})
     assert all(n == 1 for n in seen.values()), seen
@@ -208,6 +227,7 @@ def test_shuffle_bucketed_shares_the_shards_out_evenly(engine):
     the shard number had put 27 of the 64 in one of two partitions."""
     from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
     from beam_spark_inproc.protocol.buckets import bucket_of
+
     keys, shards = [], set()
     for i in itertools.count():
         key = b'k%d' % i
@@ -216,8 +236,7 @@ def test_shuffle_bucketed_shares_the_shards_out_evenly(engine):
             keys.append(key)
         if len(shards) == STATE_BUCKETS:
             break
-    parts = partitions(engine, engine.shuffle(
-        engine.rows([(0, k, b'') for k in keys]), e.BUCKETED))
+    parts = partitions(engine, engine.shuffle(engine.rows([(0, k, b'') for k in keys]), e.BUCKETED))
     residues = [{bucket_of(k) % PARALLELISM for _, k, _ in part} for part in parts]
     assert sorted(r for rs in residues for r in rs) == list(range(PARALLELISM))
     assert all(len(rs) == 1 for rs in residues), residues
@@ -240,8 +259,7 @@ def test_rows_in_parts_are_consecutive_partitions(engine):
     parts = [p for p in partitions(engine, engine.rows(rows, PARALLELISM)) if p]
     assert 2 <= len(parts) <= PARALLELISM
     assert [r for p in parts for r in p] == rows
-    assert len([p for p in partitions(engine, engine.rows(rows[:2], 3))
-                if p]) == 2
+    assert len([p for p in partitions(engine, engine.rows(rows[:2], 3)) if p]) == 2
     assert len([p for p in partitions(engine, engine.rows(rows, 2)) if p]) == 2
     assert len([p for p in partitions(engine, engine.rows(rows)) if p]) == 1
 
@@ -291,16 +309,16 @@ def test_collect_calls_started_once_and_a_failed_job_raises(engine):
     per collect, before the rows come back; a task's failure still reaches
     the driver (Spark: the leaves' control rows without ``toArrow``)."""
     calls = []
-    assert engine.collect(source(engine), elements=False,
-                          started=lambda: calls.append('control')) == (
-        [], [b'report'])
-    chunks, control = engine.collect(source(engine),
-                                     started=lambda: calls.append('all'))
+    assert engine.collect(
+        source(engine), elements=False, started=lambda: calls.append('control')
+    ) == ([], [b'report'])
+    chunks, control = engine.collect(source(engine), started=lambda: calls.append('all'))
     assert (len(chunks), control) == (len(ROWS) - 1, [b'report'])
     assert calls == ['control', 'all']
     with pytest.raises(Exception, match='the task failed on purpose'):
-        engine.collect(engine.map_stage(engine.impulse(), Fail()),
-                       elements=False, started=lambda: None)
+        engine.collect(
+            engine.map_stage(engine.impulse(), Fail()), elements=False, started=lambda: None
+        )
 
 
 def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
@@ -308,12 +326,15 @@ def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
     leaves' control rows come by ``toArrow``, ``started`` still called once."""
     import pyspark.util
     from beam_spark_inproc.spark import engine as spark_engine
+
     monkeypatch.delattr(pyspark.util, '_load_from_socket')
     engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     calls = []
     try:
-        assert engine.collect(source(engine), elements=False,
-                              started=lambda: calls.append(1)) == ([], [b'report'])
+        assert engine.collect(source(engine), elements=False, started=lambda: calls.append(1)) == (
+            [],
+            [b'report'],
+        )
     finally:
         engine.release()
     assert calls == [1]
@@ -325,6 +346,7 @@ def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
     same either way."""
     import pyspark.sql.pandas.serializers as serializers
     from beam_spark_inproc.spark import engine as spark_engine
+
     current = serializers.ArrowCollectSerializer
 
     class OlderProtocol(current):
@@ -338,9 +360,11 @@ def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
     try:
         expected = engine.collect(data, elements=False, started=lambda: None)
         monkeypatch.setattr(serializers, 'ArrowCollectSerializer', OlderProtocol)
-        assert engine.collect(data, elements=False,
-                              started=lambda: None) == expected == (
-            [], [b'report', b'report'])
+        assert (
+            engine.collect(data, elements=False, started=lambda: None)
+            == expected
+            == ([], [b'report', b'report'])
+        )
     finally:
         engine.release()
 
@@ -350,28 +374,24 @@ def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
     and describes each micro-batch's job inside: the description put back
     is the one before, known without asking the JVM (classic Spark)."""
     from beam_spark_inproc.spark.engine import SparkEngine
+
     engine = SparkEngine(spark, PARALLELISM, 'contract')
     context = spark.sparkContext
-    context.setJobDescription('a user\'s own')
+    context.setJobDescription("a user's own")
     try:
         with engine.job('beam-pipeline-nested', ''):
-            assert context.getLocalProperty('spark.job.description') == \
-                'a user\'s own'
+            assert context.getLocalProperty('spark.job.description') == "a user's own"
             for n in range(2):
                 with engine.job('beam-pipeline-nested', f'micro-batch {n}'):
-                    assert context.getLocalProperty(
-                        'spark.job.description') == f'micro-batch {n}'
+                    assert context.getLocalProperty('spark.job.description') == f'micro-batch {n}'
                     assert 'beam-pipeline-nested' in spark.getTags()
-                assert context.getLocalProperty('spark.job.description') == \
-                    'a user\'s own'
+                assert context.getLocalProperty('spark.job.description') == "a user's own"
                 assert 'beam-pipeline-nested' in spark.getTags()
         assert 'beam-pipeline-nested' not in spark.getTags()
-        assert context.getLocalProperty('spark.job.description') == \
-            'a user\'s own'
+        assert context.getLocalProperty('spark.job.description') == "a user's own"
     finally:
         context.setLocalProperty('spark.job.description', None)
         engine.release()
-
 
 
 # --- Spark interop primitives (runner-native stages) -------------------------
@@ -385,27 +405,39 @@ class Describe:
     def __call__(self, batches):
         for batch in batches:
             if batch.num_rows:
-                data = [b'%d=%s' % (i, w.encode()) for i, w in zip(
-                    batch.column('id').to_pylist(), batch.column('name').to_pylist())]
+                data = [
+                    b'%d=%s' % (i, w.encode())
+                    for i, w in zip(
+                        batch.column('id').to_pylist(), batch.column('name').to_pylist()
+                    )
+                ]
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([0] * len(data), pa.int32()),
-                     pa.array([None] * len(data), pa.binary()),
-                     pa.array(data, pa.binary())], schema=SCHEMA)
+                    [
+                        pa.array([0] * len(data), pa.int32()),
+                        pa.array([None] * len(data), pa.binary()),
+                        pa.array(data, pa.binary()),
+                    ],
+                    schema=SCHEMA,
+                )
 
 
 class Decode:
     """A ``to_dataframe`` function: element rows -> (tag, text) batches."""
+
     schema = pa.schema([pa.field('tag', pa.int32()), pa.field('text', pa.string())])
 
     def __call__(self, batches):
         for batch in batches:
-            rows = [(t, d.decode()) for t, d in zip(
-                batch.column('tag').to_pylist(), batch.column('data').to_pylist())
-                if t != CONTROL_TAG]
+            rows = [
+                (t, d.decode())
+                for t, d in zip(batch.column('tag').to_pylist(), batch.column('data').to_pylist())
+                if t != CONTROL_TAG
+            ]
             if rows:
                 tags, texts = zip(*rows)
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(tags, pa.int32()), pa.array(texts)], schema=self.schema)
+                    [pa.array(tags, pa.int32()), pa.array(texts)], schema=self.schema
+                )
 
 
 def test_spark_session_is_a_working_session(engine):
@@ -415,8 +447,7 @@ def test_spark_session_is_a_working_session(engine):
 def test_arrow_source_hands_a_task_the_dataframes_own_columns(engine):
     session = engine.spark_session()
     dataframe = session.createDataFrame(_PEOPLE, 'id long, name string').repartition(2)
-    chunks, control = engine.collect(
-        engine.map_stage(engine.arrow_source(dataframe), Describe()))
+    chunks, control = engine.collect(engine.map_stage(engine.arrow_source(dataframe), Describe()))
     assert sorted(chunks) == sorted(b'%d=%s' % (i, n.encode()) for i, n in _PEOPLE)
     assert control == []
 
@@ -424,7 +455,8 @@ def test_arrow_source_hands_a_task_the_dataframes_own_columns(engine):
 def test_to_dataframe_is_the_functions_batches_of_each_partition(engine):
     dataframe = engine.to_dataframe(source(engine), Decode(), Decode.schema)
     assert sorted((r.tag, r.text) for r in dataframe.collect()) == sorted(
-        (t, d.decode()) for t, _, d in ROWS if t != CONTROL_TAG)
+        (t, d.decode()) for t, _, d in ROWS if t != CONTROL_TAG
+    )
 
 
 def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
@@ -433,6 +465,7 @@ def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
     ``mapInArrow`` gives the same rows, for that call only: the next call
     tries the private API again."""
     from beam_spark_inproc.spark import engine as spark_engine
+
     made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     private = spark_engine.SparkEngine._map_in_arrow
     calls = []
@@ -466,6 +499,7 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
     from py4j import clientserver
 
     from beam_spark_inproc.spark import engine as spark_engine
+
     made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     calls = []
     send = clientserver.JavaClient.send_command
@@ -480,8 +514,9 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
     def run(few: bool):
         # Not few: every command as one over the broadcast threshold, for
         # which ``_JvmUdfs`` gives None and PySpark's ``pandas_udf`` is used.
-        monkeypatch.setattr(spark_engine._JvmUdfs, 'column', column if few
-                            else lambda self, task: None)
+        monkeypatch.setattr(
+            spark_engine._JvmUdfs, 'column', column if few else lambda self, task: None
+        )
         made.map_stage(made.impulse(), Emit(ROWS))  # session's objects made
         data = made.impulse()
         monkeypatch.setattr(clientserver.JavaClient, 'send_command', counted)
@@ -495,8 +530,7 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
         pyspark_calls, pyspark_rows = run(False)
         few_calls, few_rows = run(True)
         assert few_rows == pyspark_rows
-        assert sorted(r for part in few_rows for r in part) == sorted(
-            (t, k, d) for t, k, d in ROWS)
+        assert sorted(r for part in few_rows for r in part) == sorted((t, k, d) for t, k, d in ROWS)
         assert few_calls <= 5 < 20 <= pyspark_calls, (few_calls, pyspark_calls)
         jvm_udfs = made._jvm_udfs
         monkeypatch.setattr(jvm_udfs, '_threshold', 0)  # every command "large"
@@ -504,4 +538,3 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
         assert partitions(made, made.map_stage(made.impulse(), Emit(ROWS))) == few_rows
     finally:
         made.release()
-

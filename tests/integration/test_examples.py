@@ -4,6 +4,7 @@ Each test checks the printed result against what it computes itself in plain
 Python from the example's own data generator (imported from the example module
 by path), not against stored values. Every run starts its own JVM (~15-25 s).
 """
+
 from __future__ import annotations
 
 import collections
@@ -25,15 +26,13 @@ TIMEOUT = 120  # seconds per example; each normally takes 20-30 s
 
 def load_example(name: str):
     """examples/NAME.py as a module (for its data generators), without running it."""
-    spec = importlib.util.spec_from_file_location(
-        f'_example_{name}', EXAMPLES / f'{name}.py')
+    spec = importlib.util.spec_from_file_location(f'_example_{name}', EXAMPLES / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def run_example(name: str, *args: str, cwd: pathlib.Path,
-                timeout: int = TIMEOUT) -> list[str]:
+def run_example(name: str, *args: str, cwd: pathlib.Path, timeout: int = TIMEOUT) -> list[str]:
     """Runs examples/NAME.py on local[2]; returns its stdout lines.
 
     In the cluster tier (``tests/cluster``) the example runs in this process on
@@ -43,17 +42,22 @@ def run_example(name: str, *args: str, cwd: pathlib.Path,
     driver, which has the module).
     """
     from tests.conftest import CLUSTER
+
     if CLUSTER:
         return _run_example_here(name, *args, cwd=cwd)
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / f'{name}.py'), *args,
-         '--spark_master=local[2]'],
-        capture_output=True, text=True, timeout=timeout, cwd=str(cwd),
-        env=env)
+        [sys.executable, str(EXAMPLES / f'{name}.py'), *args, '--spark_master=local[2]'],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(cwd),
+        env=env,
+    )
     assert proc.returncode == 0, (
         f'{name} exited {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\n'
-        f'stderr:\n{proc.stderr[-4000:]}')
+        f'stderr:\n{proc.stderr[-4000:]}'
+    )
     return proc.stdout.splitlines()
 
 
@@ -93,22 +97,25 @@ def test_custom_windows(tmp_path):
         for i in range(4 if status == 'FAILURE' else 1):
             expected[(start + 600 * i, status)] += 1
 
-    lines = run_example('custom_windows', '--num_events', str(num_events),
-                        '--seed', str(seed), cwd=tmp_path)
-    row = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d)-(\d\d:\d\d)  '
-                     r'(HEALTHY|FAILURE)  (\d+)$')
+    lines = run_example(
+        'custom_windows', '--num_events', str(num_events), '--seed', str(seed), cwd=tmp_path
+    )
+    row = re.compile(
+        r'^(\d{4}-\d\d-\d\d \d\d:\d\d)-(\d\d:\d\d)  '
+        r'(HEALTHY|FAILURE)  (\d+)$'
+    )
     printed = []
     for line in lines:
         m = row.match(line)
         if m:
-            start = datetime.datetime.strptime(
-                m[1], '%Y-%m-%d %H:%M').replace(tzinfo=datetime.timezone.utc)
+            start = datetime.datetime.strptime(m[1], '%Y-%m-%d %H:%M').replace(
+                tzinfo=datetime.timezone.utc
+            )
             start = int(start.timestamp())
             end = (start + 600) % 86400 // 60
             assert m[2] == f'{end // 60:02d}:{end % 60:02d}', line
             printed.append((start, m[3], int(m[4])))
-    assert printed == sorted((start, status, n)
-                             for (start, status), n in expected.items())
+    assert printed == sorted((start, status, n) for (start, status), n in expected.items())
     failures = sum(1 for status, _ in events if status == 'FAILURE')
     assert f'{num_events} events, {failures} failures;' in lines[-len(printed) - 1]
 
@@ -119,25 +126,38 @@ def test_stateful_join(tmp_path):
     persons = example.generate_persons(num_persons, seed)
     auctions = example.generate_auctions(persons, num_auctions, seed)
     names = {pid: name for pid, name, _ in persons}
-    expected_joins = sorted((names[seller], aid) for aid, seller, _ in auctions
-                            if seller in names)
-    expected_unmatched = sorted((seller, aid) for aid, seller, _ in auctions
-                                if seller not in names)
+    expected_joins = sorted((names[seller], aid) for aid, seller, _ in auctions if seller in names)
+    expected_unmatched = sorted((seller, aid) for aid, seller, _ in auctions if seller not in names)
     assert expected_joins and expected_unmatched  # both paths are exercised
 
-    lines = run_example('stateful_join', '--num_persons', str(num_persons),
-                        '--num_auctions', str(num_auctions), '--seed', str(seed),
-                        cwd=tmp_path)
-    joins = [(m[1], int(m[2])) for m in (
-        re.match(r'^joined: (.+) <- auction (\d+)$', line) for line in lines) if m]
-    unmatched = [(int(m[2]), int(m[1])) for m in (
-        re.match(r'^unmatched: auction (\d+) \(no person (\d+)\)$', line)
-        for line in lines) if m]
+    lines = run_example(
+        'stateful_join',
+        '--num_persons',
+        str(num_persons),
+        '--num_auctions',
+        str(num_auctions),
+        '--seed',
+        str(seed),
+        cwd=tmp_path,
+    )
+    joins = [
+        (m[1], int(m[2]))
+        for m in (re.match(r'^joined: (.+) <- auction (\d+)$', line) for line in lines)
+        if m
+    ]
+    unmatched = [
+        (int(m[2]), int(m[1]))
+        for m in (
+            re.match(r'^unmatched: auction (\d+) \(no person (\d+)\)$', line) for line in lines
+        )
+        if m
+    ]
     assert joins == expected_joins
     assert unmatched == expected_unmatched
-    assert (f'{num_persons} persons, {num_auctions} auctions: '
-            f'{len(expected_joins)} joined, {len(expected_unmatched)} unmatched'
-            in lines)
+    assert (
+        f'{num_persons} persons, {num_auctions} auctions: '
+        f'{len(expected_joins)} joined, {len(expected_unmatched)} unmatched' in lines
+    )
 
 
 def test_sdf_expand(tmp_path):
@@ -147,9 +167,10 @@ def test_sdf_expand(tmp_path):
     assert inputs == [('a', 3), ('b', 7001), ('c', 0), ('d', 2000), ('e', 1)]
 
     lines = run_example('sdf_expand', '--inputs', spec, cwd=tmp_path)
-    assert lines[-len(inputs) - 1:] == (
+    assert lines[-len(inputs) - 1 :] == (
         [f'{x}: {n} of {n}' for x, n in inputs]
-        + [f'OK: all {sum(n for _, n in inputs)} (x, i) pairs appear exactly once'])
+        + [f'OK: all {sum(n for _, n in inputs)} (x, i) pairs appear exactly once']
+    )
 
 
 def test_sdf_expand_check_catches_duplicates_and_gaps():
@@ -171,9 +192,10 @@ def test_spark_tables(tmp_path):
         counts[(f'{minute:%H:%M}', page)] += 1
     expected = [f'{minute} {page} {n}' for (minute, page), n in sorted(counts.items())]
 
-    lines = run_example('spark_tables', '--num_clicks', str(num_clicks),
-                        '--seed', str(seed), cwd=tmp_path)
-    assert lines[-len(expected) - 1:-1] == expected
+    lines = run_example(
+        'spark_tables', '--num_clicks', str(num_clicks), '--seed', str(seed), cwd=tmp_path
+    )
+    assert lines[-len(expected) - 1 : -1] == expected
     assert lines[-1] == f'{num_clicks} clicks -> {len(expected)} rows in clicks_per_minute'
 
 
@@ -185,6 +207,7 @@ def test_kafka_stream_over_landing_files(tmp_path):
     here from the same records (no record is later than the example's 10 s
     of out-of-orderness)."""
     import json as _json
+
     example = load_example('kafka_stream')
     files = example.generate_clicks(4, 25, seed=5)
     counts = collections.Counter()
@@ -194,10 +217,16 @@ def test_kafka_stream_over_landing_files(tmp_path):
             counts[(f'{at:%H:%M}', _json.loads(r['value'])['page'])] += 1
     expected = [f'{m} {page} {n}' for (m, page), n in sorted(counts.items())]
     example.land(str(tmp_path / 'landing'), files)
-    lines = run_example('kafka_stream', '--landing', str(tmp_path / 'landing'),
-                        '--out', str(tmp_path / 'out'), cwd=tmp_path,
-                        timeout=300)  # a stream: Spark's query, then the loop
-    assert lines[-len(expected):] == expected
+    lines = run_example(
+        'kafka_stream',
+        '--landing',
+        str(tmp_path / 'landing'),
+        '--out',
+        str(tmp_path / 'out'),
+        cwd=tmp_path,
+        timeout=300,
+    )  # a stream: Spark's query, then the loop
+    assert lines[-len(expected) :] == expected
 
 
 def test_sensor_stream_into_a_table(tmp_path):
@@ -214,10 +243,18 @@ def test_sensor_stream_into_a_table(tmp_path):
         sensor, value, at = example.reading(n)
         second = int(at.timestamp()) // 10 * 10 - start
         groups.setdefault((sensor, second), []).append(value)
-    expected = [f'{s} {w} {len(v)} {sum(v)} {max(v)}'
-                for (s, w), v in sorted(groups.items())]
-    lines = run_example('sensor_stream', '--readings', str(readings),
-                        '--per_batch', '60', '--out', str(tmp_path / 'table'),
-                        '--checkpoint_location', str(tmp_path / 'ck'),
-                        cwd=tmp_path, timeout=300)
-    assert lines[-len(expected):] == expected
+    expected = [f'{s} {w} {len(v)} {sum(v)} {max(v)}' for (s, w), v in sorted(groups.items())]
+    lines = run_example(
+        'sensor_stream',
+        '--readings',
+        str(readings),
+        '--per_batch',
+        '60',
+        '--out',
+        str(tmp_path / 'table'),
+        '--checkpoint_location',
+        str(tmp_path / 'ck'),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert lines[-len(expected) :] == expected

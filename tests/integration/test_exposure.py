@@ -1,6 +1,7 @@
 """Nothing exposed: no listening socket left by a run (the metrics attempt
 channel listens only while a run lasts, see docs/metrics.md); private, removed
 temporary files."""
+
 from __future__ import annotations
 
 import os
@@ -42,34 +43,36 @@ def _listening_sockets() -> set[str]:
 
 
 def _pipeline(p, fail=False):
-    side = (p | 'Side' >> beam.Create(list(range(200)))
-            | 'Pairs' >> beam.Map(lambda i: (i, 'v' * 100 + str(i))))
+    side = (
+        p
+        | 'Side' >> beam.Create(list(range(200)))
+        | 'Pairs' >> beam.Map(lambda i: (i, 'v' * 100 + str(i)))
+    )
 
     def look(x, d):
         if fail:
             raise ValueError('injected failure with a shipped side input')
         return x, d[x]
-    out = p | 'Main' >> beam.Create([3, 5, 7]) | 'Look' >> beam.Map(
-        look, d=beam.pvalue.AsDict(side))
+
+    out = (
+        p | 'Main' >> beam.Create([3, 5, 7]) | 'Look' >> beam.Map(look, d=beam.pvalue.AsDict(side))
+    )
     return out
 
 
 def _shipping_options():
     # Every side input shipped as a file, however small, to tasks on Spark
     # (none of these small stages in the driver, ``execution.small``).
-    return PipelineOptions(['--spark_inline_side_input_mb=0',
-                            '--spark_small_data_kb=0'])
+    return PipelineOptions(['--spark_inline_side_input_mb=0', '--spark_small_data_kb=0'])
 
 
 def test_runner_opens_no_listening_socket(spark):
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
         p | beam.Create([1]) | beam.Map(lambda x: x)  # warm: Spark's own setup
     before = _listening_sockets()
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                       options=_shipping_options()) as p:
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=_shipping_options()) as p:
         out = _pipeline(p) | beam.GroupBy(lambda kv: kv[0] % 2)
-        assert_that(out | beam.Map(lambda kv: (kv[0], len(kv[1]))),
-                    equal_to([(1, 3)]))
+        assert_that(out | beam.Map(lambda kv: (kv[0], len(kv[1]))), equal_to([(1, 3)]))
     assert _listening_sockets() - before == set()
 
 
@@ -95,10 +98,10 @@ def test_temporary_files_private_and_emptied(spark, tmp_path, monkeypatch, fail)
     def spy(path, length):  # the run's files, seen before they are emptied
         seen.append((path, os.stat(path), os.stat(os.path.dirname(path))))
         return original(path, length)
+
     monkeypatch.setattr(os, 'truncate', spy)
 
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                      options=_shipping_options())
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=_shipping_options())
     out = _pipeline(p, fail=fail)
     assert_that(out, equal_to([(x, 'v' * 100 + str(x)) for x in (3, 5, 7)]))
     if fail:
@@ -112,5 +115,4 @@ def test_temporary_files_private_and_emptied(spark, tmp_path, monkeypatch, fail)
         assert stat.S_IMODE(dir_stat.st_mode) == 0o700, path
         assert dir_stat.st_uid == os.getuid()
     left = _ours(str(tmp_path))
-    assert left and all(s.st_size == 0 for path, s in left.items()
-                        if os.path.isfile(path)), left
+    assert left and all(s.st_size == 0 for path, s in left.items() if os.path.isfile(path)), left

@@ -4,6 +4,7 @@ cut points fall mid-line, an empty file, a compressed file that cannot split and
 several files; and the cut is made where it can be (a spy on ``spread``).
 On Spark the driver holds the stage's input only with small data in the
 driver on (the default), so these runs say so themselves."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,8 +29,7 @@ SMALL = {'spark_small_data_kb': 64}
 
 
 def run_on(runner, build_fn, out_dir):
-    return _run_on(runner, build_fn, out_dir,
-                   None if isinstance(runner, FnApiRunner) else SMALL)
+    return _run_on(runner, build_fn, out_dir, None if isinstance(runner, FnApiRunner) else SMALL)
 
 
 @pytest.fixture(params=['debug', 'spark'])
@@ -46,6 +46,7 @@ def no_clock(monkeypatch):
     loaded machine a tiny stage before the read can pass it, and the read's
     input is then Spark's (no initial split)."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 
@@ -58,10 +59,13 @@ def spreads(monkeypatch):
 
     def spy(stage, rows, ways):
         result = spread(stage, rows, ways)
-        calls.append(None if result is None else
-                     ([sum(1 for row in part if row[0] == 0) for part in result[0]],
-                      result[1]))
+        calls.append(
+            None
+            if result is None
+            else ([sum(1 for row in part if row[0] == 0) for part in result[0]], result[1])
+        )
         return result
+
     monkeypatch.setattr(initial_split, 'spread', spy)
     return calls
 
@@ -82,9 +86,12 @@ def files(tmp_path_factory):
 
 
 def _read(pattern):
-    return lambda p: (p | beam.io.ReadFromText(str(pattern))
-                      | beam.combiners.Count.PerElement()
-                      | beam.MapTuple(lambda line, n: f'{line} {n}'))
+    return lambda p: (
+        p
+        | beam.io.ReadFromText(str(pattern))
+        | beam.combiners.Count.PerElement()
+        | beam.MapTuple(lambda line, n: f'{line} {n}')
+    )
 
 
 def _expected(pattern, tmp_path):
@@ -103,7 +110,7 @@ def test_several_files_are_read_once(runner, files, spreads, tmp_path):
     pattern = files / '*'
     got = run_on(runner(), _read(pattern), tmp_path / 'runner')
     assert sorted(got) == _expected(pattern, tmp_path)
-    (counts, _), = spreads
+    ((counts, _),) = spreads
     assert len(counts) == 2 and all(counts)
 
 
@@ -147,10 +154,11 @@ class _Count(beam.DoFn):
 
     def process(self, n, tracker=beam.DoFn.RestrictionParam(_Ranges())):
         from pyspark import TaskContext
+
         context = TaskContext.get()  # None in the driver (debug engine)
         where = Metrics.counter(
-            'where', 'driver' if context is None else
-            f'partition-{context.partitionId()}')
+            'where', 'driver' if context is None else f'partition-{context.partitionId()}'
+        )
         position = tracker.current_restriction().start
         while tracker.try_claim(position):
             where.inc()
@@ -166,7 +174,7 @@ def test_a_users_offset_range_dofn(runner, spreads, tmp_path):
     got = run_on(runner(), _counts, tmp_path / 'runner')
     assert sorted(got) == sorted(run_on(FnApiRunner(), _counts, tmp_path / 'fnapi'))
     assert len(got) == 3010
-    (counts, balanced), = spreads
+    ((counts, balanced),) = spreads
     # 3010 positions in two parts of 1505: the 3000-element range is cut.
     assert balanced and len(counts) == 2 and sum(counts) == 4
 
@@ -174,13 +182,11 @@ def test_a_users_offset_range_dofn(runner, spreads, tmp_path):
 def test_each_part_is_a_spark_partition(spark, tmp_path):
     """Spark slices driver rows by count: the parts (2 and 2 restrictions, and
     a control row) still run one per partition, 1505 positions each."""
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                      options=PipelineOptions(**SMALL))
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=PipelineOptions(**SMALL))
     _ = _counts(p)
     result = p.run()
     result.wait_until_finish()
-    counters = result.metrics().query(
-        MetricsFilter().with_namespace('where'))['counters']
+    counters = result.metrics().query(MetricsFilter().with_namespace('where'))['counters']
     where = {c.key.metric.name: c.committed for c in counters if c.committed}
     assert sorted(where) == ['partition-0', 'partition-1'], where
     assert abs(where['partition-0'] - where['partition-1']) <= 2, where

@@ -1,5 +1,6 @@
 """A hot key's values are iterated lazily (Beam's state-backed iterables), not
 materialized as one list; past a memory budget its pages spill to a file."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,23 +30,32 @@ def _summarize(kv):
 
 
 def _pipeline(p):
-    return (p | beam.Create(list(range(HOT // COLD + 3)))
-            | beam.FlatMap(_explode)
-            | beam.GroupByKey()
-            | beam.Map(_summarize))
+    return (
+        p
+        | beam.Create(list(range(HOT // COLD + 3)))
+        | beam.FlatMap(_explode)
+        | beam.GroupByKey()
+        | beam.Map(_summarize)
+    )
 
 
 def _expected():
     """From Beam's FnApiRunner (its values are lists), minus the list flag."""
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as p:
         out = _pipeline(p) | beam.Map(lambda t: t[:4]).with_output_types(Any)
-        assert_that(out, equal_to(
-            [(0, HOT // COLD * sum(range(COLD)), HOT, COLD - 1)] +
-            [(i, sum(range(COLD)), COLD, COLD - 1)
-             for i in range(HOT // COLD, HOT // COLD + 3)]))
+        assert_that(
+            out,
+            equal_to(
+                [(0, HOT // COLD * sum(range(COLD)), HOT, COLD - 1)]
+                + [
+                    (i, sum(range(COLD)), COLD, COLD - 1)
+                    for i in range(HOT // COLD, HOT // COLD + 3)
+                ]
+            ),
+        )
     return [(0, HOT // COLD * sum(range(COLD)), HOT, COLD - 1)] + [
-        (i, sum(range(COLD)), COLD, COLD - 1)
-        for i in range(HOT // COLD, HOT // COLD + 3)]
+        (i, sum(range(COLD)), COLD, COLD - 1) for i in range(HOT // COLD, HOT // COLD + 3)
+    ]
 
 
 def _check(p, expected):
@@ -74,6 +84,7 @@ def test_hot_key_spills_to_a_private_file(monkeypatch, expected):
     def spy(self):
         spilled.append(self.spilled_bytes)
         reset(self)
+
     monkeypatch.setattr(grouped_values.GroupedValuesStore, 'reset', spy)
     with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
         _check(p, expected)

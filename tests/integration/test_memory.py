@@ -1,4 +1,5 @@
 """Bounded memory: a stage's outputs leave in bounded batches while the bundle runs."""
+
 from __future__ import annotations
 
 import pathlib
@@ -31,23 +32,27 @@ class _Explode(beam.DoFn):
             yield '%09d%s' % (i, payload)
 
     def finish_bundle(self):
-        yield WindowedValue(('growth_mb', _peak_mb() - self._start_mb),
-                            GlobalWindow().max_timestamp(), [GlobalWindow()])
+        yield WindowedValue(
+            ('growth_mb', _peak_mb() - self._start_mb),
+            GlobalWindow().max_timestamp(),
+            [GlobalWindow()],
+        )
 
 
 def test_flatmap_explosion_streams_out_with_bounded_worker_memory(spark, tmp_path):
     out = tmp_path / 'out'
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        (p
-         | beam.Create([ELEMENTS])
-         | beam.ParDo(_Explode())
-         # The exploded elements cross a stage boundary, one row each.
-         | beam.Reshuffle()
-         | beam.Map(lambda e: e if isinstance(e, tuple) else ('n', 1))
-         | beam.GroupByKey()
-         | beam.MapTuple(lambda k, vs: '%s %d' % (
-             k, sum(vs) if k == 'n' else max(vs)))
-         | beam.io.WriteToText(str(out), shard_name_template=''))
+        (
+            p
+            | beam.Create([ELEMENTS])
+            | beam.ParDo(_Explode())
+            # The exploded elements cross a stage boundary, one row each.
+            | beam.Reshuffle()
+            | beam.Map(lambda e: e if isinstance(e, tuple) else ('n', 1))
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: '%s %d' % (k, sum(vs) if k == 'n' else max(vs)))
+            | beam.io.WriteToText(str(out), shard_name_template='')
+        )
     result = dict(line.split() for line in pathlib.Path(out).read_text().splitlines())
     assert int(result['n']) == ELEMENTS
     growth = int(result['growth_mb'])

@@ -5,6 +5,7 @@ hook are the same as on Spark; ``test_metrics_retry.py`` covers Spark and
 failed attempts). The pipeline has a side input, so it runs as two jobs at
 least: the side input's collection, then the leaves.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,16 +62,19 @@ class CountSide(beam.DoFn):
 
 
 def build(p, gated=False, gated_side=False):
-    side = (p | 'Side' >> beam.Create([100])
-            | 'Count side' >> beam.ParDo(CountSide(gated_side)))
-    out = (p | 'Main' >> beam.Create(range(N))
-           | 'Measure values' >> beam.ParDo(Measure(gated), beam.pvalue.AsList(side)))
+    side = p | 'Side' >> beam.Create([100]) | 'Count side' >> beam.ParDo(CountSide(gated_side))
+    out = (
+        p
+        | 'Main' >> beam.Create(range(N))
+        | 'Measure values' >> beam.ParDo(Measure(gated), beam.pvalue.AsList(side))
+    )
     assert_that(out, equal_to([x + 100 for x in range(N)]))
 
 
 def run(sinks, *flags, gated=False, gated_side=False, wait=True):
     options = PipelineOptions(
-        [f'--metrics_sink={url}' for url in sinks] + [f'--job_name={JOB}', *flags])
+        [f'--metrics_sink={url}' for url in sinks] + [f'--job_name={JOB}', *flags]
+    )
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
     build(p, gated, gated_side)
     result = p.run()
@@ -80,8 +84,11 @@ def run(sinks, *flags, gated=False, gated_side=False, wait=True):
 
 
 def jobs_run(caplog) -> int:
-    return sum(1 for r in caplog.records
-               if r.name == 'beam_spark_inproc.progress' and ': done in ' in r.getMessage())
+    return sum(
+        1
+        for r in caplog.records
+        if r.name == 'beam_spark_inproc.progress' and ': done in ' in r.getMessage()
+    )
 
 
 def as_documents(result) -> list[dict]:
@@ -90,25 +97,33 @@ def as_documents(result) -> list[dict]:
     for kind, results in result.metrics().query().items():
         for r in results:
             name = KIND_NAMES[kind]
-            records.append({
-                'namespace': r.key.metric.namespace, 'name': r.key.metric.name,
-                'step': r.key.step, 'kind': name,
-                'attempted': plain(name, r.attempted),
-                'committed': plain(name, r.committed)})
+            records.append(
+                {
+                    'namespace': r.key.metric.namespace,
+                    'name': r.key.metric.name,
+                    'step': r.key.step,
+                    'kind': name,
+                    'attempted': plain(name, r.attempted),
+                    'committed': plain(name, r.committed),
+                }
+            )
     return sorted(records, key=lambda m: (m['step'], m['namespace'], m['name'], m['kind']))
 
 
 def test_pushed_values_match_result_metrics(caplog):
     caplog.set_level(logging.INFO, logger='beam_spark_inproc.progress')
-    with HttpReceiver() as http, GraphiteReceiver() as graphite, \
-            PushgatewayStandIn() as gateway:
-        result = run([http.url + '/beam', graphite.url, gateway.url],
-                     '--metrics_push_period=0')
+    with HttpReceiver() as http, GraphiteReceiver() as graphite, PushgatewayStandIn() as gateway:
+        result = run([http.url + '/beam', graphite.url, gateway.url], '--metrics_push_period=0')
         jobs = jobs_run(caplog)
         assert jobs >= 2
         expected = as_documents(result)
         assert {m['name'] for m in expected} == {
-            'elements', 'values', 'gauge', 'parity', 'side elements'}
+            'elements',
+            'values',
+            'gauge',
+            'parity',
+            'side elements',
+        }
 
         # HTTP: one POST per push, the last one final and equal to result.metrics().
         docs = http.documents
@@ -137,8 +152,9 @@ def test_pushed_values_match_result_metrics(caplog):
         assert values[f'{base}.counter.Measure_values.push.elements.committed'] == N
         assert values[f'{base}.counter.Measure_values.push.elements.attempted'] == N
         assert values[f'{base}.counter.Count_side.push.side_elements.committed'] == 1
-        assert values[f'{base}.distribution.Measure_values.push.values.committed.sum'] == \
-            sum(range(N))
+        assert values[f'{base}.distribution.Measure_values.push.values.committed.sum'] == sum(
+            range(N)
+        )
         assert values[f'{base}.distribution.Measure_values.push.values.committed.max'] == N - 1
         assert values[f'{base}.gauge.Measure_values.push.gauge.committed'] == 7
         assert values[f'{base}.string_set.Measure_values.push.parity.committed.size'] == 2
@@ -147,14 +163,16 @@ def test_pushed_values_match_result_metrics(caplog):
         # Pushgateway: grouped by job and pipeline, the same values.
         path, samples = gateway.received[-1]
         assert path == f'/metrics/job/beam/pipeline/{final["pipeline_id"]}'
-        found = {(name, labels.get('name'), labels.get('step')): value
-                 for name, labels, value in samples}
+        found = {
+            (name, labels.get('name'), labels.get('step')): value for name, labels, value in samples
+        }
         assert found['beam_counter_committed', 'elements', 'Measure values'] == N
         assert found['beam_counter_attempted', 'side elements', 'Count side'] == 1
         assert found['beam_distribution_count_committed', 'values', 'Measure values'] == N
         assert ('beam_pipeline_state', None, None) in found
-        assert ['DONE'] == [labels['state'] for name, labels, _ in samples
-                            if name == 'beam_pipeline_state']
+        assert ['DONE'] == [
+            labels['state'] for name, labels, _ in samples if name == 'beam_pipeline_state'
+        ]
 
 
 def test_period_limits_pushes(caplog):
@@ -172,19 +190,20 @@ def test_period_limits_pushes(caplog):
 def test_dead_sinks_do_not_fail_the_pipeline(caplog):
     caplog.set_level(logging.INFO, logger='beam_spark_inproc.progress')
     with Blackhole() as hole, HttpReceiver() as http:
-        dead = [dead_url('http'), dead_url('graphite'),
-                f'http://127.0.0.1:{hole.port}/hangs']
+        dead = [dead_url('http'), dead_url('graphite'), f'http://127.0.0.1:{hole.port}/hangs']
         run(dead + [http.url], '--metrics_push_period=0', '--metrics_push_timeout=0.5')
         docs = http.documents
     assert jobs_run(caplog) >= 2
     # The working sink got the final values, after the dead ones timed out.
     assert docs[-1]['state'] == 'DONE'
     assert {m['name']: m['committed'] for m in docs[-1]['metrics']}['elements'] == N
-    warnings = [r for r in caplog.records if r.name == 'beam_spark_inproc.metrics'
-                and r.levelno == logging.WARNING]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.name == 'beam_spark_inproc.metrics' and r.levelno == logging.WARNING
+    ]
     # One warning per failing sink, however many pushes failed.
-    assert sorted(w.args[0] for w in warnings) == sorted(dead), \
-        [w.getMessage() for w in warnings]
+    assert sorted(w.args[0] for w in warnings) == sorted(dead), [w.getMessage() for w in warnings]
 
 
 def test_failed_pipeline_pushes_failed_state():
@@ -194,8 +213,10 @@ def test_failed_pipeline_pushes_failed_state():
             raise ValueError('boom')
 
     with HttpReceiver() as http:
-        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=PipelineOptions(
-            [f'--metrics_sink={http.url}']))
+        p = beam.Pipeline(
+            runner=InProcessSparkRunner(debug=True),
+            options=PipelineOptions([f'--metrics_sink={http.url}']),
+        )
         _ = p | beam.Create([1]) | beam.ParDo(Boom())
         with pytest.raises(ValueError, match='boom'):
             p.run()
@@ -204,8 +225,10 @@ def test_failed_pipeline_pushes_failed_state():
 
 
 def test_unknown_sink_scheme_fails_before_running():
-    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=PipelineOptions(
-        ['--metrics_sink=statsd://127.0.0.1:8125']))
+    p = beam.Pipeline(
+        runner=InProcessSparkRunner(debug=True),
+        options=PipelineOptions(['--metrics_sink=statsd://127.0.0.1:8125']),
+    )
     _ = p | beam.Create([1]) | beam.Map(lambda x: 1 / 0)
     with pytest.raises(ValueError, match=r"unknown scheme 'statsd'.*graphite://"):
         p.run()
@@ -218,8 +241,9 @@ def test_result_metrics_between_jobs():
     try:
         deadline = time.monotonic() + 120
         while True:
-            counters = {r.key.metric.name: r.committed
-                        for r in result.metrics().query()['counters']}
+            counters = {
+                r.key.metric.name: r.committed for r in result.metrics().query()['counters']
+            }
             if counters or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -233,14 +257,16 @@ def test_result_metrics_between_jobs():
     assert counters == {'side elements': 1, 'elements': N}
 
 
-@pytest.mark.parametrize('flag,message', [
-    ('--metrics_push_period=-1', 'metrics_push_period must be >= 0'),
-    ('--metrics_push_timeout=0', 'metrics_push_timeout must be > 0'),
-    ('--metrics_sink=graphite://:2003', 'give a host and a port'),
-])
+@pytest.mark.parametrize(
+    'flag,message',
+    [
+        ('--metrics_push_period=-1', 'metrics_push_period must be >= 0'),
+        ('--metrics_push_timeout=0', 'metrics_push_timeout must be > 0'),
+        ('--metrics_sink=graphite://:2003', 'give a host and a port'),
+    ],
+)
 def test_bad_push_settings_fail_before_running(flag, message):
-    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True),
-                      options=PipelineOptions([flag]))
+    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=PipelineOptions([flag]))
     _ = p | beam.Create([1]) | beam.Map(lambda x: 1 / 0)
     with pytest.raises(ValueError, match=message):
         p.run()

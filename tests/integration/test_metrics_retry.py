@@ -1,6 +1,7 @@
 """Committed metrics are exact when Spark retries a failed task; attempted
 metrics include the failed attempt (sent by the worker over the attempt
 channel), and the final push carries both."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 def test_committed_metrics_exact_after_task_retry():
     proc = subprocess.run(
         [sys.executable, str(HERE / 'retry_pipeline.py')],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     # The first attempt fails (its counts reach the attempted metrics below),
     # the retry succeeds; a session the runner creates does not print
@@ -35,5 +39,7 @@ def test_committed_metrics_exact_after_task_retry():
     assert pushed['seen', 'counter']['committed'] == out['committed']
     assert pushed['seen', 'counter']['attempted'] == out['attempted']
     lines = dict(line.split(' ')[:2] for line in out['graphite'])
-    assert int(lines['beam.retry.counter.ParDo_FailFirstAttempt_.retry.seen.attempted']) == \
-        out['attempted']
+    assert (
+        int(lines['beam.retry.counter.ParDo_FailFirstAttempt_.retry.seen.attempted'])
+        == out['attempted']
+    )

@@ -1,4 +1,5 @@
 """Beam-level progress: Spark job descriptions and the progress log."""
+
 from __future__ import annotations
 
 import logging
@@ -15,10 +16,13 @@ from beam_spark_inproc.execution.progress import stage_ranges
 
 def _side_input_pipeline(p):
     side = p | 'Side' >> beam.Create([('a', 1), ('b', 2)])
-    main = (p | 'Main' >> beam.Create(list(range(100)))
-            | 'Key' >> beam.Map(lambda x, d: (x % 2, d['a']), d=beam.pvalue.AsDict(side))
-            | 'Group' >> beam.GroupByKey()
-            | 'Sizes' >> beam.MapTuple(lambda k, vs: (k, len(vs))))
+    main = (
+        p
+        | 'Main' >> beam.Create(list(range(100)))
+        | 'Key' >> beam.Map(lambda x, d: (x % 2, d['a']), d=beam.pvalue.AsDict(side))
+        | 'Group' >> beam.GroupByKey()
+        | 'Sizes' >> beam.MapTuple(lambda k, vs: (k, len(vs)))
+    )
     assert_that(main, equal_to([(0, 50), (1, 50)]))
 
 
@@ -43,8 +47,10 @@ def test_spark_jobs_carry_beam_stage_names(spark):
     before = set(_job_descriptions(spark))
     # Spark's jobs are under test: every stage on Spark, none of these small
     # stages in the driver (``execution.small``).
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                       options=PipelineOptions(['--spark_small_data_kb=0'])) as p:
+    with beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark),
+        options=PipelineOptions(['--spark_small_data_kb=0']),
+    ) as p:
         _side_input_pipeline(p)
     new = [d for d in _job_descriptions(spark) if d not in before]
     beam_jobs = [d for d in new if d.startswith('Beam pipeline ')]
@@ -59,8 +65,7 @@ def test_progress_is_logged_per_job(spark, caplog):
     with caplog.at_level(logging.INFO, logger='beam_spark_inproc.progress'):
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
             _side_input_pipeline(p)
-    messages = [r.getMessage() for r in caplog.records
-                if r.name == 'beam_spark_inproc.progress']
+    messages = [r.getMessage() for r in caplog.records if r.name == 'beam_spark_inproc.progress']
     done = [m for m in messages if ': done in ' in m]
     assert len(done) == len([m for m in messages if m.endswith(': started')]) >= 2
     n = re.search(r'of (\d+):', done[0]).group(1)
@@ -84,11 +89,15 @@ def test_profile_dir_profiles_each_bundle(spark, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_spark_inproc.worker import profiling
+
     options = PipelineOptions([f'--spark_profile_dir={tmp_path}'])
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
-        out = (p | beam.Create(list(range(2000)), reshuffle=False)
-               | 'Square' >> beam.Map(_busy_square)
-               | beam.combiners.Count.Globally())
+        out = (
+            p
+            | beam.Create(list(range(2000)), reshuffle=False)
+            | 'Square' >> beam.Map(_busy_square)
+            | beam.combiners.Count.Globally()
+        )
         assert_that(out, equal_to([2000]))
     summary = profiling.summarize(str(tmp_path))
     assert summary['bundles'] >= 2  # the map stage and the combine after the shuffle
@@ -103,9 +112,11 @@ def test_profile_dir_profiles_each_bundle(spark, tmp_path):
 
 def test_profile_category():
     from beam_spark_inproc.worker.profiling import category
-    assert category('~', "<method 'encode_to_stream' of "
-                    "'apache_beam.coders.coder_impl.VarIntCoderImpl' objects>"
-                    ).startswith('encode/decode')
+
+    assert category(
+        '~',
+        "<method 'encode_to_stream' of 'apache_beam.coders.coder_impl.VarIntCoderImpl' objects>",
+    ).startswith('encode/decode')
     assert category('/x/site-packages/pyarrow/table.py', 'f').startswith('Arrow')
     assert category('/home/u/pipeline.py', 'parse') == 'user code and builtins it calls'
 
@@ -116,14 +127,21 @@ def test_task_times_mark_each_task(tmp_path, monkeypatch):
     import json
 
     from beam_spark_inproc.worker import profiling
+
     monkeypatch.setenv(profiling.TASK_TIMES_ENV, str(tmp_path))
     with beam.Pipeline(runner=InProcessSparkRunner(debug=True)) as p:
-        out = (p | beam.Create(list(range(500)))
-               | 'Square' >> beam.Map(_busy_square)
-               | beam.combiners.Count.Globally())
+        out = (
+            p
+            | beam.Create(list(range(500)))
+            | 'Square' >> beam.Map(_busy_square)
+            | beam.combiners.Count.Globally()
+        )
         assert_that(out, equal_to([500]))
-    records = [json.loads(line) for path in tmp_path.glob('tasks-*.jsonl')
-               for line in path.read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for path in tmp_path.glob('tasks-*.jsonl')
+        for line in path.read_text().splitlines()
+    ]
     square = [r for r in records if 'Square' in r['stage']]
     assert square, [r['stage'] for r in records]
     for r in square:
@@ -143,6 +161,7 @@ def test_task_times_count_collections_during_and_between_tasks(tmp_path):
     import json
 
     from beam_spark_inproc.worker import profiling
+
     first = profiling.TaskTimes(str(tmp_path), 'stage-a')
     gc.collect(1)
     gc.collect(1)
@@ -150,8 +169,11 @@ def test_task_times_count_collections_during_and_between_tasks(tmp_path):
     gc.collect()  # as PySpark's daemon-forked worker after a task
     second = profiling.TaskTimes(str(tmp_path), 'stage-b')
     second.finish()
-    records = [json.loads(line) for path in tmp_path.glob('tasks-*.jsonl')
-               for line in path.read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for path in tmp_path.glob('tasks-*.jsonl')
+        for line in path.read_text().splitlines()
+    ]
     a, b = sorted(records, key=lambda r: r['start'])
     assert a['gc_during']['gc1'] >= 2 and a['gc_during']['gc1_cpu'] > 0
     assert b['gc_before']['gc2'] >= 1 and b['gc_before']['gc2_cpu'] > 0

@@ -9,6 +9,7 @@ modules rejected them (``[NOT_EXPECTED_TYPE] Argument `col` should be Column
 or str, got Column``). They are made again when their class is no longer the
 one PySpark's module holds.
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,8 +28,13 @@ def _run():
     # Every stage on Spark: the GroupByKey's shuffle uses the kept key column.
     options = PipelineOptions(['--spark_small_data_kb=0'])
     with beam.Pipeline(InProcessSparkRunner(), options=options) as p:
-        out = (p | beam.Create(range(10)) | beam.Map(lambda x: (x % 2, x))
-               | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+        out = (
+            p
+            | beam.Create(range(10))
+            | beam.Map(lambda x: (x % 2, x))
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+        )
         assert_that(out, equal_to([(0, [0, 2, 4, 6, 8]), (1, [1, 3, 5, 7, 9])]))
 
 
@@ -38,6 +44,7 @@ def _key_class(spark):
 
 def test_runs_after_pyspark_modules_are_imported_again(spark):
     from pyspark.sql.classic.column import Column
+
     assert _key_class(spark) is Column  # the session's parts, as a run makes them
     with mock.patch.dict(sys.modules):
         for name in [n for n in sys.modules if n.startswith('pyspark.sql.classic')]:

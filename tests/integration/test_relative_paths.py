@@ -2,6 +2,7 @@
 too (``worker.directory``): Spark's Python workers run in a directory of their
 own, where ``./in.txt`` matched nothing and raised nothing. Compared with
 FnApiRunner, whose workers share the driver's directory."""
+
 from __future__ import annotations
 
 import glob
@@ -27,9 +28,7 @@ def in_folder(tmp_path, monkeypatch):
 def _run(runner, out: str, **options) -> list[str]:
     """Reads ./in.txt, writes its lines upper-cased to ``out`` (relative)."""
     with beam.Pipeline(runner=runner, options=PipelineOptions(**options)) as p:
-        _ = (p | beam.io.ReadFromText('./in.txt')
-             | beam.Map(str.upper)
-             | beam.io.WriteToText(out))
+        _ = p | beam.io.ReadFromText('./in.txt') | beam.Map(str.upper) | beam.io.WriteToText(out)
     lines = []
     for name in glob.glob(out + '*'):
         with open(name) as f:
@@ -56,5 +55,5 @@ def test_driver_directory_only_while_the_task_runs(tmp_path, monkeypatch):
         assert directory.worker_directory() == str(worker)
     assert os.getcwd() == str(worker)
     with directory.driver_directory(str(tmp_path / 'not-here')):
-        assert os.getcwd() == str(worker)   # not on this machine: stays
+        assert os.getcwd() == str(worker)  # not on this machine: stays
     assert directory.worker_directory() == str(worker)

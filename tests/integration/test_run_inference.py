@@ -4,6 +4,7 @@ BundleProcessor cache and Spark's worker reuse), not once per bundle or task;
 with ``large_model=True`` once per machine, shared by its Python workers
 (Beam's ``MultiProcessShared``, docs/batch-semantics.md). Results are checked
 against values computed by hand and against FnApiRunner's."""
+
 from __future__ import annotations
 
 import os
@@ -62,11 +63,14 @@ def test_model_loaded_once_per_worker_process(spark, tmp_path):
     loads, bundles = tmp_path / 'loads', tmp_path / 'bundles'
     data = list(range(4000))
     options = PipelineOptions(spark_small_data_kb=0, spark_parallelism=8)
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                       options=options) as p:
-        out = (p | beam.Create(data) | beam.Reshuffle()
-               | beam.ParDo(_LogBundles(str(bundles)))
-               | base.RunInference(_LoggingHandler(str(loads))))
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
+        out = (
+            p
+            | beam.Create(data)
+            | beam.Reshuffle()
+            | beam.ParDo(_LogBundles(str(bundles)))
+            | base.RunInference(_LoggingHandler(str(loads)))
+        )
         assert_that(out, equal_to([2 * x for x in data]))
     load_pids, bundle_pids = _lines(loads), _lines(bundles)
     assert len(bundle_pids) > len(set(bundle_pids))  # bundles shared processes
@@ -75,8 +79,9 @@ def test_model_loaded_once_per_worker_process(spark, tmp_path):
     assert os.getpid() not in map(int, load_pids)  # loaded in Spark's workers
 
 
-def _large_model_run(runner, options, loads: str, bundles: str, data: list,
-                     identifier: str) -> list:
+def _large_model_run(
+    runner, options, loads: str, bundles: str, data: list, identifier: str
+) -> list:
     """Runs RunInference with ``large_model=True`` (Beam's
     ``MultiProcessShared``); returns its output."""
     out_file = loads + '.out'
@@ -84,12 +89,19 @@ def _large_model_run(runner, options, loads: str, bundles: str, data: list,
     def write(xs):
         with open(out_file, 'w') as f:
             f.write(' '.join(map(str, xs)))
+
     with beam.Pipeline(runner=runner, options=options) as p:
-        (p | beam.Create(data) | beam.Reshuffle()
-         | beam.ParDo(_LogBundles(bundles))
-         | base.RunInference(_LoggingHandler(loads, large_model=True),
-                             model_identifier=identifier)
-         | beam.combiners.ToList() | beam.Map(write))
+        (
+            p
+            | beam.Create(data)
+            | beam.Reshuffle()
+            | beam.ParDo(_LogBundles(bundles))
+            | base.RunInference(
+                _LoggingHandler(loads, large_model=True), model_identifier=identifier
+            )
+            | beam.combiners.ToList()
+            | beam.Map(write)
+        )
     with open(out_file) as f:
         return sorted(map(int, f.read().split()))
 
@@ -101,16 +113,20 @@ def test_large_model_loaded_once_per_machine(spark, tmp_path):
     data = list(range(2000))
     identifier = uuid.uuid4().hex  # MultiProcessShared's tag, per machine
     expected = _large_model_run(
-        FnApiRunner(), PipelineOptions(), str(tmp_path / 'ref-loads'),
-        str(tmp_path / 'ref-bundles'), data, uuid.uuid4().hex)
+        FnApiRunner(),
+        PipelineOptions(),
+        str(tmp_path / 'ref-loads'),
+        str(tmp_path / 'ref-bundles'),
+        data,
+        uuid.uuid4().hex,
+    )
     assert expected == [2 * x for x in data]
     assert len(_lines(tmp_path / 'ref-loads')) == 1
 
     loads, bundles = tmp_path / 'loads', tmp_path / 'bundles'
     options = PipelineOptions(spark_small_data_kb=0, spark_parallelism=4)
     runner = InProcessSparkRunner(spark=spark)
-    assert _large_model_run(runner, options, str(loads), str(bundles), data,
-                            identifier) == expected
+    assert _large_model_run(runner, options, str(loads), str(bundles), data, identifier) == expected
     load_pids, bundle_pids = _lines(loads), _lines(bundles)
     assert len(set(bundle_pids)) >= 2  # RunInference ran in several processes
     assert len(load_pids) == 1  # ... sharing one model
@@ -124,7 +140,6 @@ def test_large_model_loaded_once_per_machine(spark, tmp_path):
         except ProcessLookupError:
             break
         time.sleep(0.1)
-    assert _large_model_run(runner, options, str(loads), str(bundles), data,
-                            identifier) == expected
+    assert _large_model_run(runner, options, str(loads), str(bundles), data, identifier) == expected
     again = _lines(loads)
     assert len(again) == 2 and again[1] != load_pids[0]

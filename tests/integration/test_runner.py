@@ -1,4 +1,5 @@
 """Runner behaviour on local Spark: options, sessions, errors, execution policy."""
+
 from __future__ import annotations
 
 import collections
@@ -46,16 +47,19 @@ class _Tally(beam.DoFn):
 def test_stage_with_several_consumers_runs_its_bundles_once(spark, tmp_path):
     tally = str(tmp_path / 'tally')
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        outs = (p | beam.Create(range(100))
-                | beam.ParDo(_Tally(tally)).with_outputs('odd', main='even'))
+        outs = (
+            p | beam.Create(range(100)) | beam.ParDo(_Tally(tally)).with_outputs('odd', main='even')
+        )
         evens, odds = outs.even, outs.odd
         total = evens | 'SumEvens' >> beam.CombineGlobally(sum)
         assert_that(
-            odds | 'Shift' >> beam.Map(lambda x, t: x + t,
-                                       t=beam.pvalue.AsSingleton(total)),
-            equal_to([x + 2450 for x in range(1, 100, 2)]), label='odds')
-        assert_that(evens | 'Count' >> beam.combiners.Count.Globally(),
-                    equal_to([50]), label='evens')
+            odds | 'Shift' >> beam.Map(lambda x, t: x + t, t=beam.pvalue.AsSingleton(total)),
+            equal_to([x + 2450 for x in range(1, 100, 2)]),
+            label='odds',
+        )
+        assert_that(
+            evens | 'Count' >> beam.combiners.Count.Globally(), equal_to([50]), label='evens'
+        )
         assert_that(evens, equal_to(list(range(0, 100, 2))), label='all_evens')
     assert sorted(int(x) for x in _lines(tally)) == list(range(100))
 
@@ -79,8 +83,7 @@ def test_worker_traceback_points_at_the_raising_line(spark):
     assert "raise ValueError('bad element %d' % x)" in text
     assert 'x = x * 1' not in text
     assert text.startswith('Traceback (most recent call last)')
-    assert any(line.startswith('ValueError: bad element 3')
-               for line in text.splitlines())
+    assert any(line.startswith('ValueError: bad element 3') for line in text.splitlines())
     assert str(info.value).startswith("Beam transform 'Explode' failed")
 
 
@@ -101,8 +104,7 @@ def test_user_error_names_transform_and_session_stays_usable(spark):
     assert 'Py4J' not in message
 
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 10),
-                    equal_to([10, 20]))
+        assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 10), equal_to([10, 20]))
 
 
 def test_active_session_is_used_and_not_stopped(spark):
@@ -114,18 +116,24 @@ def test_active_session_is_used_and_not_stopped(spark):
 
 
 def test_options_parse_and_help():
-    opts = PipelineOptions([
-        '--spark_master=local[1]', '--spark_conf', 'spark.a=1',
-        '--spark_conf', 'spark.b = x=y', '--spark_parallelism=3',
-        '--spark_remote=sc://host:15002']).view_as(SparkRunnerOptions)
+    opts = PipelineOptions(
+        [
+            '--spark_master=local[1]',
+            '--spark_conf',
+            'spark.a=1',
+            '--spark_conf',
+            'spark.b = x=y',
+            '--spark_parallelism=3',
+            '--spark_remote=sc://host:15002',
+        ]
+    ).view_as(SparkRunnerOptions)
     assert opts.spark_master == 'local[1]'
     assert parse_conf(opts.spark_conf) == {'spark.a': '1', 'spark.b': 'x=y'}
     assert opts.spark_parallelism == 3
     assert opts.spark_remote == 'sc://host:15002'
     parser = __import__('argparse').ArgumentParser()
     SparkRunnerOptions._add_argparse_args(parser)
-    assert all(action.help for action in parser._actions
-               if action.dest != 'help')
+    assert all(action.help for action in parser._actions if action.dest != 'help')
 
 
 def test_bad_spark_conf_names_the_option():
@@ -137,13 +145,23 @@ def test_runner_flag_on_command_line_runs_wordcount(tmp_path):
     """`--runner=beam_spark_inproc.InProcessSparkRunner`, no code change, in a fresh process."""
     out = tmp_path / 'counts'
     result = subprocess.run(
-        [sys.executable, str(ROOT / 'examples' / 'wordcount.py'),
-         '--runner=beam_spark_inproc.InProcessSparkRunner',
-         '--spark_master=local[2]', '--output', str(out), '--top', '3'],
-        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+        [
+            sys.executable,
+            str(ROOT / 'examples' / 'wordcount.py'),
+            '--runner=beam_spark_inproc.InProcessSparkRunner',
+            '--spark_master=local[2]',
+            '--output',
+            str(out),
+            '--top',
+            '3',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = {w: int(n) for w, n in
-              (line.rsplit(': ', 1) for line in _lines(str(out)))}
+    counts = {w: int(n) for w, n in (line.rsplit(': ', 1) for line in _lines(str(out)))}
     text = (ROOT / 'examples' / 'data' / 'sonnets.txt').read_text().lower()
     expected = collections.Counter(re.findall(r"[\w']+", text))
     assert counts == dict(expected)
@@ -154,10 +172,14 @@ def test_runner_flag_on_command_line_runs_wordcount(tmp_path):
 def test_pcollection_read_as_main_and_side_input_of_one_stage_runs_once(spark, tmp_path):
     tally = str(tmp_path / 'tally')
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-        evens = (p | beam.Create(range(0, 20, 2))
-                 | beam.ParDo(_Tally(tally)).with_outputs('odd', main='even')).even
-        both = evens | 'Both' >> beam.Map(lambda x, all_: x + len(all_),
-                                          all_=beam.pvalue.AsList(evens))
+        evens = (
+            p
+            | beam.Create(range(0, 20, 2))
+            | beam.ParDo(_Tally(tally)).with_outputs('odd', main='even')
+        ).even
+        both = evens | 'Both' >> beam.Map(
+            lambda x, all_: x + len(all_), all_=beam.pvalue.AsList(evens)
+        )
         assert_that(both, equal_to([x + 10 for x in range(0, 20, 2)]))
     assert sorted(int(x) for x in _lines(tally)) == list(range(0, 20, 2))
 
@@ -173,15 +195,19 @@ def test_error_names_the_one_transform_beam_annotated(spark):
     """Beam names the failing transform in the exception's message (its first
     argument), which the exception's ``str`` need not show: the error names that
     transform alone, not every transform of the fused stage."""
+
     def fail(x):
         raise _TerseError('bad element %d' % x)
 
     with pytest.raises(PipelineExecutionError) as info:
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-            (p | beam.Create([1])
-               | 'Before' >> beam.Map(lambda x: x + 1)
-               | 'Explode' >> beam.Map(fail)
-               | 'After' >> beam.Map(lambda x: x))
+            (
+                p
+                | beam.Create([1])
+                | 'Before' >> beam.Map(lambda x: x + 1)
+                | 'Explode' >> beam.Map(fail)
+                | 'After' >> beam.Map(lambda x: x)
+            )
     message = str(info.value)
     assert message.startswith("Beam transform 'Explode' failed (stage "), message
     assert 'Before' not in message.split('\n')[0]

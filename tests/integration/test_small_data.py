@@ -1,6 +1,7 @@
 """Small data in the driver (``execution.small``): results as Beam's FnApiRunner
 gives them, no Spark job while data is tiny, Spark as soon as it is not, the
 pickling round trip and the user's error as on Spark."""
+
 from __future__ import annotations
 
 import logging
@@ -31,6 +32,7 @@ def unhurried(monkeypatch):
     pass 0.3 s (it did once in CI), and a test that says "no Spark job while
     data is tiny" must not depend on the machine's load."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 
@@ -40,8 +42,7 @@ def _jobs(spark, build, args=ON):
     group = 'small-data-test-' + uuid.uuid4().hex
     context.setJobGroup(group, 'test')
     try:
-        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                          options=PipelineOptions(args))
+        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=PipelineOptions(args))
         build(p)
         result = p.run()
         result.wait_until_finish()
@@ -51,23 +52,35 @@ def _jobs(spark, build, args=ON):
 
 
 def _small(p):
-    counted = (p | beam.Create(list(range(10)))
-               | beam.Map(lambda x: (x % 3, x))
-               | beam.GroupByKey()
-               | beam.Map(lambda kv: (kv[0], sorted(kv[1])))
-               | beam.combiners.Count.Globally())
+    counted = (
+        p
+        | beam.Create(list(range(10)))
+        | beam.Map(lambda x: (x % 3, x))
+        | beam.GroupByKey()
+        | beam.Map(lambda kv: (kv[0], sorted(kv[1])))
+        | beam.combiners.Count.Globally()
+    )
     assert_that(counted, equal_to([3]))
 
 
 def _side_inputs_and_outputs(p):
     side = p | 'Side' >> beam.Create([('a', 1), ('b', 2)])
-    outs = (p | 'Main' >> beam.Create(list(range(20)))
-            | beam.Map(lambda x, d: (x, d['a'] + d['b']), d=beam.pvalue.AsDict(side))
-            | beam.ParDo(_Split()).with_outputs('odd', main='even'))
-    assert_that(outs.even | 'SumEven' >> beam.CombineGlobally(sum),
-                equal_to([sum(x + 3 for x in range(0, 20, 2))]), label='even')
-    assert_that(outs.odd | beam.combiners.Count.PerElement(),
-                equal_to([((x, 3), 1) for x in range(1, 20, 2)]), label='odd')
+    outs = (
+        p
+        | 'Main' >> beam.Create(list(range(20)))
+        | beam.Map(lambda x, d: (x, d['a'] + d['b']), d=beam.pvalue.AsDict(side))
+        | beam.ParDo(_Split()).with_outputs('odd', main='even')
+    )
+    assert_that(
+        outs.even | 'SumEven' >> beam.CombineGlobally(sum),
+        equal_to([sum(x + 3 for x in range(0, 20, 2))]),
+        label='even',
+    )
+    assert_that(
+        outs.odd | beam.combiners.Count.PerElement(),
+        equal_to([((x, 3), 1) for x in range(1, 20, 2)]),
+        label='odd',
+    )
 
 
 class _Split(beam.DoFn):
@@ -92,28 +105,37 @@ class _Counting(beam.DoFn):
 def _grows(p):
     """Ten elements that become 50,000 crossing a GroupByKey: past the
     limit, on Spark."""
-    counted = (p | beam.Create(list(range(10)))
-               | beam.ParDo(_Counting())
-               | beam.Map(lambda x: (x % 7, x))
-               | beam.GroupByKey()
-               | beam.MapTuple(lambda k, xs: (k, sum(xs))))
-    assert_that(counted, equal_to([(k, sum(x for x in range(50000) if x % 7 == k))
-                                   for k in range(7)]))
+    counted = (
+        p
+        | beam.Create(list(range(10)))
+        | beam.ParDo(_Counting())
+        | beam.Map(lambda x: (x % 7, x))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, xs: (k, sum(xs)))
+    )
+    assert_that(
+        counted, equal_to([(k, sum(x for x in range(50000) if x % 7 == k)) for k in range(7)])
+    )
 
 
 def _heavy(p):
     """Four seeds that become 1M elements combined within their stage: tiny
     input and output, much work; handed over by its element count (or max_seconds)."""
-    counted = (p | beam.Create(list(range(4)))
-               | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
-               | beam.Map(lambda x: (x % 5, x))
-               | beam.CombinePerKey(sum))
-    assert_that(counted, equal_to([(k, sum(range(k, 1_000_000, 5)))
-                                   for k in range(5)]))
+    counted = (
+        p
+        | beam.Create(list(range(4)))
+        | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
+        | beam.Map(lambda x: (x % 5, x))
+        | beam.CombinePerKey(sum)
+    )
+    assert_that(counted, equal_to([(k, sum(range(k, 1_000_000, 5))) for k in range(5)]))
 
 
-@pytest.mark.parametrize('build', [_small, _side_inputs_and_outputs, _grows, _heavy],
-                         ids=['small', 'side_inputs_and_outputs', 'grows', 'heavy'])
+@pytest.mark.parametrize(
+    'build',
+    [_small, _side_inputs_and_outputs, _grows, _heavy],
+    ids=['small', 'side_inputs_and_outputs', 'grows', 'heavy'],
+)
 def test_results_match_fnapi_runner(spark, build, unhurried):
     with beam.Pipeline(runner=FnApiRunner()) as p:
         build(p)  # assert_that checks Beam's own result
@@ -133,6 +155,7 @@ class _Where(beam.DoFn):
 
     def process(self, seed):
         from pyspark import TaskContext
+
         context = TaskContext.get()
         where = 'driver' if context is None else f'partition-{context.partitionId()}'
         Metrics.counter('where', where).inc()
@@ -144,13 +167,15 @@ def _handed_over(p):
     bytes limit (~160 KB of GroupByKey values; 8000 elements were, as
     windowed elements, before GroupByKey inputs kept values only), so the
     stage is handed over to Spark with its tiny input."""
-    sums = (p | beam.Create(list(range(8)))
-            | beam.ParDo(_Where())
-            | beam.Map(lambda x: (x % 3, x))
-            | beam.GroupByKey()
-            | beam.MapTuple(lambda k, xs: (k, sum(xs))))
-    assert_that(sums, equal_to([(k, sum(range(k, 8 * PER_SEED, 3)))
-                                for k in range(3)]))
+    sums = (
+        p
+        | beam.Create(list(range(8)))
+        | beam.ParDo(_Where())
+        | beam.Map(lambda x: (x % 3, x))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, xs: (k, sum(xs)))
+    )
+    assert_that(sums, equal_to([(k, sum(range(k, 8 * PER_SEED, 3))) for k in range(3)]))
 
 
 def test_handed_over_stage_runs_on_every_core(spark):
@@ -158,12 +183,12 @@ def test_handed_over_stage_runs_on_every_core(spark):
     Reshuffle) spread over the run's parallelism: one task per core, not
     the whole stage in one task (P1 at 4M ran 1.56x slower so)."""
     from beam_spark_inproc.spark import session
+
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _handed_over(p)
     result, jobs = _jobs(spark, _handed_over)
     assert jobs >= 1
-    counters = result.metrics().query(MetricsFilter().with_namespace(
-        'where'))['counters']
+    counters = result.metrics().query(MetricsFilter().with_namespace('where'))['counters']
     seeds = {c.key.metric.name: c.committed for c in counters if c.committed}
     ways = session.parallelism(spark, None)
     assert seeds == {f'partition-{i}': 8 // ways for i in range(ways)}, seeds
@@ -184,6 +209,7 @@ def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
     only when ``MAX_SECONDS`` have passed (here an hour: before, the whole
     stage ran in the driver, no Spark job); the result is FnApiRunner's."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy(p)
@@ -194,6 +220,7 @@ def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
 def test_on_by_default(spark, monkeypatch, unhurried):
     """Without the option or the variable tiny stages run in the driver."""
     from beam_spark_inproc.options import SMALL_DATA_ENV
+
     monkeypatch.delenv(SMALL_DATA_ENV, raising=False)
     _, jobs = _jobs(spark, _small, [])
     assert jobs == 0
@@ -221,8 +248,7 @@ def test_task_that_does_not_pickle_fails_as_on_spark(spark):
 
     def build(p):
         bad = _Unpicklable()
-        (p | beam.Create([1, 2])
-           | beam.Map(lambda x: (x, holder.get('bad', bad))))
+        (p | beam.Create([1, 2]) | beam.Map(lambda x: (x, holder.get('bad', bad))))
 
     errors = []
     for args in (ON, OFF):
@@ -250,27 +276,29 @@ def test_user_error_names_transform_as_on_spark(spark):
     assert info.value.transform == 'Explode'
 
 
-
 def _heavy_total(p):
     """``_heavy``'s work, then CombineGlobally: its default is injected by a
     1-element stage (DoOnce) reading the combined value as a side input."""
-    total = (p | beam.Create(list(range(4)))
-             | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
-             | beam.Map(lambda x: (x % 5, x))
-             | beam.CombinePerKey(sum)
-             | beam.Values()
-             | beam.CombineGlobally(sum))
+    total = (
+        p
+        | beam.Create(list(range(4)))
+        | beam.FlatMap(lambda s: range(s * 250_000, (s + 1) * 250_000))
+        | beam.Map(lambda x: (x % 5, x))
+        | beam.CombinePerKey(sum)
+        | beam.Values()
+        | beam.CombineGlobally(sum)
+    )
     assert_that(total, equal_to([sum(range(1_000_000))]))
 
 
-def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatch,
-                                                                unhurried):
+def test_later_tiny_stage_runs_in_the_driver_after_a_hand_over(spark, monkeypatch, unhurried):
     """The expanding stage is handed over; CombineGlobally's last stage (a
     1-element Create reading the combined value as a side input) holds its
     input in the driver and runs there: one Spark job fewer than when the first
     hand-over made the rest of the run Spark's (``MAX_HANDOVERS`` 1); the
     result is FnApiRunner's. Hand-over by element count only (``unhurried``)."""
     from beam_spark_inproc.execution import small
+
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy_total(p)
     _, jobs = _jobs(spark, _heavy_total)
@@ -285,17 +313,23 @@ SIDE_SEEDS, PER_SIDE_SEED = 4, 5000
 def _large_side_input(p):
     """Four seeds that become 20,000 side-input entries (past the driver's
     row and byte limits), read as an AsDict by ten main elements."""
-    side = (p | 'SideSeeds' >> beam.Create(list(range(SIDE_SEEDS)))
-            | 'Entries' >> beam.FlatMap(lambda s: (
-                (k, k * 3) for k in range(s * PER_SIDE_SEED, (s + 1) * PER_SIDE_SEED))))
-    looked_up = (p | 'Main' >> beam.Create(list(range(10)))
-                 | beam.Map(lambda x, table: (x, table[x * 1999]),
-                            table=beam.pvalue.AsDict(side)))
+    side = (
+        p
+        | 'SideSeeds' >> beam.Create(list(range(SIDE_SEEDS)))
+        | 'Entries'
+        >> beam.FlatMap(
+            lambda s: ((k, k * 3) for k in range(s * PER_SIDE_SEED, (s + 1) * PER_SIDE_SEED))
+        )
+    )
+    looked_up = (
+        p
+        | 'Main' >> beam.Create(list(range(10)))
+        | beam.Map(lambda x, table: (x, table[x * 1999]), table=beam.pvalue.AsDict(side))
+    )
     assert_that(looked_up, equal_to([(x, x * 1999 * 3) for x in range(10)]))
 
 
-def test_side_input_stage_stays_in_the_driver_past_the_size_limits(
-        spark, monkeypatch, unhurried):
+def test_side_input_stage_stays_in_the_driver_past_the_size_limits(spark, monkeypatch, unhurried):
     """A stage whose output is read only as a side input (collected to the
     driver whole anyway, ``StageTask.collected``) runs in the driver whatever
     its output's size: no Spark job; with ``COLLECTED_SECONDS`` 0 it has the
@@ -303,6 +337,7 @@ def test_side_input_stage_stays_in_the_driver_past_the_size_limits(
     FnApiRunner's (``assert_that``) both ways. The clock is lifted (a loaded
     machine may pass 0.6 s)."""
     from beam_spark_inproc.execution import small
+
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _large_side_input(p)
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 3600.0)
@@ -316,6 +351,7 @@ def test_side_input_stage_stays_in_the_driver_past_the_size_limits(
 class _Slow(beam.DoFn):
     def process(self, seed):
         import time
+
         time.sleep(1.0)
         yield seed, seed
 
@@ -324,13 +360,18 @@ def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
     """Time still hands a side-input stage over: here after its first element
     (1 s, past the 0.3 s allowed), before its second."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0.3)
 
     def build(p):
         side = p | 'Side' >> beam.Create([1, 2]) | beam.ParDo(_Slow())
-        got = (p | 'Main' >> beam.Create([1, 2])
-               | beam.Map(lambda x, d: d[x] * 10, d=beam.pvalue.AsDict(side)))
+        got = (
+            p
+            | 'Main' >> beam.Create([1, 2])
+            | beam.Map(lambda x, d: d[x] * 10, d=beam.pvalue.AsDict(side))
+        )
         assert_that(got, equal_to([10, 20]))
+
     _, jobs = _jobs(spark, build)
     assert jobs >= 1
 
@@ -346,11 +387,13 @@ class _Recorded(beam.DoFn):
 
     def __init__(self):
         import os
+
         self._driver = os.getpid()
 
     def process(self, x):
         import os
         import time
+
         here = os.getpid() == self._driver
         if here:
             _DRIVER_ELEMENTS.append(('start', x))
@@ -366,12 +409,14 @@ def test_a_driver_run_stops_between_elements_never_inside_one(spark, monkeypatch
     into a running element), it stopped before its last input, and the result
     is FnApiRunner's."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.1)
     _DRIVER_ELEMENTS.clear()
 
     def build(p):
         got = p | beam.Create(list(range(8))) | beam.ParDo(_Recorded())
         assert_that(got, equal_to([x * 10 for x in range(8)]))
+
     with beam.Pipeline(runner=FnApiRunner()) as p:
         build(p)
     _DRIVER_ELEMENTS.clear()  # FnApiRunner ran it in this process too
@@ -387,5 +432,6 @@ def test_no_thread_is_left_running_after_a_hand_over(spark):
     """A dropped driver run leaves no bundle thread behind."""
     _, jobs = _jobs(spark, _heavy)
     assert jobs >= 1
-    assert not [t for t in threading.enumerate()
-                if t.name.startswith('beam-bundle-') and t.is_alive()]
+    assert not [
+        t for t in threading.enumerate() if t.name.startswith('beam-bundle-') and t.is_alive()
+    ]

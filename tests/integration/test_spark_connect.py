@@ -34,6 +34,7 @@ starts Python workers from that variable (``spark.pyspark.python`` set on the
 client cannot be changed), and with ``python3`` from PATH the workers lack
 pyarrow and Beam.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,14 @@ SERVER_START_TIMEOUT = 120
 CLIENT_TIMEOUT = 850
 SERVER_CLASS = 'org.apache.spark.sql.connect.service.SparkConnectServer'
 # Environment that would turn a process into a Connect client of some other server.
-_CONNECT_ENV = ('SPARK_REMOTE', 'SPARK_CONNECT_MODE_ENABLED', 'SPARK_LOCAL_REMOTE',
-                'SPARK_API_MODE', 'PYSPARK_SUBMIT_ARGS', 'SPARK_CONNECT_AUTHENTICATE_TOKEN')
+_CONNECT_ENV = (
+    'SPARK_REMOTE',
+    'SPARK_CONNECT_MODE_ENABLED',
+    'SPARK_LOCAL_REMOTE',
+    'SPARK_API_MODE',
+    'PYSPARK_SUBMIT_ARGS',
+    'SPARK_CONNECT_AUTHENTICATE_TOKEN',
+)
 
 
 def _free_port() -> int:
@@ -104,8 +111,7 @@ class ConnectRun:
         self.error = None
         self.client_returncode = None
         self.seconds = None
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='spark-connect-run')
+        self._thread = threading.Thread(target=self._run, daemon=True, name='spark-connect-run')
 
     def _env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
@@ -115,19 +121,30 @@ class ConnectRun:
     def start(self) -> 'ConnectRun':
         import pyspark
         from beam_spark_inproc.spark.session import LOCAL_DEFAULTS
+
         spark_home = os.path.dirname(pyspark.__file__)
         env = self._env()
         env['SPARK_HOME'] = spark_home
         conf = dict(LOCAL_DEFAULTS)
-        conf.update({
-            'spark.connect.grpc.binding.address': '127.0.0.1',
-            'spark.connect.grpc.binding.port': str(self.port),
-            'spark.pyspark.python': sys.executable,
-            'spark.sql.shuffle.partitions': '4',
-        })
-        command = [os.path.join(spark_home, 'bin', 'spark-submit'),
-                   '--class', SERVER_CLASS, '--name', 'beam-spark-inproc connect test',
-                   '--master', 'local[2]', '--driver-memory', '2g']
+        conf.update(
+            {
+                'spark.connect.grpc.binding.address': '127.0.0.1',
+                'spark.connect.grpc.binding.port': str(self.port),
+                'spark.pyspark.python': sys.executable,
+                'spark.sql.shuffle.partitions': '4',
+            }
+        )
+        command = [
+            os.path.join(spark_home, 'bin', 'spark-submit'),
+            '--class',
+            SERVER_CLASS,
+            '--name',
+            'beam-spark-inproc connect test',
+            '--master',
+            'local[2]',
+            '--driver-memory',
+            '2g',
+        ]
         for key, value in conf.items():
             command += ['--conf', f'{key}={value}']
         self.out.mkdir(parents=True, exist_ok=True)
@@ -135,8 +152,14 @@ class ConnectRun:
         with open(self.server_log, 'wb') as log:
             # Own process group: stopping it also stops the server's Python workers.
             self.server = subprocess.Popen(
-                command, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                command,
+                env=env,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self._thread.start()
         return self
 
@@ -146,20 +169,36 @@ class ConnectRun:
         try:
             with open(self.client_log, 'wb') as log:
                 self.client = subprocess.Popen(
-                    [sys.executable, str(HELPER),
-                     '--remote', f'sc://127.0.0.1:{self.port}',
-                     '--wait', str(SERVER_START_TIMEOUT),
-                     '--out', str(self.out), '--status', str(self.status_path)],
-                    env=self._env(), cwd=self.workdir, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT)
+                    [
+                        sys.executable,
+                        str(HELPER),
+                        '--remote',
+                        f'sc://127.0.0.1:{self.port}',
+                        '--wait',
+                        str(SERVER_START_TIMEOUT),
+                        '--out',
+                        str(self.out),
+                        '--status',
+                        str(self.status_path),
+                    ],
+                    env=self._env(),
+                    cwd=self.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             deadline = time.monotonic() + SERVER_START_TIMEOUT + CLIENT_TIMEOUT
             while self.client.poll() is None:
                 if self.server.poll() is not None:
-                    raise RuntimeError('Spark Connect server exited with '
-                                       f'{self.server.returncode} while the client ran')
+                    raise RuntimeError(
+                        'Spark Connect server exited with '
+                        f'{self.server.returncode} while the client ran'
+                    )
                 if time.monotonic() > deadline:
-                    raise RuntimeError('Spark Connect client still running after '
-                                       f'{SERVER_START_TIMEOUT + CLIENT_TIMEOUT} s')
+                    raise RuntimeError(
+                        'Spark Connect client still running after '
+                        f'{SERVER_START_TIMEOUT + CLIENT_TIMEOUT} s'
+                    )
                 time.sleep(0.2)
             self.client_returncode = self.client.returncode
         except BaseException as e:  # reported by result()
@@ -194,19 +233,24 @@ class ConnectRun:
     def result(self) -> dict:
         """The client's status file, once the client and server are done."""
         import json
+
         self._thread.join(CLIENT_TIMEOUT + SERVER_START_TIMEOUT + 60)
         if self._thread.is_alive():
             pytest.fail('The Spark Connect run did not finish.\n' + self.logs())
         if self.error is not None:
             pytest.fail(f'The Spark Connect run failed: {self.error}\n' + self.logs())
         if not self.status_path.exists():
-            pytest.fail('The Spark Connect client wrote no status '
-                        f'(exit code {self.client_returncode}).\n' + self.logs())
+            pytest.fail(
+                'The Spark Connect client wrote no status '
+                f'(exit code {self.client_returncode}).\n' + self.logs()
+            )
         return json.loads(self.status_path.read_text())
 
     def logs(self) -> str:
-        return (f'--- client log (tail) ---\n{_tail(self.client_log)}\n'
-                f'--- server log (tail) ---\n{_tail(self.server_log)}')
+        return (
+            f'--- client log (tail) ---\n{_tail(self.client_log)}\n'
+            f'--- server log (tail) ---\n{_tail(self.server_log)}'
+        )
 
 
 @pytest.fixture(scope='module')
@@ -221,6 +265,7 @@ def connect_run(tmp_path_factory):
 def fn_api_outputs(tmp_path_factory):
     """{pipeline name: outputs} on Beam's FnApiRunner, the reference; computed on demand."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     out = tmp_path_factory.mktemp('fn_api_runner')
     cache = {}
 
@@ -230,14 +275,15 @@ def fn_api_outputs(tmp_path_factory):
             cache[name] = pipelines.read_outputs(str(out), name)
             assert cache[name], f'FnApiRunner wrote no output for {name}'
         return cache[name]
+
     return get
 
 
 # Requests connect_run first, so the Connect run overlaps these classic runs.
 @pytest.mark.parametrize('name', CLASSIC_NAMES)
-def test_classic_matches_fn_api_runner(connect_run, fn_api_outputs, request,
-                                       tmp_path, name):
+def test_classic_matches_fn_api_runner(connect_run, fn_api_outputs, request, tmp_path, name):
     from beam_spark_inproc import InProcessSparkRunner
+
     expected = fn_api_outputs(name)
     spark = request.getfixturevalue('spark')
     pipelines.run(name, InProcessSparkRunner(spark=spark), str(tmp_path))
@@ -251,8 +297,10 @@ def test_connect_matches_fn_api_runner(connect_run, fn_api_outputs, name):
     assert status.get('is_connect'), status
     entry = status['pipelines'].get(name)
     assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
-    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
-                         f'{entry.get("traceback")}\n' + connect_run.logs())
+    assert entry['ok'], (
+        f'{name} failed over Spark Connect: {entry.get("error")}\n'
+        f'{entry.get("traceback")}\n' + connect_run.logs()
+    )
     assert pipelines.read_outputs(str(connect_run.out), name) == expected
 
 
@@ -272,6 +320,7 @@ def test_connect_user_settings_set_for_the_run_and_restored(connect_run):
     """Over Connect, a user's session gets the runner's runtime SQL settings
     for the run's queries and its own values back afterwards."""
     from beam_spark_inproc.spark.session import RUNTIME_SETTINGS
+
     entry = connect_run.result().get('runtime_settings')
     assert entry and 'during' in entry, f'{entry}\n' + connect_run.logs()
     assert entry['before'] == pipelines.USER_SETTINGS
@@ -310,8 +359,10 @@ def test_interop_case_over_connect(connect_run, name):
     status = connect_run.result()
     entry = status.get('interop', {}).get(name)
     assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
-    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
-                         f'{entry.get("traceback")}\n' + connect_run.logs())
+    assert entry['ok'], (
+        f'{name} failed over Spark Connect: {entry.get("error")}\n'
+        f'{entry.get("traceback")}\n' + connect_run.logs()
+    )
 
 
 # --- Streaming over Connect (issue 13) --------------------------------------------
@@ -321,11 +372,14 @@ def test_interop_case_over_connect(connect_run, name):
 from . import spark_connect_streaming as streaming_cases  # noqa: E402
 
 
-@pytest.mark.parametrize('name', sorted(streaming_cases.CASES)
-                         + sorted(streaming_cases.SOURCE_CASES))
+@pytest.mark.parametrize(
+    'name', sorted(streaming_cases.CASES) + sorted(streaming_cases.SOURCE_CASES)
+)
 def test_streaming_case_over_connect(connect_run, name):
     status = connect_run.result()
     entry = status.get('streaming', {}).get(name)
     assert entry is not None, f'{name} did not run over Connect.\n' + connect_run.logs()
-    assert entry['ok'], (f'{name} failed over Spark Connect: {entry.get("error")}\n'
-                         f'{entry.get("traceback")}\n' + connect_run.logs())
+    assert entry['ok'], (
+        f'{name} failed over Spark Connect: {entry.get("error")}\n'
+        f'{entry.get("traceback")}\n' + connect_run.logs()
+    )

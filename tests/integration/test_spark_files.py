@@ -8,6 +8,7 @@ read are those Spark's reader gives (the same Arrow -> Beam conversion over
 Spark's own ``toArrow`` of the DataFrame), for every type of the type matrix,
 on Spark and on the debug engine.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -24,11 +25,13 @@ from beam_spark_inproc.transforms import files
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.convert import ArrowRows
 
-_TYPES = ('b tinyint, s smallint, i int, l long, f float, d double, ok boolean, '
-          'str string, raw binary, dec decimal(12,3), ts timestamp, '
-          'local timestamp_ntz, day date, '
-          'nested struct<x: int, y: string>, ints array<int>, '
-          'words map<string, int>')
+_TYPES = (
+    'b tinyint, s smallint, i int, l long, f float, d double, ok boolean, '
+    'str string, raw binary, dec decimal(12,3), ts timestamp, '
+    'local timestamp_ntz, day date, '
+    'nested struct<x: int, y: string>, ints array<int>, '
+    'words map<string, int>'
+)
 
 
 def _typed_rows(n: int = 300) -> list[tuple]:
@@ -37,12 +40,23 @@ def _typed_rows(n: int = 300) -> list[tuple]:
     for i in range(n):
         null = i % 7 == 3  # every field null in some rows
         values = (
-            i % 100 - 50, i * 3 - 400, i * 1000, i * 2 ** 40, i / 8, i / 3, i % 2 == 0,
-            f'w{i}-é', bytes([i % 256, 7]), decimal.Decimal(i * 1001) / 1000,
+            i % 100 - 50,
+            i * 3 - 400,
+            i * 1000,
+            i * 2**40,
+            i / 8,
+            i / 3,
+            i % 2 == 0,
+            f'w{i}-é',
+            bytes([i % 256, 7]),
+            decimal.Decimal(i * 1001) / 1000,
             base + datetime.timedelta(days=i, microseconds=i),
             base.replace(tzinfo=None) - datetime.timedelta(hours=i * 5),
             datetime.date(1970, 1, 1) + datetime.timedelta(days=i * 11),
-            (i, f'y{i}'), [i, i + 1, None], {f'k{i}': i})
+            (i, f'y{i}'),
+            [i, i + 1, None],
+            {f'k{i}': i},
+        )
         rows.append(tuple(None if null else v for v in values))
     return rows
 
@@ -67,8 +81,12 @@ def parquet(spark, tmp_path_factory):
         spark.createDataFrame(rows, _TYPES).coalesce(1).write.parquet(str(root / 'micros'))
     finally:
         spark.conf.unset('spark.sql.parquet.outputTimestampType')
-    (spark.range(40).selectExpr('id', 'id % 3 AS part')
-     .write.partitionBy('part').parquet(str(root / 'parted')))
+    (
+        spark.range(40)
+        .selectExpr('id', 'id % 3 AS part')
+        .write.partitionBy('part')
+        .parquet(str(root / 'parted'))
+    )
     spark.range(10).write.option('header', True).csv(str(root / 'csv'))
     return root
 
@@ -83,7 +101,8 @@ def test_bare_scans_are_read_by_pyarrow(spark, parquet):
     whole = _units(data)
     assert whole is not None and len(whole.units) == 2
     assert sorted(p for task in whole.units for p, _ in task) == sorted(
-        f[len('file://'):] for f in data.inputFiles())
+        f[len('file://') :] for f in data.inputFiles()
+    )
     assert _units(data.select('ts', 'str')) is not None  # a Project of columns
     assert _units(data, parallelism=8) is not None  # 3 files: by row groups
 
@@ -107,8 +126,7 @@ def test_files_read_by_pyarrow_equal_sparks_reader(spark, parquet, engine, folde
     assert _units(data) is not None
     expected = _spark_values(data)
     assert len(expected) == 300
-    with beam.Pipeline(runner=InProcessSparkRunner(
-            spark=spark, debug=engine == 'debug')) as p:
+    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=engine == 'debug')) as p:
         assert_that(p | ReadFromSpark(dataframe=data), equal_to(expected))
 
 
@@ -121,12 +139,12 @@ def test_a_projection_reads_only_its_columns(spark, parquet):
 
 
 @pytest.mark.parametrize('folder', ['int96', 'micros'])
-def test_row_groups_read_whole_equal_sparks_reader(spark, parquet, folder,
-                                                   monkeypatch):
+def test_row_groups_read_whole_equal_sparks_reader(spark, parquet, folder, monkeypatch):
     """For batched consumers a task reads its files a row group at a time
     (``whole``): the same values as Spark's reader, in every type, and larger
     batches than the element path's (which reads ``BATCH_ROWS`` at a time)."""
     import pyarrow as pa
+
     data = spark.read.parquet(str(parquet / folder))
     units = _units(data, parallelism=1)
     schema, row_type = types.spark_row_type(data.schema)

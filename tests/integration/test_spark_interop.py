@@ -6,6 +6,7 @@ the pipeline is built, before any Spark job. The same cases on the debug
 engine, on FnApiRunner and BundleBasedDirectRunner (through the session), and
 runners out of this process refusing these transforms.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -37,21 +38,26 @@ def pipeline(spark):
 
 
 def _rows(p, n=3, label='Rows'):
-    return (p | f'{label} create' >> beam.Create(range(n))
-            | f'{label} row' >> beam.Map(
-                lambda i: beam.Row(id=i, word='w')).with_output_types(_KV))
+    return (
+        p
+        | f'{label} create' >> beam.Create(range(n))
+        | f'{label} row' >> beam.Map(lambda i: beam.Row(id=i, word='w')).with_output_types(_KV)
+    )
 
 
 def test_unknown_table(spark):
-    with pytest.raises(SparkInteropError, match=r"ReadFromSpark\(table='no_such_table_x'\).*"
-                       r"(TABLE_OR_VIEW_NOT_FOUND|not found)"):
+    with pytest.raises(
+        SparkInteropError,
+        match=r"ReadFromSpark\(table='no_such_table_x'\).*"
+        r'(TABLE_OR_VIEW_NOT_FOUND|not found)',
+    ):
         ReadFromSpark('no_such_table_x', spark=spark)
 
 
 def test_bad_sql(spark):
     with pytest.raises(SparkInteropError, match=r"ReadFromSpark\(query='SELEC 1'\).*PARSE"):
         ReadFromSpark(query='SELEC 1', spark=spark)
-    with pytest.raises(SparkInteropError, match=r"SparkSql.*nope"):
+    with pytest.raises(SparkInteropError, match=r'SparkSql.*nope'):
         with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
             _rows(p) | SparkSql('SELECT nope FROM PCOLLECTION', spark=spark)
 
@@ -63,17 +69,18 @@ def test_read_needs_exactly_one_source(spark):
 
 def test_pcollection_without_schema(spark, pipeline):
     ints = pipeline | beam.Create([1, 2, 3])
-    with pytest.raises(SparkInteropError,
-                       match=r'input of WriteToSpark\(table=.t.\) has element type int, '
-                             r'which has no Beam schema'):
+    with pytest.raises(
+        SparkInteropError,
+        match=r'input of WriteToSpark\(table=.t.\) has element type int, '
+        r'which has no Beam schema',
+    ):
         ints | WriteToSpark(table='t', spark=spark)
     with pytest.raises(SparkInteropError, match=r"View 'PCOLLECTION' of SparkSql"):
         ints | SparkSql('SELECT 1', spark=spark)
 
 
 def test_untyped_row_field_is_named(spark, pipeline):
-    rows = (pipeline | beam.Create([{'a': 1}])
-            | beam.Map(lambda d: beam.Row(id=d['a'], x=1)))
+    rows = pipeline | beam.Create([{'a': 1}]) | beam.Map(lambda d: beam.Row(id=d['a'], x=1))
     with pytest.raises(SparkInteropError, match=r"field 'id'.*could not infer"):
         rows | WriteToSpark(table='t', spark=spark)
 
@@ -88,8 +95,7 @@ def test_schema_mismatch_on_append(spark, pipeline):
         assert "field 'word' is not a column of the table" in message
         assert "column 'other' of the table is not a field" in message
         with pytest.raises(SparkInteropError, match='already exists and mode is'):
-            _rows(pipeline, label='More') | 'Again' >> WriteToSpark(
-                table=table, spark=spark)
+            _rows(pipeline, label='More') | 'Again' >> WriteToSpark(table=table, spark=spark)
         assert [tuple(r) for r in spark.table(table).collect()] == [(1, 2.0)]
     finally:
         cases._drop(spark, table)
@@ -99,24 +105,30 @@ def test_type_mismatch_on_append_names_both_types(spark, pipeline):
     table = cases._name('typemismatch')
     spark.createDataFrame([(1, 'a')], 'id int, word string').write.saveAsTable(table)
     try:
-        with pytest.raises(SparkInteropError,
-                           match=r"field 'id': Beam gives bigint, the table has int"):
+        with pytest.raises(
+            SparkInteropError, match=r"field 'id': Beam gives bigint, the table has int"
+        ):
             _rows(pipeline) | WriteToSpark(table=table, mode='append', spark=spark)
     finally:
         cases._drop(spark, table)
 
 
 def test_unsupported_spark_type_names_field(spark):
-    with pytest.raises(SparkInteropError,
-                       match=r"field 'span': Spark type interval day "
-                             r'\(Arrow duration\[us\]\) has no Beam schema type'):
+    with pytest.raises(
+        SparkInteropError,
+        match=r"field 'span': Spark type interval day "
+        r'\(Arrow duration\[us\]\) has no Beam schema type',
+    ):
         ReadFromSpark(query="SELECT 1 AS id, INTERVAL '1' DAY AS span", spark=spark)
 
 
 def test_windowed_sql_input_is_rejected(spark, pipeline):
     windowed = _rows(pipeline) | beam.WindowInto(window.FixedWindows(10))
-    with pytest.raises(SparkInteropError, match=r"view 'PCOLLECTION' is windowed "
-                       r'\(FixedWindows\); Spark SQL runs over the global window'):
+    with pytest.raises(
+        SparkInteropError,
+        match=r"view 'PCOLLECTION' is windowed "
+        r'\(FixedWindows\); Spark SQL runs over the global window',
+    ):
         windowed | SparkSql('SELECT * FROM PCOLLECTION', spark=spark)
 
 
@@ -124,8 +136,7 @@ def test_windowed_sql_input_is_rejected(spark, pipeline):
 def test_case_on_debug_engine(spark, tmp_path, name):
     """The same cases on the debug engine: Spark's part on the session, the
     Beam stages in the driver."""
-    cases.CASES[name](spark, InProcessSparkRunner(spark=spark, debug=True),
-                      str(tmp_path))
+    cases.CASES[name](spark, InProcessSparkRunner(spark=spark, debug=True), str(tmp_path))
 
 
 @pytest.mark.parametrize('name', sorted(cases.CASES))
@@ -133,12 +144,14 @@ def test_case_on_fnapi_runner(spark, tmp_path, name):
     """The same cases on Beam's FnApiRunner: the transforms expand to Beam
     transforms calling the session (``transforms.local``)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     cases.CASES[name](spark, FnApiRunner(), str(tmp_path))
 
 
 @pytest.mark.parametrize('name', ['read_query_and_dataframe', 'sql_join_keeps_metrics'])
 def test_case_on_direct_runner(spark, tmp_path, name):
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
     cases.CASES[name](spark, BundleBasedDirectRunner(), str(tmp_path))
 
 
@@ -146,6 +159,7 @@ def test_other_runners_expand_to_beam_transforms(spark):
     """Off InProcessSparkRunner no runner-native URN reaches the proto."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from beam_spark_inproc.planning.native import NATIVE_URNS
+
     p = beam.Pipeline(runner=FnApiRunner())
     p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
     _rows(p) | WriteToSpark(path='/tmp/never-run', spark=spark)
@@ -159,15 +173,20 @@ def test_out_of_process_runners_fail_at_construction(spark, runner):
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.runners.portability.portable_runner import PortableRunner
+
     if runner == 'PortableRunner':
         p = beam.Pipeline(runner=PortableRunner())
     else:
-        p = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(
-            direct_running_mode='multi_processing'))
+        p = beam.Pipeline(
+            runner=FnApiRunner(), options=PipelineOptions(direct_running_mode='multi_processing')
+        )
     name = runner.split()[0]
-    with pytest.raises(SparkInteropError, match=rf'runs on beam_spark_inproc.'
-                       rf'InProcessSparkRunner, or through a local SparkSession.*'
-                       rf'runner is \w*{name}'):
+    with pytest.raises(
+        SparkInteropError,
+        match=rf'runs on beam_spark_inproc.'
+        rf'InProcessSparkRunner, or through a local SparkSession.*'
+        rf'runner is \w*{name}',
+    ):
         p | ReadFromSpark(query='SELECT 1 AS id', spark=spark)
     with pytest.raises(SparkInteropError, match=rf'runner is \w*{name}'):
         _rows(p) | WriteToSpark(path='/tmp/x', spark=spark)
@@ -181,14 +200,14 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
     stage's rows."""
     from beam_spark_inproc.planning import plan as plan_
     from beam_spark_inproc.planning.planner import plan_pipeline
+
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark))
     alone = p | 'Alone' >> ReadFromSpark(query='SELECT 1 AS id', spark=spark)
     alone | 'Use' >> beam.Map(lambda r: r.id)
     shared = p | 'Shared' >> ReadFromSpark(query='SELECT 2 AS id', spark=spark)
     shared | 'One' >> beam.Map(lambda r: r.id)
     shared | 'Two' >> beam.Map(lambda r: r.id)
-    queried = shared | 'Sql' >> SparkSql('SELECT id + 1 AS id FROM PCOLLECTION',
-                                         spark=spark)
+    queried = shared | 'Sql' >> SparkSql('SELECT id + 1 AS id FROM PCOLLECTION', spark=spark)
     queried | 'UseSql' >> beam.Map(lambda r: r.id)
     stages = plan_pipeline(p.to_runner_api()).stages
     by_label = {label: s for s in stages for label in s.labels}
@@ -200,8 +219,9 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
     assert by_label['Shared'].outputs[0].layout == plan_.CHUNKS
     assert {by_label['One'].input_mode, by_label['Two'].input_mode} == {plan_.PLAIN}
     from beam_spark_inproc.planning.describe import describe
+
     text = describe(plan_pipeline(p.to_runner_api()))
-    assert "Spark (beam-spark-inproc:spark-read:v1)" in text
+    assert 'Spark (beam-spark-inproc:spark-read:v1)' in text
     assert "the source's Arrow batches, rows made in this stage" in text
 
 
@@ -225,7 +245,8 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
     monkeypatch.setattr(ArrowRows, 'data_rows', no_rows)
     n = 6000
     source = spark.range(0, n, 1, 1).selectExpr(
-        'id', "concat('k', cast(id % 3 as string)) AS key")  # one partition
+        'id', "concat('k', cast(id % 3 as string)) AS key"
+    )  # one partition
     sizes = beam.metrics.Metrics.distribution('interop', 'batch_rows')
 
     class Sizes(beam.DoFn):
@@ -241,28 +262,35 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
     Sizes.process_batch.__annotations__ = {'batch': pa.Table, 'return': Iterator[int]}
     Either.process.__annotations__ = {'return': Iterator[int]}
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
-    total = (p | 'Arrow' >> ReadFromSpark(dataframe=source) | beam.ParDo(Sizes())
-             | beam.CombineGlobally(sum))
+    total = (
+        p
+        | 'Arrow' >> ReadFromSpark(dataframe=source)
+        | beam.ParDo(Sizes())
+        | beam.CombineGlobally(sum)
+    )
     assert_that(total, equal_to([n]))
-    either = (p | 'Either' >> ReadFromSpark(dataframe=source)
-              | 'Either sizes' >> beam.ParDo(Either())
-              | 'Either total' >> beam.CombineGlobally(sum))
+    either = (
+        p
+        | 'Either' >> ReadFromSpark(dataframe=source)
+        | 'Either sizes' >> beam.ParDo(Either())
+        | 'Either total' >> beam.CombineGlobally(sum)
+    )
     assert_that(either, equal_to([n]), label='either')
     frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
-    counts = to_pcollection(frame.groupby('key').size().to_frame('n'),
-                            include_indexes=True)
-    assert_that(counts | beam.Map(lambda r: (r.key, int(r.n))),
-                equal_to([(f'k{i}', n // 3) for i in range(3)]), label='frame')
+    counts = to_pcollection(frame.groupby('key').size().to_frame('n'), include_indexes=True)
+    assert_that(
+        counts | beam.Map(lambda r: (r.key, int(r.n))),
+        equal_to([(f'k{i}', n // 3) for i in range(3)]),
+        label='frame',
+    )
     result = p.run()
     result.wait_until_finish()
-    dists = result.metrics().query(
-        MetricsFilter().with_name('batch_rows'))['distributions']
+    dists = result.metrics().query(MetricsFilter().with_name('batch_rows'))['distributions']
     assert [(d.committed.count, d.committed.max) for d in dists] == [(1, n)] * 2, dists
 
 
 @pytest.mark.parametrize('reader', ['spark', 'files'])
-def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path,
-                                                           monkeypatch, reader):
+def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path, monkeypatch, reader):
     """A batched DoFn after a ReadFromSpark sees large batches: Spark's
     10,000-row Arrow batches of a task joined, or a Parquet file's row group
     whole (the pyarrow path), up to ``batches.MAX_ROWS``; over the cap, Spark's
@@ -280,7 +308,8 @@ def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path,
 
     n = 25_000
     source = spark.range(0, n, 1, 1).selectExpr(
-        'id', "concat('k', cast(id % 3 as string)) AS key")  # one partition
+        'id', "concat('k', cast(id % 3 as string)) AS key"
+    )  # one partition
     if reader == 'files':  # one file, one row group
         source.write.parquet(str(tmp_path / 'one'))
         source = spark.read.parquet(str(tmp_path / 'one'))
@@ -291,21 +320,24 @@ def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path,
         def process_batch(self, batch):
             yield batch.num_rows, sum(batch.column('id').to_pylist())
 
-    Sizes.process_batch.__annotations__ = {
-        'batch': pa.Table, 'return': Iterator[tuple[int, int]]}
+    Sizes.process_batch.__annotations__ = {'batch': pa.Table, 'return': Iterator[tuple[int, int]]}
 
     def run(expected_sizes):
         p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
         sizes = p | 'Arrow' >> ReadFromSpark(dataframe=source) | beam.ParDo(Sizes())
         assert_that(sizes | beam.Map(lambda s: s[0]), equal_to(expected_sizes))
-        assert_that(sizes | beam.Map(lambda s: s[1]) | beam.CombineGlobally(sum),
-                    equal_to([n * (n - 1) // 2]), label='ids')
+        assert_that(
+            sizes | beam.Map(lambda s: s[1]) | beam.CombineGlobally(sum),
+            equal_to([n * (n - 1) // 2]),
+            label='ids',
+        )
         frame = to_dataframe(p | 'Frame' >> ReadFromSpark(dataframe=source))
-        counts = to_pcollection(frame.groupby('key').size().to_frame('n'),
-                                include_indexes=True)
-        assert_that(counts | beam.Map(lambda r: (r.key, int(r.n))),
-                    equal_to([(f'k{i}', len(range(i, n, 3))) for i in range(3)]),
-                    label='frame')
+        counts = to_pcollection(frame.groupby('key').size().to_frame('n'), include_indexes=True)
+        assert_that(
+            counts | beam.Map(lambda r: (r.key, int(r.n))),
+            equal_to([(f'k{i}', len(range(i, n, 3))) for i in range(3)]),
+            label='frame',
+        )
         p.run().wait_until_finish()
 
     if reader == 'spark':
@@ -330,8 +362,7 @@ def test_sql_over_a_read_uses_the_reads_dataframe(spark, monkeypatch):
     from apache_beam.testing.util import equal_to
     from beam_spark_inproc.transforms import convert
 
-    source = spark.range(0, 50, 1, 2).selectExpr(
-        'id', "concat('k', cast(id % 3 as string)) AS key")
+    source = spark.range(0, 50, 1, 2).selectExpr('id', "concat('k', cast(id % 3 as string)) AS key")
     expected = [(f'k{i}', len(range(i, 50, 3))) for i in range(3)]
     query = 'SELECT key, count(*) AS n FROM PCOLLECTION GROUP BY key'
     original = convert.ToArrow.__call__
@@ -341,8 +372,9 @@ def test_sql_over_a_read_uses_the_reads_dataframe(spark, monkeypatch):
 
     monkeypatch.setattr(convert.ToArrow, '__call__', no_arrow)
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
-        counts = (p | ReadFromSpark(dataframe=source) | SparkSql(query)
-                  | beam.Map(lambda r: (r.key, r.n)))
+        counts = (
+            p | ReadFromSpark(dataframe=source) | SparkSql(query) | beam.Map(lambda r: (r.key, r.n))
+        )
         assert_that(counts, equal_to(expected))
     crossed = []
 
@@ -353,9 +385,11 @@ def test_sql_over_a_read_uses_the_reads_dataframe(spark, monkeypatch):
     monkeypatch.setattr(convert.ToArrow, '__call__', counted)
     tiny = source.selectExpr('cast(id AS tinyint) AS id', 'key')
     with beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True)) as p:
-        typed = (p | ReadFromSpark(dataframe=tiny)
-                 | SparkSql("SELECT typeof(id) AS t, count(*) AS n FROM PCOLLECTION "
-                            "GROUP BY typeof(id)")
-                 | beam.Map(lambda r: (r.t, r.n)))
+        typed = (
+            p
+            | ReadFromSpark(dataframe=tiny)
+            | SparkSql('SELECT typeof(id) AS t, count(*) AS n FROM PCOLLECTION GROUP BY typeof(id)')
+            | beam.Map(lambda r: (r.t, r.n))
+        )
         assert_that(typed, equal_to([('smallint', 50)]))
     assert crossed

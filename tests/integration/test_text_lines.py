@@ -4,6 +4,7 @@ empty lines, no final newline, multi-byte UTF-8, several files, cut by the
 initial split (small data on) or read whole from Spark's rows (small data
 off); sources other than Beam's default text source keep
 Beam's reader."""
+
 from __future__ import annotations
 
 import random
@@ -24,12 +25,22 @@ OFF = {'spark_small_data_kb': 0}
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp('text_lines')
     rng = random.Random(3)
-    pieces = [b'ab', b'c d', b'\n', b'\r\n', b'\r', b'\n\n',
-              'é'.encode(), '日本語'.encode(), '€'.encode(), b'x' * 40]
-    (folder / 'a.txt').write_bytes(
-        b''.join(rng.choice(pieces) for _ in range(4000)) + b'\n')
+    pieces = [
+        b'ab',
+        b'c d',
+        b'\n',
+        b'\r\n',
+        b'\r',
+        b'\n\n',
+        'é'.encode(),
+        '日本語'.encode(),
+        '€'.encode(),
+        b'x' * 40,
+    ]
+    (folder / 'a.txt').write_bytes(b''.join(rng.choice(pieces) for _ in range(4000)) + b'\n')
     (folder / 'b.txt').write_bytes(  # no final newline
-        b''.join(rng.choice(pieces) for _ in range(3000)) + b'end')
+        b''.join(rng.choice(pieces) for _ in range(3000)) + b'end'
+    )
     (folder / 'c.txt').write_bytes(b'')
     return folder
 
@@ -43,6 +54,7 @@ def reads(monkeypatch):
     def spy(*args):
         calls.append(args[1])
         return read_lines(*args)
+
     monkeypatch.setattr(text_lines, 'read_lines', spy)
     return calls
 
@@ -51,13 +63,17 @@ def reads(monkeypatch):
 def no_clock(monkeypatch):
     """Stages leave the driver by size only (see test_initial_split.py)."""
     from beam_spark_inproc.execution import small
+
     monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
 
 
 def _count(pattern, **kwargs):
-    return lambda p: (p | beam.io.ReadFromText(str(pattern), **kwargs)
-                      | beam.combiners.Count.PerElement()
-                      | beam.MapTuple(lambda line, n: f'{line!r} {n}'))
+    return lambda p: (
+        p
+        | beam.io.ReadFromText(str(pattern), **kwargs)
+        | beam.combiners.Count.PerElement()
+        | beam.MapTuple(lambda line, n: f'{line!r} {n}')
+    )
 
 
 def _expected(build, tmp_path):
@@ -67,13 +83,16 @@ def _expected(build, tmp_path):
 @pytest.mark.parametrize('small', [True, False], ids=['small', 'spark_rows'])
 @pytest.mark.parametrize('backend', ['debug', 'spark'])
 def test_fnapi_runners_lines(backend, small, files, reads, tmp_path, request):
-    runner = (InProcessSparkRunner(debug=True) if backend == 'debug' else
-              InProcessSparkRunner(spark=request.getfixturevalue('spark')))
+    runner = (
+        InProcessSparkRunner(debug=True)
+        if backend == 'debug'
+        else InProcessSparkRunner(spark=request.getfixturevalue('spark'))
+    )
     build = _count(files / '*.txt')
     got = run_on(runner, build, tmp_path / 'runner', SMALL if small else OFF)
     assert sorted(got) == _expected(build, tmp_path)
     assert len(got) > 100
-    if backend == 'debug':   # a.txt and b.txt, cut in two each (small) or not
+    if backend == 'debug':  # a.txt and b.txt, cut in two each (small) or not
         assert len(reads) >= 2
 
 

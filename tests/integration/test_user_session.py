@@ -1,5 +1,6 @@
 """A user's own SparkSession: the runner's runtime SQL settings for its queries,
 the user's values back afterwards (Spark Connect: test_spark_connect.py)."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -54,6 +55,7 @@ def test_settings_named_in_spark_conf_are_left_alone(spark, monkeypatch):
     spark.conf.set(key, '555')
     seen = []
     from beam_spark_inproc.spark.engine import SparkEngine
+
     collect = SparkEngine.collect
 
     def spying(self, data, elements=True, started=None):
@@ -64,8 +66,7 @@ def test_settings_named_in_spark_conf_are_left_alone(spark, monkeypatch):
     # Spark's collect is under test: on Spark, not in the driver (``execution.small``).
     options = PipelineOptions([f'--spark_conf={key}=555', '--spark_small_data_kb=0'])
     try:
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                           options=options) as p:
+        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options) as p:
             p | beam.Create([1, 2]) | beam.Map(lambda x: x)
         assert seen and set(seen) == {'555'}
     finally:
@@ -80,6 +81,7 @@ def _shuffle_partitions_seen(spark, monkeypatch, args=()) -> list:
     key = 'spark.sql.shuffle.partitions'
     seen = []
     from beam_spark_inproc.spark.engine import SparkEngine
+
     collect = SparkEngine.collect
 
     def spying(self, data, elements=True, started=None):
@@ -87,11 +89,16 @@ def _shuffle_partitions_seen(spark, monkeypatch, args=()) -> list:
         return collect(self, data, elements, started)
 
     monkeypatch.setattr(SparkEngine, 'collect', spying)
-    with beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                       options=PipelineOptions(['--spark_small_data_kb=0',
-                                                *args])) as p:
-        _ = (p | beam.Create([('a', 1), ('b', 2), ('a', 3)]) | beam.GroupByKey()
-             | beam.MapTuple(lambda k, vs: (k, sum(vs))))
+    with beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark),
+        options=PipelineOptions(['--spark_small_data_kb=0', *args]),
+    ) as p:
+        _ = (
+            p
+            | beam.Create([('a', 1), ('b', 2), ('a', 3)])
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: (k, sum(vs)))
+        )
     return seen
 
 
@@ -108,7 +115,8 @@ def unset_shuffle_partitions(spark):
 
 
 def test_unset_shuffle_partitions_are_the_runs_parallelism(
-        spark, monkeypatch, unset_shuffle_partitions):
+    spark, monkeypatch, unset_shuffle_partitions
+):
     # Spark's default (200) would stay for native stages with adaptive
     # execution off; the run uses its own parallelism, then unsets it again.
     key = unset_shuffle_partitions
@@ -117,8 +125,7 @@ def test_unset_shuffle_partitions_are_the_runs_parallelism(
     assert spark.conf.get(key, None) is None
 
 
-def test_shuffle_partitions_the_user_set_are_kept(
-        spark, monkeypatch, unset_shuffle_partitions):
+def test_shuffle_partitions_the_user_set_are_kept(spark, monkeypatch, unset_shuffle_partitions):
     key = unset_shuffle_partitions
     spark.conf.set(key, '7')
     seen = _shuffle_partitions_seen(spark, monkeypatch, ['--spark_parallelism=3'])
@@ -127,7 +134,8 @@ def test_shuffle_partitions_the_user_set_are_kept(
 
 
 def test_shuffle_partitions_left_alone_with_adaptive_execution_kept(
-        spark, monkeypatch, unset_shuffle_partitions):
+    spark, monkeypatch, unset_shuffle_partitions
+):
     # The user's session has adaptive execution on and --spark_conf keeps it
     # for the run: it coalesces Spark's 200 partitions itself.
     key, adaptive = unset_shuffle_partitions, 'spark.sql.adaptive.enabled'
@@ -135,8 +143,8 @@ def test_shuffle_partitions_left_alone_with_adaptive_execution_kept(
     spark.conf.set(adaptive, 'true')
     try:
         seen = _shuffle_partitions_seen(
-            spark, monkeypatch,
-            ['--spark_parallelism=3', f'--spark_conf={adaptive}=true'])
+            spark, monkeypatch, ['--spark_parallelism=3', f'--spark_conf={adaptive}=true']
+        )
     finally:
         if before is None:
             spark.conf.unset(adaptive)

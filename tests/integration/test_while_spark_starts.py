@@ -7,6 +7,7 @@ computed by hand, whichever way the race goes.
 The session's start is simulated on the test run's shared session
 (``_SlowStart``: ready only a number of checks after ``start``), so that
 each case decides when Spark becomes ready."""
+
 from __future__ import annotations
 
 import collections
@@ -79,8 +80,7 @@ def slow_start(spark, monkeypatch):
         except BaseException:
             self.runs.append((task.stage.input_mode, 'dropped'))
             raise
-        self.runs.append((task.stage.input_mode,
-                          'whole' if rest is None else 'split'))
+        self.runs.append((task.stage.input_mode, 'whole' if rest is None else 'split'))
         return result, rest
 
     monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
@@ -89,12 +89,11 @@ def slow_start(spark, monkeypatch):
 
     def run(build, checks):
         start = _SlowStart(spark, checks)
-        monkeypatch.setattr(spark_session, 'lazy_local_session',
-                            lambda *args: start)
-        with beam.Pipeline(runner=InProcessSparkRunner(),
-                           argv=['--spark_master=local[2]']) as p:
+        monkeypatch.setattr(spark_session, 'lazy_local_session', lambda *args: start)
+        with beam.Pipeline(runner=InProcessSparkRunner(), argv=['--spark_master=local[2]']) as p:
             build(p)
         return start, made['engine']
+
     return run
 
 
@@ -109,9 +108,14 @@ def _lines(tmp_path, n: int):
 
 def _word_count(path, expected):
     def build(p):
-        counts = (p | beam.io.ReadFromText(path) | beam.FlatMap(str.split)
-                  | beam.combiners.Count.PerElement())
+        counts = (
+            p
+            | beam.io.ReadFromText(path)
+            | beam.FlatMap(str.split)
+            | beam.combiners.Count.PerElement()
+        )
         assert_that(counts, equal_to(list(expected.items())))
+
     return build
 
 
@@ -123,7 +127,8 @@ def test_a_tiny_read_stays_in_the_driver_and_starts_nothing(slow_start, tmp_path
 
 
 def test_a_read_begun_in_the_driver_hands_the_rest_to_spark_once_ready(
-        slow_start, tmp_path, monkeypatch):
+    slow_start, tmp_path, monkeypatch
+):
     # Past the limits after a few pieces; ready a few pieces after that; the
     # rest worth a hand-over however little of it there is.
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
@@ -135,7 +140,8 @@ def test_a_read_begun_in_the_driver_hands_the_rest_to_spark_once_ready(
 
 
 def test_a_read_the_driver_would_soon_finish_ends_there_once_ready(
-        slow_start, tmp_path, monkeypatch):
+    slow_start, tmp_path, monkeypatch
+):
     """The same read, Spark ready as early, but the rest of it would take
     the driver less than ``HANDOVER_SECONDS``: it ends in the driver."""
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
@@ -146,7 +152,8 @@ def test_a_read_the_driver_would_soon_finish_ends_there_once_ready(
 
 
 def test_a_read_finished_before_spark_is_ready_never_waits_for_it(
-        slow_start, tmp_path, monkeypatch):
+    slow_start, tmp_path, monkeypatch
+):
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
     path, expected = _lines(tmp_path, 40_000)
     start, engine = slow_start(_word_count(path, expected), checks=None)
@@ -171,9 +178,15 @@ def test_a_grouped_stage_begun_cold_ends_in_the_driver(slow_start, monkeypatch):
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
 
     def build(p):
-        sums = (p | beam.Create([(k, k) for k in range(30)]) | beam.GroupByKey()
-                | beam.FlatMap(_ready_at_key_5) | beam.CombineGlobally(sum))
+        sums = (
+            p
+            | beam.Create([(k, k) for k in range(30)])
+            | beam.GroupByKey()
+            | beam.FlatMap(_ready_at_key_5)
+            | beam.CombineGlobally(sum)
+        )
         assert_that(sums, equal_to([sum(range(30_000))]))
+
     start, engine = slow_start(build, checks=None)
     assert start.started and _READY_NOW['flag']
     grouped = [outcome for mode, outcome in engine.runs if mode == 'grouped']
@@ -186,28 +199,28 @@ def test_runs_of_one_process_share_the_session_start(spark, monkeypatch, tmp_pat
     the session the first one started (``lazy_local_session``), made once
     and warmed up once, and runs on it; results as computed by hand."""
     from pyspark.sql import SparkSession
+
     monkeypatch.setattr(spark_session, '_SHARED', None)
     # As in a new process: no session is active before the first run.
-    monkeypatch.setattr(SparkSession, 'getActiveSession',
-                        classmethod(lambda cls: None))
+    monkeypatch.setattr(SparkSession, 'getActiveSession', classmethod(lambda cls: None))
     made, warmed = [], []
-    monkeypatch.setattr(InProcessSparkRunner, 'session',
-                        lambda self, options=None: made.append(1) or spark)
+    monkeypatch.setattr(
+        InProcessSparkRunner, 'session', lambda self, options=None: made.append(1) or spark
+    )
     warm_up = spark_session.warm_up
-    monkeypatch.setattr(spark_session, 'warm_up',
-                        lambda *args: warmed.append(1) or warm_up(*args))
+    monkeypatch.setattr(spark_session, 'warm_up', lambda *args: warmed.append(1) or warm_up(*args))
     engines = []
     original = small.SmallDataEngine.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         engines.append(self)
+
     monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
     monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)  # the read starts it
     path, expected = _lines(tmp_path, 2_000)
     for _ in range(2):
-        with beam.Pipeline(runner=InProcessSparkRunner(),
-                           argv=['--spark_master=local[2]']) as p:
+        with beam.Pipeline(runner=InProcessSparkRunner(), argv=['--spark_master=local[2]']) as p:
             _word_count(path, expected)(p)
         engines[-1]._spark_start.get()  # its start ends (and the warm-up)
         while not engines[-1]._spark_start.ready:
@@ -223,9 +236,9 @@ def test_a_stopped_session_is_started_anew(monkeypatch):
     class Session:
         def __init__(self):
             self._sc = type('Context', (), {'_jsc': object()})()
+
     monkeypatch.setattr(spark_session, '_SHARED', None)
-    monkeypatch.setattr(SparkSession, 'getActiveSession',
-                        classmethod(lambda cls: None))
+    monkeypatch.setattr(SparkSession, 'getActiveSession', classmethod(lambda cls: None))
     first = spark_session.lazy_local_session(Session, 'local[2]', None)
     made = first.get()  # a stage of its run needed Spark
     assert first.ready

@@ -6,6 +6,7 @@ bundles sample at the runner's state-sampler period
 The unit tests (``tests/unit/test_gc_epochs.py``) check the policy; this checks
 that a real worker is recognized as one forked by PySpark's daemon.
 """
+
 from __future__ import annotations
 
 import gc
@@ -22,19 +23,21 @@ from tests.integration.outputs import run_to_lines
 
 class _Probe(beam.DoFn):
     def process(self, element):
-        yield (element, gc_epochs.forked_by_pyspark_daemon(),
-               gc.get_freeze_count() > 0,
-               statesampler.get_current_tracker().sampling_period_ms)
+        yield (
+            element,
+            gc_epochs.forked_by_pyspark_daemon(),
+            gc.get_freeze_count() > 0,
+            statesampler.get_current_tracker().sampling_period_ms,
+        )
 
 
 def test_workers_freeze_and_sample_at_the_runners_period(spark, tmp_path):
     lines = run_to_lines(
         InProcessSparkRunner(spark=spark),
-        lambda p: (p | beam.Create(range(4)) | beam.Reshuffle()
-                   | beam.ParDo(_Probe())),
+        lambda p: p | beam.Create(range(4)) | beam.Reshuffle() | beam.ParDo(_Probe()),
         str(tmp_path / 'out'),
         # Spark's Python workers are under test: every stage on Spark, none
         # of these small stages in the driver (``execution.small``).
-        PipelineOptions(['--spark_small_data_kb=0']))
-    assert lines == [repr((i, True, True, processors.SAMPLING_MS))
-                     for i in range(4)]
+        PipelineOptions(['--spark_small_data_kb=0']),
+    )
+    assert lines == [repr((i, True, True, processors.SAMPLING_MS)) for i in range(4)]

@@ -25,6 +25,7 @@ points it at a local folder and makes that function create the file it names,
 so the names written (a log file per window, shard and pane, an index per
 window) are the query's output.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -63,16 +64,24 @@ METADATA = {
 def describe(value) -> str:
     if isinstance(value, dict):
         return json.dumps(
-            {k: repr(v) if not isinstance(v, (int, float, str, bool)) else v
-             for k, v in value.items()}, sort_keys=True)
+            {
+                k: repr(v) if not isinstance(v, (int, float, str, bool)) else v
+                for k, v in value.items()
+            },
+            sort_keys=True,
+        )
     return repr(value)
 
 
 class Describe(beam.DoFn):
-    def process(self, element, w=beam.DoFn.WindowParam,
-                ts=beam.DoFn.TimestampParam, pane=beam.DoFn.PaneInfoParam):
-        yield '%s @ %s %s %s' % (describe(element), describe_window(w), ts,
-                                 describe_pane(pane))
+    def process(
+        self,
+        element,
+        w=beam.DoFn.WindowParam,
+        ts=beam.DoFn.TimestampParam,
+        pane=beam.DoFn.PaneInfoParam,
+    ):
+        yield '%s @ %s %s %s' % (describe(element), describe_window(w), ts, describe_pane(pane))
 
 
 def describe_window(w) -> str:
@@ -83,34 +92,59 @@ def describe_window(w) -> str:
 
 def describe_pane(pane) -> str:
     return 'pane(first=%s last=%s %s index=%d)' % (
-        pane.is_first, pane.is_last, pane.timing, pane.index)
+        pane.is_first,
+        pane.is_last,
+        pane.timing,
+        pane.index,
+    )
 
 
 def load(query: int):
     return importlib.import_module(
-        'apache_beam.testing.benchmarks.nexmark.queries.query%d' % query).load
+        'apache_beam.testing.benchmarks.nexmark.queries.query%d' % query
+    ).load
 
 
 def _query(query: int, read, p):
-    return (load(query)(read, METADATA, p.options)
-            | 'Describe' >> beam.ParDo(Describe())
-            | 'Rewindow' >> beam.WindowInto(window.GlobalWindows()))
+    return (
+        load(query)(read, METADATA, p.options)
+        | 'Describe' >> beam.ParDo(Describe())
+        | 'Rewindow' >> beam.WindowInto(window.GlobalWindows())
+    )
 
 
 def pipeline(query: int, num_events: int):
     """build(p) -> PCollection of result lines, for ``run_on``."""
+
     def build(p):
         return _query(query, p | 'Events' >> ReadEvents(num_events), p)
+
     return build
 
 
-def streaming_pipeline(query: int, num_events: int, events_per_second: float,
-                       period: float = 0.05, max_per_call: int = 50_000):
+def streaming_pipeline(
+    query: int,
+    num_events: int,
+    events_per_second: float,
+    period: float = 0.05,
+    max_per_call: int = 50_000,
+):
     """build(p) reading the events from the paced, unbounded ReadEvents."""
+
     def build(p):
-        return _query(query, p | 'Events' >> ReadEvents(
-            num_events, events_per_second=events_per_second, period=period,
-            max_per_call=max_per_call), p)
+        return _query(
+            query,
+            p
+            | 'Events'
+            >> ReadEvents(
+                num_events,
+                events_per_second=events_per_second,
+                period=period,
+                max_per_call=max_per_call,
+            ),
+            p,
+        )
+
     return build
 
 
@@ -121,6 +155,7 @@ def test_stream_pipeline(query: int, num_events: int, per_step: int):
 
     def build(p):
         return _query(query, p | 'Events' >> test_stream(events, per_step), p)
+
     return build
 
 
@@ -133,9 +168,8 @@ def test_stream(events: list, per_step: int) -> TestStream:
     ReadEvents does), then to +inf."""
     stream = TestStream()
     for start in range(0, len(events), per_step):
-        chunk = events[start:start + per_step]
-        stream = stream.add_elements(
-            [window.TimestampedValue(e, e.date_time) for e in chunk])
+        chunk = events[start : start + per_step]
+        stream = stream.add_elements([window.TimestampedValue(e, e.date_time) for e in chunk])
         stream = stream.advance_watermark_to(chunk[-1].date_time)
     return stream.advance_watermark_to_infinity()
 
@@ -166,20 +200,22 @@ class _WriteEventFiles(query10.WriteEventDoFn):
     def __init__(self, folder: str):
         self._folder = folder
 
-    def process(self, element, pipeline_options,
-                window=beam.DoFn.WindowParam,
-                pane_info=beam.DoFn.PaneInfoParam):
+    def process(
+        self,
+        element,
+        pipeline_options,
+        window=beam.DoFn.WindowParam,
+        pane_info=beam.DoFn.PaneInfoParam,
+    ):
         with _query10_writing_to(self._folder):
-            yield from super().process(element, pipeline_options, window,
-                                       pane_info)
+            yield from super().process(element, pipeline_options, window, pane_info)
 
 
 class _WriteIndexFiles(query10.WriteIndexDoFn):
     def __init__(self, folder: str):
         self._folder = folder
 
-    def process(self, element, pipeline_options,
-                window=beam.DoFn.WindowParam):
+    def process(self, element, pipeline_options, window=beam.DoFn.WindowParam):
         with _query10_writing_to(self._folder):
             result = super().process(element, pipeline_options, window)
             yield from result or ()
@@ -223,8 +259,7 @@ class _Lines(beam.DoFn):
         # Whole files only for a reader polling the folder meanwhile.
         with open(os.path.join(self._folder, '.' + name), 'w') as f:
             f.write('\n'.join(self._lines))
-        os.rename(os.path.join(self._folder, '.' + name),
-                  os.path.join(self._folder, name))
+        os.rename(os.path.join(self._folder, '.' + name), os.path.join(self._folder, name))
         self._lines = []
 
 

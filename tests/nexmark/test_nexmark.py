@@ -10,6 +10,7 @@ computed here in plain Python from the queries' definitions. Query 6 runs with
 its CombineFn's ``add_input`` fixed (``MovingMeanSellingPrice``: Beam's negates a
 Timestamp and fails on any runner).
 """
+
 from __future__ import annotations
 
 import collections
@@ -50,6 +51,7 @@ def test_query_equals_fn_api_runner(query, tmp_path):
 
 def test_query10_writes_the_files_fn_api_runner_writes(tmp_path):
     from tests.nexmark.test_nexmark_streaming import _written
+
     written = {}
     for name, runner in (('runner', _debug()), ('fnapi', FnApiRunner())):
         folder = tmp_path / (name + '-files')
@@ -93,8 +95,11 @@ def winning() -> list[auction_bid.AuctionBid]:
             continue
         best = None
         for b in bids[a.id]:
-            if b.date_time < a.expires and b.price >= a.reserve and (
-                    best is None or winning_bids.JoinAuctionBidFn.higher_bid(b, best)):
+            if (
+                b.date_time < a.expires
+                and b.price >= a.reserve
+                and (best is None or winning_bids.JoinAuctionBidFn.higher_bid(b, best))
+            ):
                 best = b
         if best is not None:
             result.append(auction_bid.AuctionBid(a, best))
@@ -107,25 +112,34 @@ def _window(start, end) -> str:
 
 def expected_query9() -> list[str]:
     # Output in the auction's window, at its end (get_transformed_output_time).
-    return sorted('%s @ %s %s' % (
-        queries.describe(ab), _window(ab.auction.date_time, ab.auction.expires),
-        _at_end(ab.auction.expires)) for ab in winning())
+    return sorted(
+        '%s @ %s %s'
+        % (
+            queries.describe(ab),
+            _window(ab.auction.date_time, ab.auction.expires),
+            _at_end(ab.auction.expires),
+        )
+        for ab in winning()
+    )
 
 
 def expected_query4() -> list[str]:
-    size, period = (queries.METADATA['window_size_sec'],
-                    queries.METADATA['window_period_sec'])
+    size, period = (queries.METADATA['window_size_sec'], queries.METADATA['window_period_sec'])
     prices = collections.defaultdict(list)
     for ab in winning():
         ts = ab.auction.expires - Duration(micros=1)
         last = ts.micros // (period * 10**6) * period
         for start in range(last, last - size, -period):
             prices[(ab.auction.category, start)].append(ab.bid.price)
-    return sorted('%s @ %s %s' % (
-        queries.describe({'category': c, 'price': sum(ps) / len(ps),
-                          'is_last': False}),
-        _window(_ts(start), _ts(start + size)), _at_end(_ts(start + size)))
-        for (c, start), ps in prices.items())
+    return sorted(
+        '%s @ %s %s'
+        % (
+            queries.describe({'category': c, 'price': sum(ps) / len(ps), 'is_last': False}),
+            _window(_ts(start), _ts(start + size)),
+            _at_end(_ts(start + size)),
+        )
+        for (c, start), ps in prices.items()
+    )
 
 
 def _ts(seconds) -> Timestamp:
@@ -139,10 +153,8 @@ def _at_end(end: Timestamp) -> Timestamp:
 
 
 def expected_query12() -> list[str]:
-    counts = collections.Counter(
-        e.bidder for e in EVENTS if type(e).__name__ == 'Bid')
-    return sorted(queries.describe({'bidder_id': b, 'bid_count': n})
-                  for b, n in counts.items())
+    counts = collections.Counter(e.bidder for e in EVENTS if type(e).__name__ == 'Bid')
+    return sorted(queries.describe({'bidder_id': b, 'bid_count': n}) for b, n in counts.items())
 
 
 def expected_query6() -> list[str]:
@@ -153,11 +165,12 @@ def expected_query6() -> list[str]:
         bids[ab.auction.seller].append(ab.bid)
     lines = []
     for seller, seller_bids in bids.items():
-        recent = sorted(seller_bids, key=lambda b: (b.date_time, b.price),
-                        reverse=True)[:10]
-        lines.append(queries.describe({
-            'seller': seller,
-            'price': int(sum(b.price for b in recent) / len(recent))}))
+        recent = sorted(seller_bids, key=lambda b: (b.date_time, b.price), reverse=True)[:10]
+        lines.append(
+            queries.describe(
+                {'seller': seller, 'price': int(sum(b.price for b in recent) / len(recent))}
+            )
+        )
     return sorted(lines)
 
 
@@ -168,9 +181,8 @@ class MovingMeanSellingPrice(query6.MovingMeanSellingPriceFn):
 
     def add_input(self, accumulator, element):
         accumulator.append(element)
-        newest = sorted(accumulator, key=lambda bid: (bid.date_time, bid.price),
-                        reverse=True)
-        return newest[:self.max_num_bids]
+        newest = sorted(accumulator, key=lambda bid: (bid.date_time, bid.price), reverse=True)
+        return newest[: self.max_num_bids]
 
 
 def _without_pane(lines):
@@ -181,9 +193,12 @@ def _values(lines):
     return sorted(line.split(' @ ', 1)[0] for line in lines)
 
 
-HAND = {4: (expected_query4, _without_pane), 9: (expected_query9, _without_pane),
-        6: (expected_query6, _values),
-        12: (expected_query12, _values)}
+HAND = {
+    4: (expected_query4, _without_pane),
+    9: (expected_query9, _without_pane),
+    6: (expected_query6, _values),
+    12: (expected_query12, _values),
+}
 
 
 @pytest.mark.parametrize('query', [4, 6, 9, 12])
@@ -197,6 +212,5 @@ def test_query_equals_hand_reference(query, tmp_path, monkeypatch):
 @pytest.mark.parametrize('query', [4, 12])
 def test_query_on_spark(query, tmp_path, spark):
     expected, view = HAND[query]
-    lines = run_on(InProcessSparkRunner(spark=spark),
-                   queries.pipeline(query, N), tmp_path)
+    lines = run_on(InProcessSparkRunner(spark=spark), queries.pipeline(query, N), tmp_path)
     assert view(lines) == expected() and lines

@@ -32,6 +32,7 @@ written by Spark's workers), 11 (early firings, vs the DirectRunner). 3, 6
 and 12 on Spark are run by ``tests/benchmarks/nexmark.py --spark`` (12 on the
 real clock took 52 s here).
 """
+
 from __future__ import annotations
 
 import collections
@@ -77,14 +78,17 @@ def _query6_fixed(monkeypatch):
 
 def _stream(runner, query, n=None):
     return queries.run_stream(
-        runner, queries.streaming_pipeline(query, n or _n(query), RATE, PERIOD),
-        OPTIONS.get(query))
+        runner, queries.streaming_pipeline(query, n or _n(query), RATE, PERIOD), OPTIONS.get(query)
+    )
 
 
 def _batch(query, tmp_path, n=None):
-    return run_on(InProcessSparkRunner(debug=True),
-                  queries.pipeline(query, n or _n(query)), tmp_path,
-                  OPTIONS.get(query))
+    return run_on(
+        InProcessSparkRunner(debug=True),
+        queries.pipeline(query, n or _n(query)),
+        tmp_path,
+        OPTIONS.get(query),
+    )
 
 
 @pytest.mark.parametrize('query', DEFAULT_TRIGGERS)
@@ -98,10 +102,14 @@ def _milliseconds(lines: list[str]) -> list[str]:
     """Timestamps at millisecond precision: Beam's wire coders keep
     milliseconds, the DirectRunner never encodes them (``Timestamp(5)`` and
     ``Timestamp(5.000999)`` both read ``Timestamp(5.000)``)."""
-    return sorted(re.sub(r'Timestamp\((-?\d+)\)', r'Timestamp(\1.000)',
-                         re.sub(r'Timestamp\((-?\d+)\.(\d{3})\d*\)',
-                                r'Timestamp(\1.\2)', line))
-                  for line in lines)
+    return sorted(
+        re.sub(
+            r'Timestamp\((-?\d+)\)',
+            r'Timestamp(\1.000)',
+            re.sub(r'Timestamp\((-?\d+)\.(\d{3})\d*\)', r'Timestamp(\1.\2)', line),
+        )
+        for line in lines
+    )
 
 
 def _runner(engine: str, request) -> InProcessSparkRunner:
@@ -111,17 +119,19 @@ def _runner(engine: str, request) -> InProcessSparkRunner:
     return InProcessSparkRunner(debug=True)
 
 
-@pytest.mark.parametrize('query,engine', [(6, 'debug'), (11, 'debug'),
-                                          (11, 'spark')])
+@pytest.mark.parametrize('query,engine', [(6, 'debug'), (11, 'debug'), (11, 'spark')])
 def test_other_triggers_equal_direct_runner(query, engine, request):
     """On the same TestStream (the same bundles of events and watermark
     steps) as BundleBasedDirectRunner."""
     build = queries.test_stream_pipeline(query, _n(query), PER_STEP)
-    expected = _milliseconds(queries.run_stream(
-        BundleBasedDirectRunner(), build, OPTIONS.get(query)))
+    expected = _milliseconds(
+        queries.run_stream(BundleBasedDirectRunner(), build, OPTIONS.get(query))
+    )
     assert expected
-    assert _milliseconds(queries.run_stream(
-        _runner(engine, request), build, OPTIONS.get(query))) == expected
+    assert (
+        _milliseconds(queries.run_stream(_runner(engine, request), build, OPTIONS.get(query)))
+        == expected
+    )
 
 
 def _last_panes(lines: list[str]) -> list[str]:
@@ -148,27 +158,34 @@ def test_query6_last_panes_equal_batch(tmp_path):
 
 # -- query 3 -------------------------------------------------------------------
 
+
 def expected_query3(n: int) -> list[str]:
     persons = {}
     lines = []
     for e in events(n):
         if type(e).__name__ == 'Person' and e.state in ('OR', 'ID', 'CA'):
             persons[e.id] = e
-        elif type(e).__name__ == 'Auction' and e.category == 10 \
-                and e.seller in persons:
+        elif type(e).__name__ == 'Auction' and e.category == 10 and e.seller in persons:
             p = persons[e.seller]
-            lines.append(queries.describe({
-                'name': p.name, 'city': p.city, 'state': p.state,
-                'auction_id': e.id}))
+            lines.append(
+                queries.describe(
+                    {'name': p.name, 'city': p.city, 'state': p.state, 'auction_id': e.id}
+                )
+            )
     return sorted(lines)
 
 
 def test_query3_every_pane_equals_batch_and_hand_reference(tmp_path, monkeypatch):
     # Beam's query 3 with Repeatedly(AfterCount(1)) instead of 30.
-    monkeypatch.setattr(query3, 'trigger', types.SimpleNamespace(
-        Repeatedly=trigger.Repeatedly,
-        AfterCount=lambda n: trigger.AfterCount(1),
-        AccumulationMode=trigger.AccumulationMode))
+    monkeypatch.setattr(
+        query3,
+        'trigger',
+        types.SimpleNamespace(
+            Repeatedly=trigger.Repeatedly,
+            AfterCount=lambda n: trigger.AfterCount(1),
+            AccumulationMode=trigger.AccumulationMode,
+        ),
+    )
     n = 2000
     batch = _batch(3, tmp_path, n)
     stream = _stream(InProcessSparkRunner(debug=True), 3, n)
@@ -180,11 +197,13 @@ def test_query3_every_pane_equals_batch_and_hand_reference(tmp_path, monkeypatch
 
 # -- query 10 ------------------------------------------------------------------
 
+
 def _written(folder: str) -> list[str]:
     """The files query 10 wrote, without their shard (``hash(event)`` of
     Beam's model objects: their id, not stable across runs)."""
-    return sorted(set(re.sub(r'-shard-\d+-of-', '-shard-*-of-', name)
-                      for name in os.listdir(folder)))
+    return sorted(
+        set(re.sub(r'-shard-\d+-of-', '-shard-*-of-', name) for name in os.listdir(folder))
+    )
 
 
 def test_query10_writes_the_batch_files(tmp_path):
@@ -204,9 +223,9 @@ def test_query10_writes_the_batch_files(tmp_path):
 
 # -- query 12 ------------------------------------------------------------------
 
+
 def _counts(folder: str) -> list[dict]:
-    return [json.loads(line.split(' @ ', 1)[0])
-            for line in queries.read_lines(folder)]
+    return [json.loads(line.split(' @ ', 1)[0]) for line in queries.read_lines(folder)]
 
 
 def test_query12_counts_every_bid_once_on_the_real_clock(tmp_path, monkeypatch):
@@ -218,20 +237,23 @@ def test_query12_counts_every_bid_once_on_the_real_clock(tmp_path, monkeypatch):
     Python trigger driver emits no final pane), until the test cancels."""
     monkeypatch.setitem(queries.METADATA, 'window_size_sec', 1)
     n = 1000
-    expected = collections.Counter(
-        e.bidder for e in events(n) if type(e).__name__ == 'Bid')
+    expected = collections.Counter(e.bidder for e in events(n) if type(e).__name__ == 'Bid')
     folder = tmp_path / 'lines'
     folder.mkdir()
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
-    hold = (p | PeriodicImpulse(start_timestamp=time.time(), fire_interval=3600)
-            | beam.Filter(lambda _: False))
-    read = ((p | ReadEvents(n, events_per_second=250, period=0.1), hold)
-            | beam.Flatten())
-    _ = (queries.load(12)(read, queries.METADATA, p.options)
-         | beam.Map(queries.describe)
-         | beam.ParDo(queries._Lines(str(folder))))
+    hold = (
+        p
+        | PeriodicImpulse(start_timestamp=time.time(), fire_interval=3600)
+        | beam.Filter(lambda _: False)
+    )
+    read = (p | ReadEvents(n, events_per_second=250, period=0.1), hold) | beam.Flatten()
+    _ = (
+        queries.load(12)(read, queries.METADATA, p.options)
+        | beam.Map(queries.describe)
+        | beam.ParDo(queries._Lines(str(folder)))
+    )
     result = p.run()
     try:
         deadline = time.time() + 60
@@ -267,8 +289,9 @@ def test_query10_on_spark_writes_the_batch_files(tmp_path, spark):
         _batch(10, tmp_path / 'out', 1000)
     with queries.query10_files(str(tmp_path / 's')):
         # One window, 500 events per call (CI time: few micro-batches).
-        queries.run_stream(InProcessSparkRunner(spark=spark),
-                           queries.streaming_pipeline(10, 1000, RATE, 0.05))
+        queries.run_stream(
+            InProcessSparkRunner(spark=spark), queries.streaming_pipeline(10, 1000, RATE, 0.05)
+        )
     written = _written(str(tmp_path / 's'))
     assert [w.split('-', 1)[0] for w in written] == ['INDEX', 'LOG']
     assert written == _written(str(tmp_path / 'b'))

@@ -1,5 +1,6 @@
 """``beam_spark_inproc.nexmark``: the generator and ``ReadEvents``'s DoFns,
 driven by hand as Beam's SDK harness drives a splittable DoFn (no runner)."""
+
 from __future__ import annotations
 
 import collections
@@ -17,10 +18,8 @@ from beam_spark_inproc.nexmark import source
 
 def test_events_are_a_pure_function_of_their_number():
     first = list(generator.events(600))
-    assert [repr(e) for e in generator.events(600, start=250)] == [
-        repr(e) for e in first[250:]]
-    assert [repr(generator.event(n)) for n in (0, 7, 599)] == [
-        repr(first[n]) for n in (0, 7, 599)]
+    assert [repr(e) for e in generator.events(600, start=250)] == [repr(e) for e in first[250:]]
+    assert [repr(generator.event(n)) for n in (0, 7, 599)] == [repr(first[n]) for n in (0, 7, 599)]
     assert repr(generator.event(5, seed=1)) != repr(first[5])
     kinds = collections.Counter(type(e).__name__ for e in first)
     assert kinds == {'Person': 12, 'Auction': 36, 'Bid': 552}
@@ -39,15 +38,21 @@ def _call(fn, restriction: OffsetRange, watermark, start: float):
     (outputs, watermark after, deferred residual)."""
     tracker = sdf_utils.ThreadsafeRestrictionTracker(fn.create_tracker(restriction))
     estimator = fn.create_watermark_estimator(watermark)
-    out = list(fn.process(start, tracker=sdf_utils.RestrictionTrackerView(tracker),
-                          estimator=estimator))
+    out = list(
+        fn.process(start, tracker=sdf_utils.RestrictionTrackerView(tracker), estimator=estimator)
+    )
     return out, estimator.current_watermark(), tracker.deferred_status()
 
 
 def _paced(max_per_call=100):
-    return source._PacedEvents(1000, 0, generator.INTER_EVENT_MICROS,
-                               events_per_second=1000, period=0.1,
-                               max_per_call=max_per_call)
+    return source._PacedEvents(
+        1000,
+        0,
+        generator.INTER_EVENT_MICROS,
+        events_per_second=1000,
+        period=0.1,
+        max_per_call=max_per_call,
+    )
 
 
 def test_paced_events_resume_from_any_position():
@@ -59,8 +64,7 @@ def test_paced_events_resume_from_any_position():
     assert state == generator.timestamp_of(499)
     assert fn.initial_estimator_state(None, fn.initial_restriction(None)) == MIN_TIMESTAMP
     out, watermark, deferred = _call(fn, restriction, state, time.time() - 10)
-    assert [repr(tv.value) for tv in out] == [
-        repr(e) for e in generator.events(600, start=500)]
+    assert [repr(tv.value) for tv in out] == [repr(e) for e in generator.events(600, start=500)]
     assert [tv.timestamp for tv in out] == [tv.value.date_time for tv in out]
     assert watermark == generator.timestamp_of(599)
     residual, delay = deferred
@@ -74,8 +78,7 @@ def test_paced_events_read_what_has_arrived_then_wait_for_the_next():
     than ``period`` after it began."""
     fn = _paced(max_per_call=1000)
     start = time.time() - 0.55
-    out, watermark, deferred = _call(fn, OffsetRange(500, 1000),
-                                     generator.timestamp_of(499), start)
+    out, watermark, deferred = _call(fn, OffsetRange(500, 1000), generator.timestamp_of(499), start)
     # 550-551 events had arrived when the call began (a few more by the end
     # of a slow call): 50-60 of them are new.
     assert 50 <= len(out) <= 60
@@ -86,8 +89,9 @@ def test_paced_events_read_what_has_arrived_then_wait_for_the_next():
     assert 0 < delay.micros <= 100_000
     # Ahead of the schedule: nothing read, the watermark stays, the call
     # resumes when the next event arrives (0.5 s from now).
-    out, watermark, deferred = _call(fn, OffsetRange(500, 1000),
-                                     generator.timestamp_of(499), time.time())
+    out, watermark, deferred = _call(
+        fn, OffsetRange(500, 1000), generator.timestamp_of(499), time.time()
+    )
     assert out == [] and watermark == generator.timestamp_of(499)
     residual, delay = deferred
     assert (residual.start, residual.stop) == (500, 1000)
@@ -97,8 +101,9 @@ def test_paced_events_read_what_has_arrived_then_wait_for_the_next():
 
 
 def test_paced_events_end_with_the_range():
-    out, watermark, deferred = _call(_paced(), OffsetRange(950, 1000),
-                                     generator.timestamp_of(949), time.time() - 100)
+    out, watermark, deferred = _call(
+        _paced(), OffsetRange(950, 1000), generator.timestamp_of(949), time.time() - 100
+    )
     assert len(out) == 50 and deferred is None
     assert watermark == generator.timestamp_of(999)
 
@@ -110,10 +115,13 @@ def test_bounded_events_split_into_ranges():
     assert [(r.start, r.stop) for r in ranges] == [(0, 10_000), (10_000, 25_000)]
 
 
-@pytest.mark.parametrize('args, message', [
-    ((None,), 'a bounded read needs num_events'),
-    ((10,), None),
-])
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        ((None,), 'a bounded read needs num_events'),
+        ((10,), None),
+    ],
+)
 def test_read_events_arguments(args, message):
     if message is None:
         ReadEvents(*args)

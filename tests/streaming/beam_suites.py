@@ -5,6 +5,7 @@ or a plain ``beam.Pipeline()``, which takes ``StandardOptions.DEFAULT_RUNNER``;
 ``on_runner`` points both at this runner (debug engine or Spark), the rest of
 Beam's test unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,14 +23,17 @@ _original_init = TestPipeline.__init__
 def on_runner(make_runner):
     def init(self, runner=None, *args, **kwargs):
         _original_init(self, runner or make_runner(), *args, **kwargs)
-    with mock.patch.object(TestPipeline, '__init__', init), \
-            mock.patch.object(StandardOptions, 'DEFAULT_RUNNER',
-                              make_runner.default_runner):
+
+    with (
+        mock.patch.object(TestPipeline, '__init__', init),
+        mock.patch.object(StandardOptions, 'DEFAULT_RUNNER', make_runner.default_runner),
+    ):
         yield
 
 
 def debug_runner():
     from beam_spark_inproc import InProcessSparkRunner
+
     return InProcessSparkRunner(debug=True)
 
 
@@ -40,6 +44,7 @@ def spark_runner():
     """On the test run's shared SparkSession."""
     from beam_spark_inproc import InProcessSparkRunner
     from tests.conftest import shared_session
+
     return InProcessSparkRunner(spark=shared_session())
 
 
@@ -47,8 +52,9 @@ def spark_runner():
 spark_runner.default_runner = 'beam_spark_inproc.InProcessSparkRunner'
 
 
-def suite_on(base: type, make_runner, name: str, skips: dict[str, str],
-             only: Iterable[str] | None = None) -> type:
+def suite_on(
+    base: type, make_runner, name: str, skips: dict[str, str], only: Iterable[str] | None = None
+) -> type:
     """``base`` (a unittest.TestCase of Beam's) whose pipelines run on
     ``make_runner()``; tests in ``skips`` are skipped with their reason.
 

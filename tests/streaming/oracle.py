@@ -7,6 +7,7 @@ DoFn runs (this process, the DirectRunner, Spark's Python workers).
 Timestamps are compared at millisecond precision: Beam's wire coders encode
 event times in milliseconds, the DirectRunner never encodes them.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,10 +23,8 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.utils.timestamp import Timestamp
 
 
-
 def _normal(value):
-    if isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(
-            value[1], (list, tuple)):
+    if isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], (list, tuple)):
         return (value[0], tuple(sorted(value[1])))
     return value
 
@@ -34,12 +33,22 @@ class Record(beam.DoFn):
     def __init__(self, folder: str):
         self._folder = folder
 
-    def process(self, element, window=beam.DoFn.WindowParam,
-                timestamp=beam.DoFn.TimestampParam,
-                pane=beam.DoFn.PaneInfoParam):
-        record = (_normal(element), str(window),
-                  Timestamp(micros=timestamp.micros // 1000 * 1000),
-                  pane.timing, pane.index, pane.is_first, pane.is_last)
+    def process(
+        self,
+        element,
+        window=beam.DoFn.WindowParam,
+        timestamp=beam.DoFn.TimestampParam,
+        pane=beam.DoFn.PaneInfoParam,
+    ):
+        record = (
+            _normal(element),
+            str(window),
+            Timestamp(micros=timestamp.micros // 1000 * 1000),
+            pane.timing,
+            pane.index,
+            pane.is_first,
+            pane.is_last,
+        )
         with open(os.path.join(self._folder, uuid.uuid4().hex), 'wb') as f:
             pickle.dump(record, f)
 

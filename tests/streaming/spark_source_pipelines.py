@@ -13,6 +13,7 @@ same rows read as a batch (``bounded``), on Beam's FnApiRunner.
 with offsets: ``total`` rows, at most ``per_batch`` a Spark batch
 (``ReadMaxRows``), event time = id seconds.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -35,9 +36,13 @@ def rows() -> list[dict]:
         for i in range(PER_FILE):
             n = f * PER_FILE + i
             second = 5 * f + (i * 7) % 5
-            out.append({'id': n, 'key': f'k{n % KEYS}',
-                        'ts': (EPOCH + datetime.timedelta(seconds=second)
-                               ).isoformat()})
+            out.append(
+                {
+                    'id': n,
+                    'key': f'k{n % KEYS}',
+                    'ts': (EPOCH + datetime.timedelta(seconds=second)).isoformat(),
+                }
+            )
     return out
 
 
@@ -48,7 +53,7 @@ def land(folder: str, files: int = FILES) -> None:
     for f in range(files):
         path = os.path.join(folder, f'part-{f:03d}.json')
         with open(path + '.tmp', 'w') as out:
-            for row in data[f * PER_FILE:(f + 1) * PER_FILE]:
+            for row in data[f * PER_FILE : (f + 1) * PER_FILE]:
                 out.write(json.dumps(row) + '\n')
         os.replace(path + '.tmp', path)
         # Spark's file source takes files oldest first (by modification
@@ -59,21 +64,32 @@ def land(folder: str, files: int = FILES) -> None:
 
 def read(folder: str, spark, trigger='available_now'):
     from beam_spark_inproc.transforms import ReadFromSpark
+
     return ReadFromSpark.stream(
-        format='json', path=folder, schema=SCHEMA,
-        options={'maxFilesPerTrigger': 1}, event_time='ts',
-        max_out_of_orderness=OUT_OF_ORDERNESS, trigger=trigger, spark=spark)
+        format='json',
+        path=folder,
+        schema=SCHEMA,
+        options={'maxFilesPerTrigger': 1},
+        event_time='ts',
+        max_out_of_orderness=OUT_OF_ORDERNESS,
+        trigger=trigger,
+        spark=spark,
+    )
 
 
 def windowed_sums(rows_pcoll):
     """(key, sum of ids, window start) per key and 10 s window."""
+
     def show(kv, w=beam.DoFn.WindowParam):
         return kv[0], kv[1], int(w.start)
-    return (rows_pcoll
-            | 'Window' >> beam.WindowInto(window.FixedWindows(10))
-            | 'Key' >> beam.Map(lambda r: (r.key, r.id))
-            | 'Sum' >> beam.CombinePerKey(sum)
-            | 'Show' >> beam.Map(show))
+
+    return (
+        rows_pcoll
+        | 'Window' >> beam.WindowInto(window.FixedWindows(10))
+        | 'Key' >> beam.Map(lambda r: (r.key, r.id))
+        | 'Sum' >> beam.CombinePerKey(sum)
+        | 'Show' >> beam.Map(show)
+    )
 
 
 def bounded(spark, folder: str) -> list:
@@ -82,6 +98,7 @@ def bounded(spark, folder: str) -> list:
     import tempfile
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.utils.timestamp import Timestamp
+
     batch = spark.read.schema(SCHEMA).json(folder).collect()
     out = tempfile.mkdtemp(prefix='beam-spark-bounded-')
 
@@ -89,12 +106,11 @@ def bounded(spark, folder: str) -> list:
         def process(self, r):
             yield window.TimestampedValue(
                 beam.Row(id=r['id'], key=r['key']),
-                Timestamp.from_utc_datetime(r['ts'].astimezone(
-                    datetime.timezone.utc)))
+                Timestamp.from_utc_datetime(r['ts'].astimezone(datetime.timezone.utc)),
+            )
 
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        _ = (windowed_sums(p | beam.Create(batch) | beam.ParDo(Row()))
-             | beam.ParDo(Collect(out)))
+        _ = windowed_sums(p | beam.Create(batch) | beam.ParDo(Row())) | beam.ParDo(Collect(out))
     return collected(out)
 
 
@@ -106,6 +122,7 @@ class Collect(beam.DoFn):
 
     def process(self, element):
         import uuid
+
         with open(os.path.join(self._folder, uuid.uuid4().hex), 'w') as f:
             json.dump(element, f)
 

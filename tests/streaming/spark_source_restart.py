@@ -11,6 +11,7 @@ staged and committed (in its own checkpoint) every batch, before the loop's
 commit record: Spark's checkpoint is ahead of the loop's. Prints the committed counter of rows read
 as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,7 @@ def _count(row):
 def spark_committed(checkpoint: str) -> list[int]:
     """The batch ids Spark's staging query committed in its own checkpoint."""
     found = []
-    for path in glob.glob(os.path.join(checkpoint, 'sources', '*',
-                                       'checkpoint', 'commits', '*')):
+    for path in glob.glob(os.path.join(checkpoint, 'sources', '*', 'checkpoint', 'commits', '*')):
         name = os.path.basename(path)
         if name.isdigit():
             found.append(int(name))
@@ -53,8 +53,7 @@ def _kill_once(row, marker: str, checkpoint: str):
         # Spark's checkpoint ahead of the loop's: the query has committed
         # every batch (the loop is at the fourth), then the driver dies.
         deadline = time.monotonic() + 120
-        while (cases.FILES - 1 not in spark_committed(checkpoint)
-               and time.monotonic() < deadline):
+        while cases.FILES - 1 not in spark_committed(checkpoint) and time.monotonic() < deadline:
             time.sleep(0.1)
         open(marker, 'w').close()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -64,23 +63,31 @@ def _kill_once(row, marker: str, checkpoint: str):
 def run(landing: str, out: str, checkpoint: str, marker: str = '') -> dict:
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session
-    spark, _ = session.get_or_create('local[2]', None, {
-        'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'})
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True),
-                      options=PipelineOptions(
-                          ['--checkpoint_location', checkpoint]))
-    rows = (p | cases.read(landing, spark)
-            | 'Count' >> beam.Map(_count)
-            | 'Kill' >> beam.Map(_kill_once, marker, checkpoint))
-    _ = (cases.windowed_sums(rows)
-         | 'Line' >> beam.Map(json.dumps)
-         | fileio.WriteToFiles(
-             path=out, file_naming=fileio.default_file_naming('sums', '.txt')))
+
+    spark, _ = session.get_or_create(
+        'local[2]', None, {'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'}
+    )
+    p = beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark, debug=True),
+        options=PipelineOptions(['--checkpoint_location', checkpoint]),
+    )
+    rows = (
+        p
+        | cases.read(landing, spark)
+        | 'Count' >> beam.Map(_count)
+        | 'Kill' >> beam.Map(_kill_once, marker, checkpoint)
+    )
+    _ = (
+        cases.windowed_sums(rows)
+        | 'Line' >> beam.Map(json.dumps)
+        | fileio.WriteToFiles(path=out, file_naming=fileio.default_file_naming('sums', '.txt'))
+    )
     result = p.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter())['counters']
-    return {c.key.metric.name: c.committed for c in counters
-            if c.key.metric.namespace == 'spark_source'}
+    return {
+        c.key.metric.name: c.committed for c in counters if c.key.metric.namespace == 'spark_source'
+    }
 
 
 def outputs(out: str) -> list:

@@ -6,6 +6,7 @@ tick leaves a file in OUT named by its timestamp (a side effect the test
 watches to know the stream is under way). Runs on Spark (``local[2]``) with
 ``--checkpoint_location`` until it is stopped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,12 +32,20 @@ class Mark(beam.DoFn):
 def main(out: str, checkpoint: str) -> None:
     logging.getLogger().setLevel(logging.INFO)  # the restart's line
     logging.getLogger('py4j').setLevel(logging.WARNING)
-    options = PipelineOptions([
-        '--runner=beam_spark_inproc.InProcessSparkRunner', '--streaming',
-        '--spark_master=local[2]', f'--checkpoint_location={checkpoint}'])
+    options = PipelineOptions(
+        [
+            '--runner=beam_spark_inproc.InProcessSparkRunner',
+            '--streaming',
+            '--spark_master=local[2]',
+            f'--checkpoint_location={checkpoint}',
+        ]
+    )
     with beam.Pipeline(options=options) as p:
-        _ = (p | PeriodicImpulse(start_timestamp=time.time(), fire_interval=0.2)
-             | beam.ParDo(Mark(out)))
+        _ = (
+            p
+            | PeriodicImpulse(start_timestamp=time.time(), fire_interval=0.2)
+            | beam.ParDo(Mark(out))
+        )
 
 
 if __name__ == '__main__':

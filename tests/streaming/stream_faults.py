@@ -7,6 +7,7 @@ key 'a''s timer: mid-bundle, after its state was read and before the new
 state is written. Spark retries the task; the micro-batch's outputs, state and
 metrics are those of the successful attempt only.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,18 +45,21 @@ class FaultyBuffer(BufferUntilTimer):
 
 def build(fault: str = '', marker: str = '', reshuffle: bool = True):
     def pipeline(p):
-        stream = (TestStream()
-                  .add_elements([('a', 1), ('b', 2), ('c', 4)])
-                  .advance_watermark_to(5)
-                  .add_elements([('a', 3), ('c', 8)])
-                  .advance_watermark_to(11)
-                  .add_elements([('a', 12), ('b', 13)])
-                  .advance_watermark_to_infinity())
+        stream = (
+            TestStream()
+            .add_elements([('a', 1), ('b', 2), ('c', 4)])
+            .advance_watermark_to(5)
+            .add_elements([('a', 3), ('c', 8)])
+            .advance_watermark_to(11)
+            .add_elements([('a', 12), ('b', 13)])
+            .advance_watermark_to_infinity()
+        )
         out = _timestamped(p, stream) | beam.ParDo(FaultyBuffer(fault, marker))
         # Reshuffle: the records are written by a stage of their own, from the
         # stateful stage's committed output (a sink fused into the faulty task
         # would write the dead attempt's records too: at-least-once).
         return out | beam.Reshuffle() if reshuffle else out
+
     return pipeline
 
 
@@ -74,8 +78,7 @@ def check(runner, fault: str, marker: str) -> None:
     results: list = []
     got = _values(oracle.run(build(fault, marker), runner, results=results))
     assert os.path.exists(marker), 'the fault was never injected'
-    [fired] = results[0].metrics().query(
-        MetricsFilter().with_name('fired'))['counters']
+    [fired] = results[0].metrics().query(MetricsFilter().with_name('fired'))['counters']
     assert fired.committed == len(expected), fired
     assert fired.attempted >= fired.committed, fired
     assert got == expected, (got, expected)

@@ -3,6 +3,7 @@ nothing more, splittable DoFns truncate their restrictions, every pending
 window and timer fires, the run ends DONE and its last commit record says
 drained; a drained checkpoint is not resumed; a drain or cancel of an ended
 run changes nothing."""
+
 from __future__ import annotations
 
 import glob
@@ -44,8 +45,7 @@ def _stream(events) -> test_stream.TestStream:
     for kind, arg in events:
         if kind == 'add':
             key, value, ts = arg
-            stream = stream.add_elements(
-                [window.TimestampedValue((key, value), ts)])
+            stream = stream.add_elements([window.TimestampedValue((key, value), ts)])
         elif kind == 'wm':
             stream = stream.advance_watermark_to(arg)
         else:
@@ -70,12 +70,17 @@ class _RequestDrainAt(beam.DoFn):
 class _SumAtWindowEnd(beam.DoFn):
     """A stateful DoFn: a key's values in a window, summed when an event-time
     timer at the window's end fires."""
+
     VALUES = userstate.BagStateSpec('values', VarIntCoder())
     END = userstate.TimerSpec('end', userstate.TimeDomain.WATERMARK)
 
-    def process(self, kv, w=beam.DoFn.WindowParam,
-                values=beam.DoFn.StateParam(VALUES),
-                end=beam.DoFn.TimerParam(END)):
+    def process(
+        self,
+        kv,
+        w=beam.DoFn.WindowParam,
+        values=beam.DoFn.StateParam(VALUES),
+        end=beam.DoFn.TimerParam(END),
+    ):
         values.add(kv[1])
         end.set(w.end)
 
@@ -91,10 +96,10 @@ def _windowed_stateful(events, checkpoint=None):
         if checkpoint is not None:
             kvs = kvs | beam.ParDo(_RequestDrainAt(checkpoint, _DRAIN_AT))
         windowed = kvs | beam.WindowInto(window.FixedWindows(20))
-        panes = (windowed | beam.GroupByKey()
-                 | beam.MapTuple(lambda k, vs: ('gbk', k, sorted(vs))))
+        panes = windowed | beam.GroupByKey() | beam.MapTuple(lambda k, vs: ('gbk', k, sorted(vs)))
         sums = windowed | beam.ParDo(_SumAtWindowEnd())
         return (panes, sums) | beam.Flatten()
+
     return build
 
 
@@ -119,15 +124,16 @@ def test_a_drained_stream_fires_the_panes_of_what_it_read(tmp_path):
     at the drain; the run ends DONE, its last record says drained, the
     request file is gone, and a rerun on the checkpoint is refused."""
     checkpoint = str(tmp_path / 'ck')
-    got = oracle.run(_windowed_stateful(_EVENTS, checkpoint),
-                     InProcessSparkRunner(debug=True),
-                     f'--checkpoint_location={checkpoint}')
+    got = oracle.run(
+        _windowed_stateful(_EVENTS, checkpoint),
+        InProcessSparkRunner(debug=True),
+        f'--checkpoint_location={checkpoint}',
+    )
     record = _last_record(checkpoint)
     stopped = record['drain']
     assert stopped['drained'] is True
     assert stopped['requested_by'] == 'python -m beam_spark_inproc drain'
-    (position,) = [s['position']
-                   for s in stopped['sources_stopped_at'].values()]
+    (position,) = [s['position'] for s in stopped['sources_stopped_at'].values()]
     read = _EVENTS[:position]
     # Mid-way: element 5 and its watermark were read, element 6 was not.
     assert ('add', ('k1', _DRAIN_AT, 4 * _DRAIN_AT)) in read
@@ -141,9 +147,11 @@ def test_a_drained_stream_fires_the_panes_of_what_it_read(tmp_path):
     assert not os.path.exists(os.path.join(checkpoint, drain.REQUEST_FILE))
 
     with pytest.raises(drain.StreamDrainedError, match='was drained'):
-        oracle.run(_windowed_stateful(_EVENTS, checkpoint),
-                   InProcessSparkRunner(debug=True),
-                   f'--checkpoint_location={checkpoint}')
+        oracle.run(
+            _windowed_stateful(_EVENTS, checkpoint),
+            InProcessSparkRunner(debug=True),
+            f'--checkpoint_location={checkpoint}',
+        )
 
 
 class _Countdown(beam.DoFn, beam.transforms.core.RestrictionProvider):
@@ -184,8 +192,11 @@ def test_drain_truncates_splittable_dofns(tmp_path):
     options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
-    ticks = (p | PeriodicImpulse(start_timestamp=start, fire_interval=0.05)
-             | beam.Map(lambda t: ('tick', round(float(t) - start, 3))))
+    ticks = (
+        p
+        | PeriodicImpulse(start_timestamp=start, fire_interval=0.05)
+        | beam.Map(lambda t: ('tick', round(float(t) - start, 3)))
+    )
     bounded = p | beam.Impulse() | beam.ParDo(_Countdown(5, 0.2))
     _ = (ticks, bounded) | beam.Flatten() | beam.ParDo(oracle.Record(out))
     result = p.run()
@@ -213,8 +224,7 @@ class _CountdownAsking(_Countdown):
 
     def __init__(self, n, delay, checkpoint, fail_at, marker):
         super().__init__(n, delay)
-        self._checkpoint, self._fail_at, self._marker = (
-            checkpoint, fail_at, marker)
+        self._checkpoint, self._fail_at, self._marker = (checkpoint, fail_at, marker)
 
     def process(self, element, tracker=beam.DoFn.RestrictionParam()):
         position = tracker.current_restriction().start
@@ -226,8 +236,7 @@ class _CountdownAsking(_Countdown):
         yield from super().process(element, tracker)
 
 
-def test_a_stream_that_failed_mid_drain_drains_on_when_rerun(tmp_path,
-                                                            caplog):
+def test_a_stream_that_failed_mid_drain_drains_on_when_rerun(tmp_path, caplog):
     """A drain that takes several micro-batches (a bounded splittable DoFn
     waiting out its resume delays; PeriodicImpulse truncated at once) fails
     at its third: the commit records before say draining, not drained. The
@@ -241,13 +250,17 @@ def test_a_stream_that_failed_mid_drain_drains_on_when_rerun(tmp_path,
     def run():
         options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
         options.view_as(StandardOptions).streaming = True
-        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True),
-                          options=options)
-        ticks = (p | PeriodicImpulse(start_timestamp=start,
-                                     fire_interval=0.05)
-                 | beam.Map(lambda t: ('tick', 0)))
-        bounded = p | beam.Impulse() | beam.ParDo(_CountdownAsking(
-            5, 0.1, checkpoint, 3, str(tmp_path / 'failed')))
+        p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
+        ticks = (
+            p
+            | PeriodicImpulse(start_timestamp=start, fire_interval=0.05)
+            | beam.Map(lambda t: ('tick', 0))
+        )
+        bounded = (
+            p
+            | beam.Impulse()
+            | beam.ParDo(_CountdownAsking(5, 0.1, checkpoint, 3, str(tmp_path / 'failed')))
+        )
         _ = (ticks, bounded) | beam.Flatten() | beam.ParDo(oracle.Record(out))
         return p.run()
 
@@ -274,8 +287,12 @@ def test_drain_or_cancel_of_an_ended_run_is_a_no_op(tmp_path, caplog):
     checkpoint = str(tmp_path / 'ck')
     events = _EVENTS[:5] + [('inf', None)]
     results = []
-    oracle.run(_windowed_stateful(events), InProcessSparkRunner(debug=True),
-               f'--checkpoint_location={checkpoint}', results=results)
+    oracle.run(
+        _windowed_stateful(events),
+        InProcessSparkRunner(debug=True),
+        f'--checkpoint_location={checkpoint}',
+        results=results,
+    )
     (result,) = results
     caplog.clear()
     with caplog.at_level(logging.INFO):
@@ -296,9 +313,18 @@ def test_drain_command_on_a_drained_checkpoint_says_so(tmp_path, capsys):
     with open(os.path.join(checkpoint, 'pipeline.json'), 'w') as f:
         json.dump({'stages': []}, f)
     with open(os.path.join(checkpoint, 'commits', '7.json'), 'w') as f:
-        json.dump({'micro_batch': 7, 'drain': {
-            'drained': True, 'after_micro_batch': 5,
-            'requested_by': 'result.drain()', 'sources_stopped_at': {}}}, f)
+        json.dump(
+            {
+                'micro_batch': 7,
+                'drain': {
+                    'drained': True,
+                    'after_micro_batch': 5,
+                    'requested_by': 'result.drain()',
+                    'sources_stopped_at': {},
+                },
+            },
+            f,
+        )
     assert cli(['drain', checkpoint]) == 0
     assert 'already drained after micro-batch 5' in capsys.readouterr().out
     assert not glob.glob(os.path.join(checkpoint, drain.REQUEST_FILE))
@@ -316,9 +342,12 @@ def test_drain_on_spark(spark, tmp_path):
     options = PipelineOptions([f'--checkpoint_location={checkpoint}'])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    _ = (p | PeriodicImpulse(start_timestamp=start, fire_interval=0.1)
-         | beam.Map(lambda t: ('tick', round(float(t) - start, 3)))
-         | beam.ParDo(oracle.Record(out)))
+    _ = (
+        p
+        | PeriodicImpulse(start_timestamp=start, fire_interval=0.1)
+        | beam.Map(lambda t: ('tick', round(float(t) - start, 3)))
+        | beam.ParDo(oracle.Record(out))
+    )
     # At once: the first or second micro-batch drains (each is Spark jobs).
     assert p.run().drain(duration=300_000) == PipelineState.DONE
     offsets = sorted(_records(out))

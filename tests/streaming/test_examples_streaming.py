@@ -2,6 +2,7 @@
 (each example module imported by name from examples/, as its own script would
 import it): ``streaming_join`` against what the data generators imply,
 ``periodic_count`` run a few seconds, then cancelled."""
+
 from __future__ import annotations
 
 import pathlib
@@ -21,30 +22,39 @@ def examples_path():
 
 def test_streaming_join(examples_path, capsys):
     import streaming_join
+
     num_persons, num_auctions, seed = 10, 40, 5
     persons = streaming_join.generate_persons(num_persons, seed)
     auctions = streaming_join.generate_auctions(persons, num_auctions, seed)
     names = {pid: name for pid, name, _ in persons}
-    expected_joins = sorted((names[seller], aid) for aid, seller, _ in auctions
-                            if seller in names)
-    expected_unmatched = sorted((seller, aid) for aid, seller, _ in auctions
-                                if seller not in names)
+    expected_joins = sorted((names[seller], aid) for aid, seller, _ in auctions if seller in names)
+    expected_unmatched = sorted((seller, aid) for aid, seller, _ in auctions if seller not in names)
     assert expected_joins and expected_unmatched  # both paths are exercised
 
-    joins, unmatched = streaming_join.run([
-        '--num_persons', str(num_persons), '--num_auctions', str(num_auctions),
-        '--seed', str(seed), '--inproc_debug'])
+    joins, unmatched = streaming_join.run(
+        [
+            '--num_persons',
+            str(num_persons),
+            '--num_auctions',
+            str(num_auctions),
+            '--seed',
+            str(seed),
+            '--inproc_debug',
+        ]
+    )
     assert joins == [tuple(j) for j in expected_joins]
     assert unmatched == [tuple(u) for u in expected_unmatched]
-    assert (f'stream DONE: {num_persons} persons, {num_auctions} auctions: '
-            f'{len(expected_joins)} joined, {len(expected_unmatched)} unmatched'
-            in capsys.readouterr().out)
+    assert (
+        f'stream DONE: {num_persons} persons, {num_auctions} auctions: '
+        f'{len(expected_joins)} joined, {len(expected_unmatched)} unmatched'
+        in capsys.readouterr().out
+    )
 
 
 def test_periodic_count_runs_until_cancelled(examples_path, capsys):
     import periodic_count
-    counts = periodic_count.run(['--seconds', '4', '--interval', '0.1',
-                                 '--inproc_debug'])
+
+    counts = periodic_count.run(['--seconds', '4', '--interval', '0.1', '--inproc_debug'])
     out = capsys.readouterr().out
     assert 'after 4 s: RUNNING' in out and 'cancelled: CANCELLED' in out
     # Windows come out once the watermark passed them: whole seconds, 10

@@ -4,6 +4,7 @@ read after writes and clears in the same element, a state large enough to be
 decoded as it is iterated, kept across micro-batches and windows; the outputs
 compared with BundleBasedDirectRunner, and what each key writes back holding
 that key's state only."""
+
 from __future__ import annotations
 
 import collections
@@ -26,16 +27,20 @@ from tests.streaming import oracle
 
 class _EveryBagKind(beam.DoFn):
     BAG = userstate.BagStateSpec('bag', VarIntCoder())
-    SUM = userstate.CombiningValueStateSpec(
-        'count', VarIntCoder(), combiners.CountCombineFn())
+    SUM = userstate.CombiningValueStateSpec('count', VarIntCoder(), combiners.CountCombineFn())
     SEEN = userstate.SetStateSpec('seen', VarIntCoder())
     LAST = userstate.ReadModifyWriteStateSpec('last', VarIntCoder())
     BIG = userstate.BagStateSpec('big', BytesCoder())
 
-    def process(self, kv, bag=beam.DoFn.StateParam(BAG),
-                total=beam.DoFn.StateParam(SUM),
-                seen=beam.DoFn.StateParam(SEEN), last=beam.DoFn.StateParam(LAST),
-                big=beam.DoFn.StateParam(BIG)):
+    def process(
+        self,
+        kv,
+        bag=beam.DoFn.StateParam(BAG),
+        total=beam.DoFn.StateParam(SUM),
+        seen=beam.DoFn.StateParam(SEEN),
+        last=beam.DoFn.StateParam(LAST),
+        big=beam.DoFn.StateParam(BIG),
+    ):
         key, value = kv
         before = last.read()
         last.write(value)
@@ -50,20 +55,34 @@ class _EveryBagKind(beam.DoFn):
         if value % 10 == 4:
             big.clear()
         sizes = [len(b) for b in big.read()]
-        yield key, str((before, last.read(), sorted(bag.read()), total.read(),
-                        sorted(seen.read()), sum(sizes),
-                        len(sizes)))
+        yield (
+            key,
+            str(
+                (
+                    before,
+                    last.read(),
+                    sorted(bag.read()),
+                    total.read(),
+                    sorted(seen.read()),
+                    sum(sizes),
+                    len(sizes),
+                )
+            ),
+        )
 
 
 def _pipeline(p):
     stream = TestStream()
     for step in range(4):  # four micro-batches, each touching both keys
-        stream = stream.add_elements([
-            window.TimestampedValue((f'k{i % 2}', step * 10 + i), step * 10 + i)
-            for i in range(6)]).advance_watermark_to(step * 10 + 9)
-    return (p | stream.advance_watermark_to_infinity()
-            | beam.WindowInto(window.FixedWindows(30))
-            | beam.ParDo(_EveryBagKind()))
+        stream = stream.add_elements(
+            [window.TimestampedValue((f'k{i % 2}', step * 10 + i), step * 10 + i) for i in range(6)]
+        ).advance_watermark_to(step * 10 + 9)
+    return (
+        p
+        | stream.advance_watermark_to_infinity()
+        | beam.WindowInto(window.FixedWindows(30))
+        | beam.ParDo(_EveryBagKind())
+    )
 
 
 def _count_calls(monkeypatch, owner, name: str, calls: collections.Counter):
@@ -72,6 +91,7 @@ def _count_calls(monkeypatch, owner, name: str, calls: collections.Counter):
     def counted(*args, **kwargs):
         calls[name] += 1
         return original(*args, **kwargs)
+
     monkeypatch.setattr(owner, name, counted)
 
 
@@ -92,6 +112,7 @@ def test_bag_state_kinds_match_the_direct_runner(monkeypatch):
     def recorded(value):
         written.append(value)
         return dumps(value)
+
     monkeypatch.setattr(stateful, 'dumps', recorded)
 
     assert oracle.run(_pipeline, InProcessSparkRunner(debug=True)) == expected
@@ -103,6 +124,5 @@ def test_bag_state_kinds_match_the_direct_runner(monkeypatch):
     # not emptied would carry the last key's entries into the next one's).
     assert len(written) >= 4
     for state, _, _ in written:
-        keys = {beam_fn_api_pb2.StateKey.FromString(k).bag_user_state.key
-                for k in state}
+        keys = {beam_fn_api_pb2.StateKey.FromString(k).bag_user_state.key for k in state}
         assert len(keys) == 1, keys

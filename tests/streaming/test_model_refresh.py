@@ -8,6 +8,7 @@ and the main input is a TestStream, so the loop's clock is TestStream's
 virtual one: the Watch's next poll is due when the TestStream advances
 processing time past its interval. No sleep, no race: the expected output is
 computed by hand from which model applies in which micro-batch."""
+
 from __future__ import annotations
 
 import ast
@@ -83,21 +84,31 @@ def run_refresh(runner, tmp_path, monkeypatch, *flags: str):
                 _write(models / 'model_2.txt', 100)
             if micro_batch == 4:
                 executor.cancelled.set()
+
         executor.after_micro_batch = after
+
     monkeypatch.setattr(StreamingExecutor, '__init__', with_hook)
 
-    p = beam.Pipeline(runner=runner,
-                      options=PipelineOptions(['--streaming', *flags]))
-    main = p | TestStream().add_elements([1, 2]).add_elements([3]) \
-        .advance_processing_time(30).add_elements([4, 5]) \
+    p = beam.Pipeline(runner=runner, options=PipelineOptions(['--streaming', *flags]))
+    main = (
+        p
+        | TestStream()
+        .add_elements([1, 2])
+        .add_elements([3])
+        .advance_processing_time(30)
+        .add_elements([4, 5])
         .advance_watermark_to_infinity()
+    )
     side = p | WatchFilePattern(str(models / '*.txt'), interval=10)
-    _ = (main
-         | base.RunInference(FileFactorHandler(str(models / 'model_1.txt'), loads),
-                             model_metadata_pcoll=side)
-         | beam.ParDo(oracle.Record(str(out))))
+    _ = (
+        main
+        | base.RunInference(
+            FileFactorHandler(str(models / 'model_1.txt'), loads), model_metadata_pcoll=side
+        )
+        | beam.ParDo(oracle.Record(str(out)))
+    )
     result = p.run()
-    assert result.wait_until_finish(600_000) == "CANCELLED"
+    assert result.wait_until_finish(600_000) == 'CANCELLED'
     outputs = []
     for name in os.listdir(out):
         with open(out / name, 'rb') as f:
@@ -108,8 +119,7 @@ def run_refresh(runner, tmp_path, monkeypatch, *flags: str):
 
 
 def test_watch_file_pattern_refreshes_the_model(tmp_path, monkeypatch):
-    outputs, loaded = run_refresh(InProcessSparkRunner(debug=True), tmp_path,
-                                  monkeypatch)
+    outputs, loaded = run_refresh(InProcessSparkRunner(debug=True), tmp_path, monkeypatch)
     assert outputs == [10, 20, 30, 400, 500]
     # Each model loaded once, in this order (one process).
     assert loaded == ['model_1.txt', 'model_2.txt']
@@ -123,7 +133,7 @@ def test_watch_file_pattern_refreshes_the_model_on_spark(tmp_path):
     with its module's import time, so a worker started after model 2 landed
     ignored it (``io.watch_file_pattern``). Here worker reuse is off, so
     every task's worker is a new one; models load in order."""
-    script = textwrap.dedent('''
+    script = textwrap.dedent("""
         import pathlib, sys
         import pytest
         from pyspark.sql import SparkSession
@@ -135,16 +145,21 @@ def test_watch_file_pattern_refreshes_the_model_on_spark(tmp_path):
             InProcessSparkRunner(spark=spark), pathlib.Path(sys.argv[1]),
             pytest.MonkeyPatch(), '--spark_small_data_kb=0')
         print(outputs, loaded, sep='\\t')
-    ''')
+    """)
     root = pathlib.Path(__file__).parents[2]
     out = subprocess.run(
-        [sys.executable, '-c', script, str(tmp_path)], cwd=tmp_path,
-        capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(root), os.environ.get('PYTHONPATH')]))))
+        [sys.executable, '-c', script, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get('PYTHONPATH')])),
+        ),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    outputs, loaded = map(ast.literal_eval,
-                          out.stdout.strip().splitlines()[-1].split('\t'))
+    outputs, loaded = map(ast.literal_eval, out.stdout.strip().splitlines()[-1].split('\t'))
     assert outputs == [10, 20, 30, 400, 500]
     assert 'model_1.txt' in loaded and 'model_2.txt' in loaded
     assert loaded.index('model_1.txt') < loaded.index('model_2.txt')

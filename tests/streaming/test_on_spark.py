@@ -1,6 +1,7 @@
 """The streaming loop on Spark (the same micro-batches as on the debug engine,
 each one Spark jobs): a few pipelines against BundleBasedDirectRunner, and a
 user failure's error quality."""
+
 from __future__ import annotations
 
 import logging
@@ -22,19 +23,24 @@ from tests.streaming import test_triggers
 from tests.streaming.test_mode import Boom
 
 
-@pytest.mark.parametrize('build', [
-    test_triggers.early_late_accumulating, test_triggers.two_groupings,
-    test_triggers.stateful_timers,
-    # side inputs shipped to Spark's workers, new values in later micro-batches
-    test_side_inputs._views,
-    # a Reshuffle stage keeping panes between a GroupByKey and a side input's reader
-    test_side_inputs._grouped_with_side], ids=lambda b: b.__name__)
+@pytest.mark.parametrize(
+    'build',
+    [
+        test_triggers.early_late_accumulating,
+        test_triggers.two_groupings,
+        test_triggers.stateful_timers,
+        # side inputs shipped to Spark's workers, new values in later micro-batches
+        test_side_inputs._views,
+        # a Reshuffle stage keeping panes between a GroupByKey and a side input's reader
+        test_side_inputs._grouped_with_side,
+    ],
+    ids=lambda b: b.__name__,
+)
 def test_same_panes_as_direct_runner_on_spark(spark, build):
     expected = oracle.direct(build)
     assert expected
     results = []
-    assert oracle.run(build, InProcessSparkRunner(spark=spark),
-                      results=results) == expected
+    assert oracle.run(build, InProcessSparkRunner(spark=spark), results=results) == expected
     # On Spark a micro-batch's time splits into its Spark jobs and the
     # driver's work (``progress.JobClock``; issue #33).
     recent = results[0].recent_progress()
@@ -43,8 +49,7 @@ def test_same_panes_as_direct_runner_on_spark(spark, build):
 
 
 @pytest.mark.parametrize('debug', [True, False], ids=['debug', 'spark'])
-def test_a_leaf_keyed_stage_run_early_is_not_run_again(spark, monkeypatch,
-                                                       debug):
+def test_a_leaf_keyed_stage_run_early_is_not_run_again(spark, monkeypatch, debug):
     """A keyed stage nothing reads, run in a micro-batch's earlier job (a
     later keyed stage waited for another one in that job), is not run again
     by the micro-batch's last job: its counter and the other branch's panes
@@ -59,24 +64,28 @@ def test_a_leaf_keyed_stage_run_early_is_not_run_again(spark, monkeypatch,
     from beam_spark_inproc.planning import phases
 
     def leaf_branch_first(stages, context):
-        return translations.sort_stages(
-            sorted(stages, key=lambda s: 'Leaf' not in s.name), context)
+        return translations.sort_stages(sorted(stages, key=lambda s: 'Leaf' not in s.name), context)
 
-    monkeypatch.setattr(phases, 'PHASES', [
-        leaf_branch_first if phase is translations.sort_stages else phase
-        for phase in phases.PHASES])
+    monkeypatch.setattr(
+        phases,
+        'PHASES',
+        [
+            leaf_branch_first if phase is translations.sort_stages else phase
+            for phase in phases.PHASES
+        ],
+    )
     build = test_triggers.leaf_grouping_beside_a_cascade
     direct, ours = [], []
-    expected = oracle.run(build, oracle.BundleBasedDirectRunner(),
-                          results=direct)
-    runner = InProcessSparkRunner(debug=True) if debug else \
-        InProcessSparkRunner(spark=spark)
+    expected = oracle.run(build, oracle.BundleBasedDirectRunner(), results=direct)
+    runner = InProcessSparkRunner(debug=True) if debug else InProcessSparkRunner(spark=spark)
     assert oracle.run(build, runner, results=ours) == expected
 
     def panes(result):
-        counters = result[0].metrics().query(
-            beam.metrics.MetricsFilter().with_name('panes'))['counters']
+        counters = (
+            result[0].metrics().query(beam.metrics.MetricsFilter().with_name('panes'))['counters']
+        )
         return [c.committed for c in counters]
+
     assert panes(direct) == [1]  # one window, one key: one pane
     assert panes(ours) == panes(direct)
 
@@ -85,17 +94,21 @@ def _global_factor(p):
     """Five micro-batches of main input read one unchanging side input."""
     events = TestStream()
     for i in range(5):
-        events = events.add_elements([window.TimestampedValue(i, i)]) \
-            .advance_watermark_to(i + 1)
+        events = events.add_elements([window.TimestampedValue(i, i)]).advance_watermark_to(i + 1)
     factor = p | beam.Create([10])
-    return (p | events.advance_watermark_to_infinity()
-            | beam.Map(lambda x, f: x * f, beam.pvalue.AsSingleton(factor)))
+    return (
+        p
+        | events.advance_watermark_to_infinity()
+        | beam.Map(lambda x, f: x * f, beam.pvalue.AsSingleton(factor))
+    )
 
 
-@pytest.mark.parametrize('build', [_global_factor, test_side_inputs._views],
-                         ids=lambda b: b.__name__)
+@pytest.mark.parametrize(
+    'build', [_global_factor, test_side_inputs._views], ids=lambda b: b.__name__
+)
 def test_large_side_inputs_are_files_under_the_checkpoint_location(
-        spark, monkeypatch, tmp_path, build):
+    spark, monkeypatch, tmp_path, build
+):
     """Side inputs past ``--spark_inline_side_input_mb`` (0 here: all but the
     empty ones) reach Spark's workers as files under the checkpoint location,
     never added to the session (classic Spark lists such a file, and each
@@ -107,9 +120,9 @@ def test_large_side_inputs_are_files_under_the_checkpoint_location(
     ones and those this micro-batch read)."""
     from beam_spark_inproc.execution.streaming.store import CheckpointStore
     from beam_spark_inproc.spark.shipping import Shipper
+
     added, after_commits = [], []
-    monkeypatch.setattr(Shipper, 'ship_bytes',
-                        lambda self, data, kind: added.append(kind))
+    monkeypatch.setattr(Shipper, 'ship_bytes', lambda self, data, kind: added.append(kind))
     remove = CheckpointStore.remove_side_inputs
 
     def listing(store, keep):
@@ -119,9 +132,15 @@ def test_large_side_inputs_are_files_under_the_checkpoint_location(
     monkeypatch.setattr(CheckpointStore, 'remove_side_inputs', listing)
     expected = oracle.direct(build)
     assert expected
-    assert oracle.run(build, InProcessSparkRunner(spark=spark),
-                      '--spark_inline_side_input_mb=0',
-                      f'--checkpoint_location={tmp_path}') == expected
+    assert (
+        oracle.run(
+            build,
+            InProcessSparkRunner(spark=spark),
+            '--spark_inline_side_input_mb=0',
+            f'--checkpoint_location={tmp_path}',
+        )
+        == expected
+    )
     assert added == []
     written = {name for names in after_commits for name in names}
     sides = 1 if build is _global_factor else 4
@@ -138,6 +157,7 @@ def test_unbounded_sdf_on_spark(spark, monkeypatch):
     splittable and the keyed stages' results) is freed before it commits:
     nothing of micro-batch N is held by Spark's block managers after it."""
     from beam_spark_inproc.execution.streaming.store import CheckpointStore
+
     # classic-only: whether the session's cache manager holds any cached
     # DataFrame (the persisted-RDD map is weak: it showed none either way)
     manager = spark._jsparkSession.sharedState().cacheManager()
@@ -151,7 +171,10 @@ def test_unbounded_sdf_on_spark(spark, monkeypatch):
     monkeypatch.setattr(CheckpointStore, 'commit', counting)
     records = oracle.run(test_sources._ticks, InProcessSparkRunner(spark=spark))
     assert [(r[0], r[3]) for r in records] == [
-        ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
+        ([0, 1, 2, 3], 1),
+        ([4, 5, 6, 7], 1),
+        ([8, 9, 10, 11], 1),
+    ]
     assert len(at_commit) >= 3 and set(at_commit) == {before}, at_commit
     # The runner's session keeps the last 100 jobs and SQL executions in
     # Spark's status store (``session.LOCAL_DEFAULTS``), not 1,000 (in a whole
@@ -168,7 +191,8 @@ def test_unbounded_sdf_stage_runs_once_per_micro_batch_on_spark(spark):
     micro-batch's last job ran it again: every tick was recorded twice."""
     records = oracle.run(
         lambda p: p | beam.Impulse() | beam.ParDo(test_sources.Ticks()),
-        InProcessSparkRunner(spark=spark))
+        InProcessSparkRunner(spark=spark),
+    )
     assert sorted(r[0] for r in records) == list(range(test_sources._TOTAL))
 
 
@@ -182,6 +206,7 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
     micro-batch after the first takes every one of them built."""
     from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
     from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
+
     counts = []
     finish = Prebuilder.finish
 
@@ -190,6 +215,7 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
             counts.append((prebuilder.hits, prebuilder.misses))
             prebuilder.hits = prebuilder.misses = 0
         finish(prebuilder, micro_batch)
+
     monkeypatch.setattr(Prebuilder, 'finish', counted)
     taken = []
     take = TestStreamSource.take_made
@@ -198,6 +224,7 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
         made = take(source)
         taken.append(made is not None)
         return made
+
     monkeypatch.setattr(TestStreamSource, 'take_made', recorded)
 
     def build(p):
@@ -206,9 +233,13 @@ def test_next_micro_batch_is_made_while_the_last_job_runs(spark, monkeypatch):
             stream = stream.add_elements(
                 [window.TimestampedValue((f'k{j % 3}', j), i) for j in range(5)]
             ).advance_watermark_to(i + 1)
-        return (p | stream.advance_watermark_to_infinity()
-                | beam.WindowInto(window.FixedWindows(1))
-                | beam.CombinePerKey(sum))
+        return (
+            p
+            | stream.advance_watermark_to_infinity()
+            | beam.WindowInto(window.FixedWindows(1))
+            | beam.CombinePerKey(sum)
+        )
+
     expected = oracle.direct(build)
     taken.clear()
     assert oracle.run(build, InProcessSparkRunner(spark=spark)) == expected
@@ -226,8 +257,7 @@ def test_user_failure_names_the_transform_and_spark_stays_usable(spark):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    _ = (p | TestStream().add_elements([1, 2]).add_elements([3])
-         | 'Explode' >> beam.ParDo(Boom()))
+    _ = p | TestStream().add_elements([1, 2]).add_elements([3]) | 'Explode' >> beam.ParDo(Boom())
     result = p.run()
     with pytest.raises(PipelineExecutionError) as info:
         result.wait_until_finish()
@@ -253,8 +283,11 @@ def test_failed_attempt_metrics_reach_attempted_in_a_stream(spark):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
-    _ = (p | TestStream().add_elements([1, 2]).advance_processing_time(1)
-         .add_elements([3]) | beam.ParDo(_CountThenFail()))
+    _ = (
+        p
+        | TestStream().add_elements([1, 2]).advance_processing_time(1).add_elements([3])
+        | beam.ParDo(_CountThenFail())
+    )
     result = p.run()
     with pytest.raises(PipelineExecutionError, match='fails on purpose'):
         result.wait_until_finish()
@@ -276,6 +309,7 @@ def test_log_records_of_committed_micro_batches_reach_the_driver(spark):
     commits: a stream that fails later has logged its earlier micro-batches'
     records (they were relayed only when a stream ended well)."""
     from tests.integration.test_batch_correctness import LogCapture
+
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     root = logging.getLogger()
@@ -283,10 +317,12 @@ def test_log_records_of_committed_micro_batches_reach_the_driver(spark):
     root.setLevel(logging.INFO)  # the driver's level goes to the workers
     try:
         with LogCapture() as seen:
-            p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark),
-                              options=options)
-            _ = (p | TestStream().add_elements([1, 2]).advance_processing_time(1)
-                 .add_elements([3]) | beam.ParDo(_LogThenFail()))
+            p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark), options=options)
+            _ = (
+                p
+                | TestStream().add_elements([1, 2]).advance_processing_time(1).add_elements([3])
+                | beam.ParDo(_LogThenFail())
+            )
             result = p.run()
             with pytest.raises(PipelineExecutionError, match='after logging'):
                 result.wait_until_finish()
@@ -298,6 +334,7 @@ def test_log_records_of_committed_micro_batches_reach_the_driver(spark):
 
 def _greetings(p):
     from tests.integration.test_batch_correctness import _ValueOptions
+
     greeting = _ValueOptions([]).greeting  # a RuntimeValueProvider
 
     class Greet(beam.DoFn):

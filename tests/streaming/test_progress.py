@@ -12,6 +12,7 @@ where a buffered pane holds at its output time minus one microsecond
 (``trigger.InMemoryUnmergedState.get_earliest_hold``), the output time of
 OUTPUT_AT_EARLIEST being the pane's earliest element timestamp.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,17 +81,24 @@ def _run(checkpoint: str, *flags: str):
     options = PipelineOptions([f'--checkpoint_location={checkpoint}', *flags])
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
-    events = (test_stream.TestStream().advance_watermark_to(0)
-              .add_elements([window.TimestampedValue(e, e[1])
-                             for e in ELEMENTS[:2]])
-              .advance_watermark_to(5)
-              .add_elements([window.TimestampedValue(ELEMENTS[2], 12)])
-              .advance_watermark_to(15)
-              .advance_watermark_to_infinity())
-    _ = (p | events
-         | beam.WindowInto(window.FixedWindows(10),
-                           timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST)
-         | beam.GroupByKey() | beam.Map(lambda kv: kv))
+    events = (
+        test_stream.TestStream()
+        .advance_watermark_to(0)
+        .add_elements([window.TimestampedValue(e, e[1]) for e in ELEMENTS[:2]])
+        .advance_watermark_to(5)
+        .add_elements([window.TimestampedValue(ELEMENTS[2], 12)])
+        .advance_watermark_to(15)
+        .advance_watermark_to_infinity()
+    )
+    _ = (
+        p
+        | events
+        | beam.WindowInto(
+            window.FixedWindows(10), timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST
+        )
+        | beam.GroupByKey()
+        | beam.Map(lambda kv: kv)
+    )
     result = p.run()
     assert result.wait_until_finish() == 'DONE'
     return result
@@ -107,8 +115,7 @@ def stream(tmp_path_factory):
     logger.setLevel(logging.INFO)
     try:
         with HttpReceiver() as sink:
-            result = _run(checkpoint, f'--metrics_sink={sink.url}/beam',
-                          '--metrics_push_period=0')
+            result = _run(checkpoint, f'--metrics_sink={sink.url}/beam', '--metrics_push_period=0')
             documents = sink.documents
     finally:
         logger.removeHandler(handler)
@@ -130,10 +137,16 @@ def test_progress_has_the_models_watermarks_and_counts(stream):
         wm = source['output_watermark']
         output, keys, timer = EXPECTED[wm]
         seen.add(wm)
-        assert (window_into['input_watermark'], window_into['output_watermark'],
-                gbk['input_watermark']) == (wm, wm, wm)
-        assert (gbk['output_watermark'], gbk['state_keys'],
-                gbk['next_event_timer']) == (output, keys, timer), progress
+        assert (
+            window_into['input_watermark'],
+            window_into['output_watermark'],
+            gbk['input_watermark'],
+        ) == (wm, wm, wm)
+        assert (gbk['output_watermark'], gbk['state_keys'], gbk['next_event_timer']) == (
+            output,
+            keys,
+            timer,
+        ), progress
         assert gbk['timer_buckets'] >= min(keys, 1)
         assert (gbk['state_bytes'] > 0) == (keys > 0)
         # Elements: what the TestStream emitted so far, every one read.
@@ -143,8 +156,7 @@ def test_progress_has_the_models_watermarks_and_counts(stream):
         assert window_into['total_elements_out'] == emitted
         # The GroupByKey's reader reads fired panes: one per key and window
         # whose end the watermark passed.
-        fired = {(k, t // 10) for k, t in ELEMENTS
-                 if t // 10 * 10 + 10 - 1e-6 <= _seconds(wm)}
+        fired = {(k, t // 10) for k, t in ELEMENTS if t // 10 * 10 + 10 - 1e-6 <= _seconds(wm)}
         assert gbk['total_elements_in'] == len(fired)
         assert gbk['elements_out'] is None  # a leaf writes nothing
         # Lag behind the wall clock at the commit.
@@ -155,15 +167,20 @@ def test_progress_has_the_models_watermarks_and_counts(stream):
                 if mark in ('-inf', '+inf'):
                     assert lag is None
                 else:
-                    expected = (Timestamp.from_rfc3339(progress['timestamp'])
-                                - Timestamp.from_rfc3339(mark)).micros / 1e6
+                    expected = (
+                        Timestamp.from_rfc3339(progress['timestamp']) - Timestamp.from_rfc3339(mark)
+                    ).micros / 1e6
                     assert abs(lag - expected) < 0.01
-        assert abs(progress['job_seconds'] + progress['driver_seconds']
-                   - progress['duration_seconds']) < 1e-3
+        assert (
+            abs(progress['job_seconds'] + progress['driver_seconds'] - progress['duration_seconds'])
+            < 1e-3
+        )
         assert progress['backlog'] == {
-            'due_residuals': 0, 'pending_residuals': 0,
+            'due_residuals': 0,
+            'pending_residuals': 0,
             'timer_buckets': gbk['timer_buckets'],
-            'held_side_input_elements': 0}
+            'held_side_input_elements': 0,
+        }
     assert seen == set(EXPECTED)
     # Per micro-batch counts add up to the input.
     assert sum(r['elements_in'] for r in recent) == len(ELEMENTS)
@@ -175,10 +192,11 @@ def test_one_info_line_per_micro_batch(stream):
     lines = [m for m in messages if ' micro-batch ' in m and m.startswith('Stream ')]
     assert len(lines) == len(result.recent_progress())
     for line, progress in zip(lines, result.recent_progress()):
-        assert line.startswith(f"Stream {progress['stream']} micro-batch "
-                               f"{progress['micro_batch']}: ")
+        assert line.startswith(
+            f'Stream {progress["stream"]} micro-batch {progress["micro_batch"]}: '
+        )
         assert '\n' not in line
-        assert f"{progress['elements_in']} elements in" in line
+        assert f'{progress["elements_in"]} elements in' in line
 
 
 def test_metrics_sink_receives_the_progress_as_gauges(stream):
@@ -187,30 +205,32 @@ def test_metrics_sink_receives_the_progress_as_gauges(stream):
     assert documents and documents[-1]['state'] == 'DONE'
     checked = 0
     for doc in documents:
-        gauges = {(m['step'], m['name']): m['committed']['value']
-                  for m in doc['metrics'] if m['namespace'] == GAUGE_NAMESPACE}
+        gauges = {
+            (m['step'], m['name']): m['committed']['value']
+            for m in doc['metrics']
+            if m['namespace'] == GAUGE_NAMESPACE
+        }
         if not gauges:
             continue
         progress = by_id[gauges['stream', 'micro_batch']]
         assert gauges['stream', 'elements_in'] == progress['elements_in']
-        assert gauges['stream', 'timer_buckets'] == \
-            progress['backlog']['timer_buckets']
+        assert gauges['stream', 'timer_buckets'] == progress['backlog']['timer_buckets']
         for stage in progress['stages']:
-            step = f"{stage['stage']}:{stage['name']}"
+            step = f'{stage["stage"]}:{stage["name"]}'
             for which in ('input', 'output'):
                 mark = stage[f'{which}_watermark']
                 if mark in ('-inf', '+inf'):
                     assert (step, f'{which}_watermark_seconds') not in gauges
                 else:
-                    assert gauges[step, f'{which}_watermark_seconds'] == \
-                        Timestamp.from_rfc3339(mark).micros / 1e6
+                    assert (
+                        gauges[step, f'{which}_watermark_seconds']
+                        == Timestamp.from_rfc3339(mark).micros / 1e6
+                    )
             if stage['total_elements_in'] is not None:
-                assert gauges[step, 'total_elements_in'] == \
-                    stage['total_elements_in']
+                assert gauges[step, 'total_elements_in'] == stage['total_elements_in']
         checked += 1
     assert checked >= 2
-    final = {(m['step'], m['name']): m['committed']['value']
-             for m in documents[-1]['metrics']}
+    final = {(m['step'], m['name']): m['committed']['value'] for m in documents[-1]['metrics']}
     assert final['stream', 'micro_batch'] == result.progress()['micro_batch']
     assert final['2:WindowInto(WindowIntoFn)', 'total_elements_in'] == len(ELEMENTS)
 
@@ -220,9 +240,8 @@ def test_status_prints_a_stopped_streams_progress(stream, capsys, tmp_path):
     progress = result.progress()
     assert main(['status', checkpoint]) == 0
     out = capsys.readouterr().out
-    assert f"micro-batch {progress['micro_batch']} committed" in out
-    rows = {line.split()[0]: line for line in out.splitlines()
-            if line[:1].isdigit()}
+    assert f'micro-batch {progress["micro_batch"]} committed' in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
     for stage in progress['stages']:
         row = rows[str(stage['stage'])].split()
         assert stage['input_watermark'] in row and stage['output_watermark'] in row
@@ -236,7 +255,7 @@ def test_status_prints_a_stopped_streams_progress(stream, capsys, tmp_path):
     assert text.startswith('<!DOCTYPE html>') and text.count('<svg') == 2
     assert 'src=' not in text and 'href="http' not in text  # self-contained
     for stage in progress['stages']:
-        assert f"out wm {stage['output_watermark']}" in text
+        assert f'out wm {stage["output_watermark"]}' in text
 
 
 def test_status_of_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):
@@ -248,7 +267,11 @@ def test_status_of_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):
     assert 'no such folder' in capsys.readouterr().err
     done = subprocess.run(
         [sys.executable, '-m', 'beam_spark_inproc', 'status', str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == ''
     assert "is not a stream's checkpoint location" in done.stderr
 
@@ -276,13 +299,13 @@ def test_a_restarted_stream_goes_on_counting(stream, tmp_path):
     assert after['elements_in'] == 0
     for old, new in zip(before['stages'], after['stages']):
         assert (new['total_elements_in'], new['total_elements_out']) == (
-            old['total_elements_in'], old['total_elements_out'])
+            old['total_elements_in'],
+            old['total_elements_out'],
+        )
         assert new['output_watermark'] == '+inf'
-    with open(os.path.join(copy, 'commits',
-                           f"{after['micro_batch']}.json")) as f:
+    with open(os.path.join(copy, 'commits', f'{after["micro_batch"]}.json')) as f:
         history = json.load(f)['progress']['recent']
-    assert [h['micro_batch'] for h in history] == list(
-        range(after['micro_batch'] + 1))
+    assert [h['micro_batch'] for h in history] == list(range(after['micro_batch'] + 1))
 
 
 def test_progress_of_an_unbounded_splittable_dofn():
@@ -297,27 +320,30 @@ def test_progress_of_an_unbounded_splittable_dofn():
     A micro-batch that begins before the residual's 10 ms resume delay has
     passed (the loop runs one before it waits for a residual) runs nothing:
     it moves no watermark and is left out of the count."""
+
     def sdf_and_gbk(progress):
-        sdf = next(s for s in progress['stages']
-                   if s['name'].startswith('ParDo(Ticks)/Process'))
+        sdf = next(s for s in progress['stages'] if s['name'].startswith('ParDo(Ticks)/Process'))
         return sdf, progress['stages'][-1]
 
     results = []
-    oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True),
-               results=results)
+    oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True), results=results)
     recent = []
     for progress in results[0].recent_progress():
         if progress['elements_in'] == 0 and recent:
-            assert [(s['elements_out'], s['output_watermark'])
-                    for s in sdf_and_gbk(progress)] == [
+            assert [(s['elements_out'], s['output_watermark']) for s in sdf_and_gbk(progress)] == [
                 (None if s['elements_out'] is None else 0, s['output_watermark'])
-                for s in sdf_and_gbk(recent[-1])], progress
+                for s in sdf_and_gbk(recent[-1])
+            ], progress
             continue
         recent.append(progress)
     assert len(recent) == 4, [  # what each micro-batch ran, if not 4
-        (r['micro_batch'], r['elements_in'],
-         [(s['name'][:20], s['elements_out'], s['output_watermark'])
-          for s in r['stages']]) for r in recent]
+        (
+            r['micro_batch'],
+            r['elements_in'],
+            [(s['name'][:20], s['elements_out'], s['output_watermark']) for s in r['stages']],
+        )
+        for r in recent
+    ]
     fired = 0
     for k, progress in enumerate(recent):
         sdf, gbk = sdf_and_gbk(progress)
@@ -335,7 +361,8 @@ def test_progress_of_an_unbounded_splittable_dofn():
             'due_residuals': sdf['due_residuals'],
             'pending_residuals': sdf['pending_residuals'],
             'timer_buckets': gbk['timer_buckets'],
-            'held_side_input_elements': 0}
+            'held_side_input_elements': 0,
+        }
     assert sdf['total_elements_out'] == 12
 
 
@@ -344,14 +371,15 @@ def test_elements_in_of_a_splittable_dofn_fused_into_a_leaf_stage():
     nothing: each micro-batch's elements in are the 3 ticks its bundle
     emitted, 12 in all (the stage's elements out are what the DoFn emitted)."""
     results = []
-    records = oracle.run(lambda p: p | beam.Impulse() | beam.ParDo(
-        test_sources.Ticks()), InProcessSparkRunner(debug=True),
-        results=results)
+    records = oracle.run(
+        lambda p: p | beam.Impulse() | beam.ParDo(test_sources.Ticks()),
+        InProcessSparkRunner(debug=True),
+        results=results,
+    )
     assert sorted(r[0] for r in records) == list(range(12))
     recent = results[0].recent_progress()
     assert [r['elements_in'] for r in recent if r['elements_in']] == [3] * 4
-    sdf = next(s for s in recent[-1]['stages']
-               if s['name'].startswith('ParDo(Ticks)/Process'))
+    sdf = next(s for s in recent[-1]['stages'] if s['name'].startswith('ParDo(Ticks)/Process'))
     assert sdf['total_elements_out'] == 12
 
 
@@ -371,7 +399,7 @@ def test_status_of_a_commit_record_without_progress(stream, tmp_path, capsys):
     newest.write_text(json.dumps(record))
     assert main(['status', str(copy)]) == 0
     out = capsys.readouterr().out
-    assert f"micro-batch {record['micro_batch']} committed" in out
+    assert f'micro-batch {record["micro_batch"]} committed' in out
     rows = [line for line in out.splitlines() if line[:1].isdigit()]
     assert len(rows) == len(record['stages'])
     assert ' 1970-01-01T00:00:01Z ' in rows[0]
@@ -388,12 +416,16 @@ def test_status_says_when_a_stream_drains(stream, tmp_path, capsys):
     shutil.copytree(checkpoint, copy)
     newest = max((copy / 'commits').glob('*.json'), key=lambda f: int(f.stem))
     record = json.loads(newest.read_text())
-    for drained, said in [(False, 'draining since micro-batch 3 (requested by '
-                                  'result.drain())'),
-                          (True, 'drained: every window and timer fired')]:
-        record['drain'] = {'drained': drained, 'after_micro_batch': 3,
-                           'requested_by': 'result.drain()',
-                           'sources_stopped_at': {}}
+    for drained, said in [
+        (False, 'draining since micro-batch 3 (requested by result.drain())'),
+        (True, 'drained: every window and timer fired'),
+    ]:
+        record['drain'] = {
+            'drained': drained,
+            'after_micro_batch': 3,
+            'requested_by': 'result.drain()',
+            'sources_stopped_at': {},
+        }
         newest.write_text(json.dumps(record))
         assert main(['status', str(copy)]) == 0
         assert said in capsys.readouterr().out

@@ -8,6 +8,7 @@ The driver is a subprocess (``restart_pipeline``) that SIGKILLs itself in the
 middle of a micro-batch, after the files of window [20, 30) were moved into
 the output folder and before the micro-batch's commit record was written.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,15 +33,29 @@ from tests.streaming import restart_pipeline
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _driver(out: str, checkpoint: str, marker: str, seed: int, *flags: str,
-            env: dict | None = None):
+def _driver(
+    out: str, checkpoint: str, marker: str, seed: int, *flags: str, env: dict | None = None
+):
     # Hash seeds 1 and 3 fuse this pipeline into differently named and ordered
     # stages (Beam's fusion iterates sets): the restart must match them.
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED=str(seed), **(env or {}))
     return subprocess.run(
-        [sys.executable, '-m', 'tests.streaming.restart_pipeline', out,
-         checkpoint, '--kill', marker, *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            '-m',
+            'tests.streaming.restart_pipeline',
+            out,
+            checkpoint,
+            '--kill',
+            marker,
+            *flags,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _by_window(files: dict) -> dict:
@@ -55,7 +70,8 @@ def _by_window(files: dict) -> dict:
 def fault_free(tmp_path_factory):
     base = tmp_path_factory.mktemp('fault-free')
     counters = restart_pipeline.run(
-        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'))
+        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck')
+    )
     files = restart_pipeline.outputs(str(base / 'out'))
     assert counters == {'elements': restart_pipeline.STEPS * restart_pipeline.PER_STEP}
     assert len(_by_window(files)) == 7  # windows [0, 10) .. [60, 70)
@@ -107,7 +123,7 @@ def _tear(checkpoint: str) -> None:
     with open(os.path.join(commits, f'{last}.json')) as f:
         text = f.read()
     with open(os.path.join(commits, f'{last + 1}.json'), 'w') as f:
-        f.write(text[:len(text) // 2])
+        f.write(text[: len(text) // 2])
     with open(os.path.join(commits, f'{last + 2}.json.tmp'), 'w') as f:
         f.write(text)
     stray = os.path.join(checkpoint, 'state', 'stage-0', f'mb-{last + 1}')
@@ -136,13 +152,13 @@ def test_driver_killed_mid_micro_batch_then_restarted(tmp_path, fault_free, tear
     assert sorted(got) == sorted(files)  # the same files, none doubled
     assert _by_window(got) == _by_window(files)
     assert json.loads(second.stdout.strip().splitlines()[-1]) == counters
-    leftovers = [n for n in os.listdir(os.path.join(checkpoint, 'commits'))
-                 if not n.endswith('.json')]
+    leftovers = [
+        n for n in os.listdir(os.path.join(checkpoint, 'commits')) if not n.endswith('.json')
+    ]
     assert leftovers == []
     # Beam's temporary files: the committed ones were moved by their panes,
     # the dead micro-batch's removed on restart (a fault-free run leaves none).
-    temporary = [os.path.join(d, n) for d, _, names in os.walk(out)
-                 for n in names if '.temp' in d]
+    temporary = [os.path.join(d, n) for d, _, names in os.walk(out) for n in names if '.temp' in d]
     assert temporary == []
 
 
@@ -157,8 +173,7 @@ def test_a_moved_checkpoint_resumes(tmp_path, fault_free):
     store = CheckpointStore.__new__(CheckpointStore)
     store.root = checkpoint
     record = store.read_commit(store.commits()[-1])
-    paths = [b['path'] for stage in record['stages']
-             for b in stage['buckets'].values()]
+    paths = [b['path'] for stage in record['stages'] for b in stage['buckets'].values()]
     assert paths and not any(os.path.isabs(path) for path in paths)
     os.rename(checkpoint, str(tmp_path / 'moved'))
     checkpoint = str(tmp_path / 'moved')
@@ -182,8 +197,7 @@ def test_restart_finds_the_buckets_after_they_split(tmp_path, fault_free):
     newest = max(int(n[:-5]) for n in os.listdir(commits) if n.endswith('.json'))
     with open(os.path.join(commits, f'{newest}.json')) as f:
         record = json.load(f)
-    assert {s.get('state_buckets') for s in record['stages'] if s['buckets']} \
-        == {MAX_BUCKETS}
+    assert {s.get('state_buckets') for s in record['stages'] if s['buckets']} == {MAX_BUCKETS}
     second = _driver(out, checkpoint, marker, 3, env=env)
     assert second.returncode == 0, second.stderr[-3000:]
     files, counters = fault_free
@@ -194,16 +208,23 @@ def test_restart_finds_the_buckets_after_they_split(tmp_path, fault_free):
 
 def test_recover_removes_what_was_not_committed(tmp_path):
     class Plan:  # what CheckpointStore reads of a plan
-        stages = [type('S', (), {'name': 'a', 'labels': ('A',)})(),
-                  type('S', (), {'name': 'b', 'labels': ('B',)})()]
+        stages = [
+            type('S', (), {'name': 'a', 'labels': ('A',)})(),
+            type('S', (), {'name': 'b', 'labels': ('B',)})(),
+        ]
 
     root = str(tmp_path / 'ck')
     store = CheckpointStore(Plan, root)
     assert store.resume is None
     for n in range(3):
         os.makedirs(store.state_path(1, n))
-        store.commit(n, {'micro_batch': n, 'stages': [
-            {'name': 'b', 'buckets': {'5': {'path': store.state_path(1, n)}}}]})
+        store.commit(
+            n,
+            {
+                'micro_batch': n,
+                'stages': [{'name': 'b', 'buckets': {'5': {'path': store.state_path(1, n)}}}],
+            },
+        )
     # Only commits 1 and 2 are kept, and the folder only 0 referred to is gone.
     assert store.commits() == [1, 2]
     assert not os.path.exists(store.state_path(1, 0))
@@ -220,6 +241,7 @@ def test_recover_removes_what_was_not_committed(tmp_path):
 def test_records_with_absolute_paths_are_still_read(tmp_path):
     """Records written before paths were relative name absolute paths: they
     are read as they are, and the files they name are kept."""
+
     class Plan:  # what CheckpointStore reads of a plan
         stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
 
@@ -227,10 +249,19 @@ def test_records_with_absolute_paths_are_still_read(tmp_path):
     for n in range(2):  # 0 as an old driver wrote it, 1 as a new one does
         os.makedirs(store.state_path(0, n))
         path = store.state_path(0, n)
-        store.commit(n, {'micro_batch': n, 'stages': [{'name': 'a', 'buckets': {
-            str(n): {'path': path if n == 0 else store.relative(path)}}}]})
-    assert store.relative(store.state_path(0, 1)) == os.path.join(
-        'state', 'stage-0', 'mb-1')
+        store.commit(
+            n,
+            {
+                'micro_batch': n,
+                'stages': [
+                    {
+                        'name': 'a',
+                        'buckets': {str(n): {'path': path if n == 0 else store.relative(path)}},
+                    }
+                ],
+            },
+        )
+    assert store.relative(store.state_path(0, 1)) == os.path.join('state', 'stage-0', 'mb-1')
     assert all(os.path.exists(store.state_path(0, n)) for n in range(2))
     again = CheckpointStore(Plan, str(tmp_path / 'ck'))
     assert again.resume['micro_batch'] == 1
@@ -244,6 +275,7 @@ def test_unchanged_driver_state_is_written_once(tmp_path):
     """The driver's state is written when it changed; a commit record after
     an unchanged one names the file written before, which is kept while a
     retained record names it and removed after."""
+
     class Plan:  # what CheckpointStore reads of a plan
         stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
 
@@ -254,8 +286,9 @@ def test_unchanged_driver_state_is_written_once(tmp_path):
         store.commit(n, {'micro_batch': n, 'stages': [], 'driver_state': path})
         named.append(path)
         assert os.path.exists(store.absolute(path))
-    assert named == [os.path.join('driver', '0.pickle')] * 4 + [
-        os.path.join('driver', '4.pickle')] * 3
+    assert (
+        named == [os.path.join('driver', '0.pickle')] * 4 + [os.path.join('driver', '4.pickle')] * 3
+    )
     assert sorted(os.listdir(tmp_path / 'ck' / 'driver')) == ['4.pickle']
     with open(store.absolute(named[-1]), 'rb') as f:
         assert f.read() == b'y'
@@ -263,18 +296,20 @@ def test_unchanged_driver_state_is_written_once(tmp_path):
 
 def test_describe_changes_names_the_transforms():
     old = [['s1', ['Read', 'Map']], ['s2', ['GroupByKey', 'Sum']]]
-    assert describe_changes(old, [['s1', ['Read', 'Map']],
-                                  ['s2', ['GroupByKey', 'Mean']]]) == (
-        'transforms added: Mean; transforms removed: Sum')
-    refused = describe_changes(old, [['s1', ['Read']],
-                                     ['s3', ['Map', 'GroupByKey', 'Sum']]])
+    assert describe_changes(old, [['s1', ['Read', 'Map']], ['s2', ['GroupByKey', 'Mean']]]) == (
+        'transforms added: Mean; transforms removed: Sum'
+    )
+    refused = describe_changes(old, [['s1', ['Read']], ['s3', ['Map', 'GroupByKey', 'Sum']]])
     assert "stage 's1' (Read, Map) is gone" in refused
     assert "stage 's3' (Map, GroupByKey, Sum) is new" in refused
 
 
 def test_stage_key_ignores_the_order_fusion_named_the_parts_in():
-    assert stage_key('((A/Read)+(ref_B))+(C/Write)') == stage_key(
-        '((ref_B)+(C/Write))+(A/Read)') == 'A/Read+C/Write+ref_B'
+    assert (
+        stage_key('((A/Read)+(ref_B))+(C/Write)')
+        == stage_key('((ref_B)+(C/Write))+(A/Read)')
+        == 'A/Read+C/Write+ref_B'
+    )
     assert stage_key('ref_B') == 'ref_B'
 
 
@@ -288,8 +323,8 @@ def test_driver_held_state_survives_a_restart(tmp_path, variant):
     it held something (without restoring it, windows are missing)."""
     base = tmp_path / 'fault-free'
     counters = restart_pipeline.run(
-        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'),
-        variant=variant)
+        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'), variant=variant
+    )
     files = restart_pipeline.outputs(str(base / 'out'))
     assert counters == {'elements': restart_pipeline.ELEMENTS[variant]}
     assert len(_by_window(files)) == 6  # windows [0, 10) .. [50, 60)
@@ -327,8 +362,8 @@ def test_file_sink_across_a_restart(tmp_path, variant):
     base = tmp_path / 'fault-free'
     os.makedirs(base / 'out')
     counters = restart_pipeline.run(
-        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'),
-        variant=variant)
+        InProcessSparkRunner(debug=True), str(base / 'out'), str(base / 'ck'), variant=variant
+    )
     files = restart_pipeline.outputs(str(base / 'out'))
     assert counters == {'elements': restart_pipeline.ELEMENTS[variant]}
     # every element once, across the windows' files
@@ -350,6 +385,7 @@ def test_files_of_attempts_not_committed_are_collected(tmp_path):
     """A state folder holds a file per task attempt; only the committed
     attempt's is named by the commit record. The others (a failed or
     speculative attempt's) go at the next commit, or at once on restart."""
+
     class Plan:
         stages = [type('S', (), {'name': 'a', 'labels': ('A',)})()]
 
@@ -364,16 +400,20 @@ def test_files_of_attempts_not_committed_are_collected(tmp_path):
         return [os.path.join(folder, name) for name in names]
 
     def record(n: int, path: str) -> dict:
-        return {'micro_batch': n, 'stages': [
-            {'name': 'a', 'buckets': {'5': {'path': path}}}]}
+        return {'micro_batch': n, 'stages': [{'name': 'a', 'buckets': {'5': {'path': path}}}]}
 
     kept, dead = write(0, 'part-kept.parquet', 'part-dead.parquet')
     store.commit(0, record(0, kept))
     # Micro-batch 0's own folder waits: an abandoned attempt may still write.
     assert os.path.exists(dead)
     newer, dead1 = write(1, 'part-new.parquet', 'part-dead1.parquet')
-    store.commit(1, {'micro_batch': 1, 'stages': [{'name': 'a', 'buckets': {
-        '5': {'path': kept}, '6': {'path': newer}}}]})
+    store.commit(
+        1,
+        {
+            'micro_batch': 1,
+            'stages': [{'name': 'a', 'buckets': {'5': {'path': kept}, '6': {'path': newer}}}],
+        },
+    )
     assert os.path.exists(kept) and not os.path.exists(dead)
     assert os.path.exists(dead1)  # micro-batch 1's folder: the next commit's
     again = CheckpointStore(Plan, root)  # restart: every attempt is dead

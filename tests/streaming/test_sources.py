@@ -2,6 +2,7 @@
 ``defer_remainder`` residuals re-run on the same stage after their delay with
 their watermark estimator holding the stage, PeriodicImpulse, several
 TestStreams, bounded reads inside a stream."""
+
 from __future__ import annotations
 
 import time
@@ -45,27 +46,32 @@ class Ticks(beam.DoFn, beam.transforms.core.RestrictionProvider):
 
     @beam.DoFn.unbounded_per_element()
     def process(
-        self, element,
+        self,
+        element,
         tracker=beam.DoFn.RestrictionParam(),
-        estimator=beam.DoFn.WatermarkEstimatorParam(
-            ManualWatermarkEstimator.default_provider())):
+        estimator=beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider()),
+    ):
         position = tracker.current_restriction().start
         end = position + self._per_bundle
         for i in range(position, min(end, self._total)):
             if not tracker.try_claim(i):
                 return
-            yield window.TimestampedValue(
-                (f'k{i % self._keys}', i) if self._keys else i, i)
+            yield window.TimestampedValue((f'k{i % self._keys}', i) if self._keys else i, i)
         estimator.set_watermark(Timestamp(end))
         if end < self._total:
             tracker.defer_remainder(Duration.of(0.01))
 
 
 def _ticks(p):
-    return (p | beam.Impulse() | beam.ParDo(Ticks())
-            | beam.Map(lambda i: ('k', i))
-            | beam.WindowInto(window.FixedWindows(4)) | beam.GroupByKey()
-            | beam.MapTuple(lambda k, vs: sorted(vs)))
+    return (
+        p
+        | beam.Impulse()
+        | beam.ParDo(Ticks())
+        | beam.Map(lambda i: ('k', i))
+        | beam.WindowInto(window.FixedWindows(4))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: sorted(vs))
+    )
 
 
 def test_unbounded_sdf_residuals_rerun_and_hold_the_watermark():
@@ -75,18 +81,25 @@ def test_unbounded_sdf_residuals_rerun_and_hold_the_watermark():
     first bundle and the later ticks be dropped as late."""
     records = oracle.run(_ticks, InProcessSparkRunner(debug=True))
     assert [(r[0], r[3]) for r in records] == [
-        ([0, 1, 2, 3], 1), ([4, 5, 6, 7], 1), ([8, 9, 10, 11], 1)]
+        ([0, 1, 2, 3], 1),
+        ([4, 5, 6, 7], 1),
+        ([8, 9, 10, 11], 1),
+    ]
 
 
 def _two_test_streams(p):
     first = p | 'First' >> TestStream().add_elements(
-        [window.TimestampedValue(('a', 1), 1)]).advance_watermark_to(
-        12).add_elements([window.TimestampedValue(('a', 2), 14)])
-    second = p | 'Second' >> TestStream().advance_watermark_to(
-        5).add_elements([window.TimestampedValue(('a', 3), 6),
-                         window.TimestampedValue(('b', 4), 7)])
-    return ((first, second) | beam.Flatten()
-            | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey())
+        [window.TimestampedValue(('a', 1), 1)]
+    ).advance_watermark_to(12).add_elements([window.TimestampedValue(('a', 2), 14)])
+    second = p | 'Second' >> TestStream().advance_watermark_to(5).add_elements(
+        [window.TimestampedValue(('a', 3), 6), window.TimestampedValue(('b', 4), 7)]
+    )
+    return (
+        (first, second)
+        | beam.Flatten()
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.GroupByKey()
+    )
 
 
 def test_several_test_streams():
@@ -95,17 +108,20 @@ def test_several_test_streams():
     loses the first TestStream's elements here: it outputs the second's only.)"""
     records = oracle.run(_two_test_streams, InProcessSparkRunner(debug=True))
     assert [(r[0], r[1], r[3]) for r in records] == [
-        (('a', (1, 3)), '[0.0, 10.0)', 1), (('a', (2,)), '[10.0, 20.0)', 1),
-        (('b', (4,)), '[0.0, 10.0)', 1)]
+        (('a', (1, 3)), '[0.0, 10.0)', 1),
+        (('a', (2,)), '[10.0, 20.0)', 1),
+        (('b', (4,)), '[0.0, 10.0)', 1),
+    ]
 
 
 def _bounded_read(path):
     def build(p):
         stream = p | TestStream().advance_watermark_to(3).add_elements(
-            [window.TimestampedValue('x', 5)])
+            [window.TimestampedValue('x', 5)]
+        )
         lines = p | beam.io.ReadFromText(path)
-        return stream | beam.Map(lambda x, ls: (x, sorted(ls)),
-                                 beam.pvalue.AsList(lines))
+        return stream | beam.Map(lambda x, ls: (x, sorted(ls)), beam.pvalue.AsList(lines))
+
     return build
 
 
@@ -115,8 +131,7 @@ def test_bounded_read_inside_a_stream(tmp_path):
     # By hand (BundleBasedDirectRunner cannot run ReadFromText's splittable
     # DoFn: "was not replaced as expected").
     records = oracle.run(_bounded_read(str(path)), InProcessSparkRunner(debug=True))
-    assert [(r[0], r[2]) for r in records] == [
-        (('x', ('one', 'three', 'two')), Timestamp(5))]
+    assert [(r[0], r[2]) for r in records] == [(('x', ('one', 'three', 'two')), Timestamp(5))]
 
 
 class _Record(beam.DoFn):
@@ -131,14 +146,16 @@ def test_periodic_impulse_runs_as_a_stream_until_cancelled():
     start + i * interval on the wall clock, counted per one-second window,
     until the pipeline is cancelled."""
     _Record.SEEN.clear()
-    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True),
-                      options=PipelineOptions())
+    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=PipelineOptions())
     start = time.time()
-    _ = (p | PeriodicImpulse(start_timestamp=start, fire_interval=0.2)
-         | beam.Map(lambda t: ('tick', t))
-         | beam.WindowInto(window.FixedWindows(1))
-         | beam.combiners.Count.PerKey()
-         | beam.ParDo(_Record()))
+    _ = (
+        p
+        | PeriodicImpulse(start_timestamp=start, fire_interval=0.2)
+        | beam.Map(lambda t: ('tick', t))
+        | beam.WindowInto(window.FixedWindows(1))
+        | beam.combiners.Count.PerKey()
+        | beam.ParDo(_Record())
+    )
     result = p.run()
     assert isinstance(result, StreamingPipelineResult)
     assert result.wait_until_finish(3000) == PipelineState.RUNNING

@@ -6,6 +6,7 @@ FnApiRunner; bad input fails while the pipeline is built; a checkpoint of
 another source is refused. The restart (SIGKILL) test is in
 ``test_spark_source_restart``.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ from tests.streaming import spark_source_pipelines as cases
 
 def _run(runner, build, *flags: str) -> list:
     import tempfile
+
     out = tempfile.mkdtemp(prefix='beam-spark-source-')
     p = beam.Pipeline(runner=runner, options=PipelineOptions(list(flags)))
     build(p) | beam.ParDo(cases.Collect(out))
@@ -36,9 +38,12 @@ def test_file_stream_equals_bounded_read(spark, tmp_path):
     landing = str(tmp_path / 'landing')
     cases.land(landing)
     expected = cases.bounded(spark, landing)
-    got = _run(InProcessSparkRunner(spark=spark, debug=True),
-               lambda p: cases.windowed_sums(p | cases.read(landing, spark)),
-               '--checkpoint_location', str(tmp_path / 'ck'))
+    got = _run(
+        InProcessSparkRunner(spark=spark, debug=True),
+        lambda p: cases.windowed_sums(p | cases.read(landing, spark)),
+        '--checkpoint_location',
+        str(tmp_path / 'ck'),
+    )
     assert got == expected
     assert len(got) == 3 * cases.KEYS  # windows [0,10) [10,20) [20,30)
     staged = os.listdir(tmp_path / 'ck' / 'sources')
@@ -49,17 +54,29 @@ def test_python_data_source_with_offsets(spark, tmp_path):
     """A Python streaming data source (``DataSourceStreamReader``, 10 rows a
     Spark batch): its rows once each, at their event times."""
     spark.dataSource.register(cases.counter_source())
-    frame = spark.readStream.format('beam_test_counter').option(
-        'total', 45).option('per_batch', 10).load()
+    frame = (
+        spark.readStream.format('beam_test_counter')
+        .option('total', 45)
+        .option('per_batch', 10)
+        .load()
+    )
 
     def build(p):
         def show(row, t=beam.DoFn.TimestampParam):
             return row.id, row.key, int(t)
-        return p | ReadFromSpark(dataframe=frame, event_time='ts',
-                                 trigger='available_now') | beam.Map(show)
 
-    got = _run(InProcessSparkRunner(spark=spark, debug=True), build,
-               '--checkpoint_location', str(tmp_path / 'ck'))
+        return (
+            p
+            | ReadFromSpark(dataframe=frame, event_time='ts', trigger='available_now')
+            | beam.Map(show)
+        )
+
+    got = _run(
+        InProcessSparkRunner(spark=spark, debug=True),
+        build,
+        '--checkpoint_location',
+        str(tmp_path / 'ck'),
+    )
     epoch = int(cases.EPOCH.timestamp())
     assert got == sorted((n, f'k{n % 3}', epoch + n) for n in range(45))
 
@@ -80,8 +97,7 @@ def test_bad_input_fails_while_building(spark, tmp_path):
     with pytest.raises(SparkInteropError, match='this one is a batch DataFrame'):
         ReadFromSpark(dataframe=batch, event_time='ts')
     with pytest.raises(SparkInteropError, match=r"ReadFromSpark.stream\(format='no_such"):
-        ReadFromSpark.stream(format='no_such_source_x', event_time='ts',
-                             spark=spark)
+        ReadFromSpark.stream(format='no_such_source_x', event_time='ts', spark=spark)
     with pytest.raises(SparkInteropError, match='runs on beam_spark_inproc'):
         with beam.Pipeline() as p:
             _ = p | ReadFromSpark(dataframe=stream, event_time='ts')
@@ -95,16 +111,27 @@ def test_checkpoint_of_another_source_refused(spark, tmp_path):
     landing = str(tmp_path / 'landing')
     cases.land(landing, 2)
     checkpoint = str(tmp_path / 'ck')
-    _run(InProcessSparkRunner(spark=spark, debug=True),
-         lambda p: p | cases.read(landing, spark) | 'Id' >> beam.Map(_id),
-         '--checkpoint_location', checkpoint)
+    _run(
+        InProcessSparkRunner(spark=spark, debug=True),
+        lambda p: p | cases.read(landing, spark) | 'Id' >> beam.Map(_id),
+        '--checkpoint_location',
+        checkpoint,
+    )
     other = ReadFromSpark.stream(
-        format='json', path=str(tmp_path), schema=cases.SCHEMA, event_time='ts',
-        trigger='available_now', spark=spark)
+        format='json',
+        path=str(tmp_path),
+        schema=cases.SCHEMA,
+        event_time='ts',
+        trigger='available_now',
+        spark=spark,
+    )
     with pytest.raises(Exception, match='another source'):
-        _run(InProcessSparkRunner(spark=spark, debug=True),
-             lambda p: p | other | 'Id' >> beam.Map(_id),
-             '--checkpoint_location', checkpoint)
+        _run(
+            InProcessSparkRunner(spark=spark, debug=True),
+            lambda p: p | other | 'Id' >> beam.Map(_id),
+            '--checkpoint_location',
+            checkpoint,
+        )
 
 
 def test_rate_stream_fires_windows_while_running(spark, tmp_path):
@@ -114,24 +141,32 @@ def test_rate_stream_fires_windows_while_running(spark, tmp_path):
     its 50 rows, while the stream runs; a drain stops the source at its
     position (and Spark's query), fires the last window and ends DONE."""
     import time
+
     read = ReadFromSpark.stream(
-        format='rate-micro-batch', options={
-            'rowsPerBatch': 10, 'startTimestamp': 0,
-            'advanceMillisPerBatch': 1000},
-        event_time='timestamp', spark=spark)
+        format='rate-micro-batch',
+        options={'rowsPerBatch': 10, 'startTimestamp': 0, 'advanceMillisPerBatch': 1000},
+        event_time='timestamp',
+        spark=spark,
+    )
     out = str(tmp_path / 'out')
     os.makedirs(out)
 
     def show(kv, w=beam.DoFn.WindowParam):
         return int(w.start), kv[1]
 
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True),
-                      options=PipelineOptions(
-                          ['--checkpoint_location', str(tmp_path / 'ck')]))
-    _ = (p | read
-         | beam.WindowInto(beam.window.FixedWindows(5))
-         | beam.Map(lambda r: ('n', r.value)) | beam.combiners.Count.PerKey()
-         | beam.Map(show) | beam.ParDo(cases.Collect(out)))
+    p = beam.Pipeline(
+        runner=InProcessSparkRunner(spark=spark, debug=True),
+        options=PipelineOptions(['--checkpoint_location', str(tmp_path / 'ck')]),
+    )
+    _ = (
+        p
+        | read
+        | beam.WindowInto(beam.window.FixedWindows(5))
+        | beam.Map(lambda r: ('n', r.value))
+        | beam.combiners.Count.PerKey()
+        | beam.Map(show)
+        | beam.ParDo(cases.Collect(out))
+    )
     result = p.run()
     deadline = time.monotonic() + 300
     while len(os.listdir(out)) < 3 and time.monotonic() < deadline:

@@ -6,6 +6,7 @@ count of rows read is the number of rows, and the windowed sums written with
 Beam's ``fileio.WriteToFiles`` equal the same sums over the rows read as a
 batch on Beam's FnApiRunner.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,16 @@ def _driver(*args: str):
     env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run(
         [sys.executable, '-m', 'tests.streaming.spark_source_restart', *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_driver_killed_mid_stream_reads_each_row_once(spark, tmp_path):
-    landing, out, checkpoint = (str(tmp_path / n)
-                                for n in ('landing', 'out', 'ck'))
+    landing, out, checkpoint = (str(tmp_path / n) for n in ('landing', 'out', 'ck'))
     marker = str(tmp_path / 'killed')
     cases.land(landing)
     expected = cases.bounded(spark, landing)
@@ -44,7 +49,7 @@ def test_driver_killed_mid_stream_reads_each_row_once(spark, tmp_path):
     commits = os.path.join(checkpoint, 'commits')
     newest = max(int(n[:-5]) for n in os.listdir(commits) if n.endswith('.json'))
     with open(os.path.join(commits, f'{newest}.json')) as f:
-        position, = json.load(f)['sources'].values()
+        (position,) = json.load(f)['sources'].values()
     assert position['next_batch'] <= driver.KILL_ID // cases.PER_FILE
 
     again = _driver(landing, out, checkpoint, '--kill', marker)

@@ -4,6 +4,7 @@ with ``STATE_BUCKETS`` buckets and doubles them while it holds more than
 read by both halves, each taking its own keys. Checked on the debug engine
 against BundleBasedDirectRunner (panes, late data, timers) with a small
 ``BEAM_SPARK_INPROC_KEYS_PER_BUCKET`` so that a few hundred keys split."""
+
 from __future__ import annotations
 
 import glob
@@ -55,7 +56,7 @@ def _write_state(folder, keys) -> str:
     for k in keys:
         forward(STATE_TAG, k, b'v' + k)
     io.finish(lambda *row: None)
-    path, = glob.glob(str(folder / '*.parquet'))
+    (path,) = glob.glob(str(folder / '*.parquet'))
     return path
 
 
@@ -68,16 +69,16 @@ def test_a_split_bucket_reads_its_half_of_the_old_file(tmp_path):
     bucket = bucket_of(keys[0])
     halves = {bucket: {}, bucket + 64: {}}
     for b in halves:
-        reader = StateIO(StateFiles('s', ((b, path),), str(tmp_path / 'new'),
-                                    buckets=128))
-        rows = [r for batch in reader.merged(_batches(marker_rows([b])))
-                for r in zip(*(batch.column(c).to_pylist()
-                               for c in ('tag', 'key', 'data')))]
+        reader = StateIO(StateFiles('s', ((b, path),), str(tmp_path / 'new'), buckets=128))
+        rows = [
+            r
+            for batch in reader.merged(_batches(marker_rows([b])))
+            for r in zip(*(batch.column(c).to_pylist() for c in ('tag', 'key', 'data')))
+        ]
         halves[b] = {key: data for _, key, data in rows}
     assert halves[bucket] and halves[bucket + 64]
     for b, got in halves.items():
-        assert got == {k: b'v' + k for k in keys
-                       if bucket_of(k, 128) == b}
+        assert got == {k: b'v' + k for k in keys if bucket_of(k, 128) == b}
 
 
 def _batches(rows):
@@ -93,32 +94,41 @@ def _stream() -> TestStream:
     """KEYS keys buffered in windows [0, 10) and [10, 20), then one key at a
     time, a late element within the allowed lateness and one past it."""
     s = TestStream().add_elements(
-        [window.TimestampedValue((f'k{i}', i), i % 20) for i in range(KEYS)])
+        [window.TimestampedValue((f'k{i}', i), i % 20) for i in range(KEYS)]
+    )
     s = s.advance_watermark_to(5)
     for i in range(4):
         s = s.add_elements([window.TimestampedValue((f'k{i * 7}', 1000 + i), 6)])
         s = s.advance_processing_time(1)
     s = s.advance_watermark_to(12)
-    s = s.add_elements([window.TimestampedValue(('k3', 2000), 3),  # late, kept
-                        window.TimestampedValue(('k5', 3000), 1)])
+    s = s.add_elements(
+        [
+            window.TimestampedValue(('k3', 2000), 3),  # late, kept
+            window.TimestampedValue(('k5', 3000), 1),
+        ]
+    )
     s = s.advance_watermark_to(25)
     s = s.add_elements([window.TimestampedValue(('k8', 4000), 2)])  # dropped
     return s.advance_watermark_to_infinity()
 
 
 def _grouped(p):
-    return (p | _stream()
-            | beam.WindowInto(window.FixedWindows(10),
-                              trigger=trigger.AfterWatermark(
-                                  late=trigger.AfterCount(1)),
-                              allowed_lateness=10,
-                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
-            | beam.GroupByKey()
-            | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+    return (
+        p
+        | _stream()
+        | beam.WindowInto(
+            window.FixedWindows(10),
+            trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+            allowed_lateness=10,
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+    )
 
 
 def _stateful(p):
-    return (p | _stream() | beam.ParDo(BufferUntilTimer()))
+    return p | _stream() | beam.ParDo(BufferUntilTimer())
 
 
 @pytest.mark.parametrize('build', [_grouped, _stateful])
@@ -126,12 +136,13 @@ def test_split_buckets_keep_beams_results(build, tmp_path, monkeypatch):
     monkeypatch.setenv('BEAM_SPARK_INPROC_KEYS_PER_BUCKET', '2')
     monkeypatch.setattr(CheckpointStore, 'RETAIN', 10**6)
     checkpoint = str(tmp_path / 'ck')
-    got = oracle.run(build, InProcessSparkRunner(debug=True),
-                     f'--checkpoint_location={checkpoint}')
+    got = oracle.run(build, InProcessSparkRunner(debug=True), f'--checkpoint_location={checkpoint}')
     assert got == oracle.direct(build)
     counts = []
-    for name in sorted(glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
-                       key=lambda n: int(os.path.basename(n).split('.')[0])):
+    for name in sorted(
+        glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
+        key=lambda n: int(os.path.basename(n).split('.')[0]),
+    ):
         with open(name) as f:
             record = json.load(f)
         counts.append(max(s.get('state_buckets', 0) for s in record['stages']))
@@ -141,18 +152,25 @@ def test_split_buckets_keep_beams_results(build, tmp_path, monkeypatch):
 
 
 def _expiring(p):
-    s = (TestStream()
-         .add_elements([window.TimestampedValue((f'a{i}', i), 1)
-                        for i in range(20)])
-         .advance_processing_time(1)  # a micro-batch holding 20 keys
-         .advance_watermark_to(15)  # [0, 10) fires and expires
-         .add_elements([window.TimestampedValue(('b', 1), 21),
-                        window.TimestampedValue(('a1', 7), 2)])  # too late
-         .advance_watermark_to(25)
-         .advance_processing_time(1)
-         .advance_watermark_to_infinity())
-    return (p | s | beam.WindowInto(window.FixedWindows(10))
-            | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+    s = (
+        TestStream()
+        .add_elements([window.TimestampedValue((f'a{i}', i), 1) for i in range(20)])
+        .advance_processing_time(1)  # a micro-batch holding 20 keys
+        .advance_watermark_to(15)  # [0, 10) fires and expires
+        .add_elements(
+            [window.TimestampedValue(('b', 1), 21), window.TimestampedValue(('a1', 7), 2)]
+        )  # too late
+        .advance_watermark_to(25)
+        .advance_processing_time(1)
+        .advance_watermark_to_infinity()
+    )
+    return (
+        p
+        | s
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+    )
 
 
 def test_grouped_state_of_expired_windows_is_dropped(tmp_path, monkeypatch):
@@ -161,16 +179,17 @@ def test_grouped_state_of_expired_windows_is_dropped(tmp_path, monkeypatch):
     ever seen stayed in the state buckets until +inf)."""
     monkeypatch.setattr(CheckpointStore, 'RETAIN', 10**6)
     checkpoint = str(tmp_path / 'ck')
-    assert oracle.run(_expiring, InProcessSparkRunner(debug=True),
-                      f'--checkpoint_location={checkpoint}') \
-        == oracle.direct(_expiring)
+    assert oracle.run(
+        _expiring, InProcessSparkRunner(debug=True), f'--checkpoint_location={checkpoint}'
+    ) == oracle.direct(_expiring)
     held = []
-    for name in sorted(glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
-                       key=lambda n: int(os.path.basename(n).split('.')[0])):
+    for name in sorted(
+        glob.glob(os.path.join(checkpoint, 'commits', '*.json')),
+        key=lambda n: int(os.path.basename(n).split('.')[0]),
+    ):
         with open(name) as f:
             record = json.load(f)
-        held.append(sum(b['keys'] for s in record['stages']
-                        for b in s['buckets'].values()))
+        held.append(sum(b['keys'] for s in record['stages'] for b in s['buckets'].values()))
     # 20 keys, none once [0, 10) fired (not only at +inf), then only 'b'.
     assert held[0] == 20 and 0 in held[:-1] and 1 in held, held
 
@@ -185,8 +204,7 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
     keys = [b'key%d' % i for i in range(6000)]
     path = _write_state(tmp_path / 'w', keys)
     whole = pq.read_table(path)
-    assert whole.column('bucket').to_pylist() == sorted(
-        bucket_of(k) for k in keys)
+    assert whole.column('bucket').to_pylist() == sorted(bucket_of(k) for k in keys)
     assert pq.ParquetFile(path).metadata.num_row_groups >= 6000 // 64
     read_rows = []
     original = pq.ParquetFile.read_row_groups
@@ -195,15 +213,14 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
         table = original(self, groups, *args, **kwargs)
         read_rows.append(table.num_rows)
         return table
+
     monkeypatch.setattr(pq.ParquetFile, 'read_row_groups', recording)
     monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
     for buckets in (64, 128):
         state_file = state_io.StateFile(path)
         assert state_file.table is None
-        for b in (bucket_of(keys[0], buckets),
-                  bucket_of(keys[1], buckets)):
-            want = {k: b'v' + k for k in keys
-                    if bucket_of(k, buckets) == b}
+        for b in (bucket_of(keys[0], buckets), bucket_of(keys[1], buckets)):
+            want = {k: b'v' + k for k in keys if bucket_of(k, buckets) == b}
             assert state_file.read(b, buckets) == want
             assert want == state_io.read_bucket(whole, b, buckets)
             # About the writer's bucket (~94 rows) plus a row group's worth.
@@ -211,9 +228,7 @@ def test_a_bucket_is_read_from_its_row_groups_only(tmp_path, monkeypatch):
     monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 1 << 30)
     assert state_io.StateFile(path).table.num_rows == len(keys)
     old = str(tmp_path / 'old.parquet')
-    pq.write_table(whole.drop_columns(['bucket']).replace_schema_metadata(None),
-                   old)
+    pq.write_table(whole.drop_columns(['bucket']).replace_schema_metadata(None), old)
     monkeypatch.setattr(state_io, '_WHOLE_FILE_BYTES', 0)
     b = bucket_of(keys[0])
-    assert state_io.StateFile(old).read(b, 64) == {
-        k: b'v' + k for k in keys if bucket_of(k) == b}
+    assert state_io.StateFile(old).read(b, 64) == {k: b'v' + k for k in keys if bucket_of(k) == b}

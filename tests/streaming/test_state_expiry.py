@@ -2,6 +2,7 @@
 the window's end plus the allowed lateness passed by the stage's input
 watermark. The checkpoint's commit records show the state held per micro-batch;
 the outputs are compared with BundleBasedDirectRunner."""
+
 from __future__ import annotations
 
 import glob
@@ -22,6 +23,7 @@ from tests.streaming import oracle
 
 class _Seen(beam.DoFn):
     """Emits how many elements its key saw in the window so far."""
+
     SEEN = userstate.BagStateSpec('seen', VarIntCoder())
 
     def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
@@ -30,33 +32,37 @@ class _Seen(beam.DoFn):
 
 
 def _expiring(p):
-    stream = (TestStream()
-              .add_elements([window.TimestampedValue((f'k{i}', i), i)
-                             for i in range(3)])
-              .advance_watermark_to(12)  # [0, 10) + 5 of lateness: still live
-              .add_elements([window.TimestampedValue(('k0', 9), 9)])
-              .advance_watermark_to(15)  # expired: the state is dropped
-              .add_elements([window.TimestampedValue(('k1', 21), 21)])
-              # A micro-batch takes an element event with the watermark step
-              # after it; this one keeps k1's state in a micro-batch of its own.
-              .advance_processing_time(1)
-              .advance_watermark_to(40)
-              .advance_watermark_to_infinity())
-    return (p | stream
-            | beam.WindowInto(window.FixedWindows(10),
-                              allowed_lateness=Duration(seconds=5))
-            | beam.ParDo(_Seen()))
+    stream = (
+        TestStream()
+        .add_elements([window.TimestampedValue((f'k{i}', i), i) for i in range(3)])
+        .advance_watermark_to(12)  # [0, 10) + 5 of lateness: still live
+        .add_elements([window.TimestampedValue(('k0', 9), 9)])
+        .advance_watermark_to(15)  # expired: the state is dropped
+        .add_elements([window.TimestampedValue(('k1', 21), 21)])
+        # A micro-batch takes an element event with the watermark step
+        # after it; this one keeps k1's state in a micro-batch of its own.
+        .advance_processing_time(1)
+        .advance_watermark_to(40)
+        .advance_watermark_to_infinity()
+    )
+    return (
+        p
+        | stream
+        | beam.WindowInto(window.FixedWindows(10), allowed_lateness=Duration(seconds=5))
+        | beam.ParDo(_Seen())
+    )
 
 
 def _held_keys(location: str) -> list[int]:
     """Keys of state held by the stateful stage after each micro-batch."""
-    commits = sorted(glob.glob(os.path.join(location, 'commits', '*.json')),
-                     key=lambda n: int(os.path.basename(n)[:-5]))
+    commits = sorted(
+        glob.glob(os.path.join(location, 'commits', '*.json')),
+        key=lambda n: int(os.path.basename(n)[:-5]),
+    )
     records = [json.load(open(name)) for name in commits]
     stateful = [i for i, s in enumerate(records[0]['stages']) if s['buckets']]
     assert len(stateful) == 1
-    return [sum(b['keys'] for b in r['stages'][stateful[0]]['buckets'].values())
-            for r in records]
+    return [sum(b['keys'] for b in r['stages'][stateful[0]]['buckets'].values()) for r in records]
 
 
 def test_state_of_an_expired_window_is_dropped(tmp_path, monkeypatch):
@@ -64,10 +70,11 @@ def test_state_of_an_expired_window_is_dropped(tmp_path, monkeypatch):
     monkeypatch.setattr(CheckpointStore, 'RETAIN', 1000)
     location = str(tmp_path / 'checkpoint')
     expected = oracle.direct(_expiring)
-    assert sorted(r[0] for r in expected) == [
-        ('k0', 1), ('k0', 2), ('k1', 1), ('k1', 1), ('k2', 1)]
-    assert oracle.run(_expiring, InProcessSparkRunner(debug=True),
-                      f'--checkpoint_location={location}') == expected
+    assert sorted(r[0] for r in expected) == [('k0', 1), ('k0', 2), ('k1', 1), ('k1', 1), ('k2', 1)]
+    assert (
+        oracle.run(_expiring, InProcessSparkRunner(debug=True), f'--checkpoint_location={location}')
+        == expected
+    )
     held = _held_keys(location)
     # elements and watermark 12: 3 keys kept; k0 late but within lateness,
     # then watermark 15: [0, 10) expired, nothing held; k1 in [20, 30): 1 key,
@@ -89,27 +96,36 @@ def test_expiry_of_windows_is_cached_boundedly(monkeypatch):
 
     monkeypatch.setattr(state_expiry, 'CACHED_WINDOWS', 8)
     p = beam.Pipeline()
-    _ = (p | beam.Create([('k', 1)])
-         | beam.WindowInto(window.FixedWindows(10),
-                           allowed_lateness=Duration(seconds=5))
-         | beam.ParDo(_Seen()))
+    _ = (
+        p
+        | beam.Create([('k', 1)])
+        | beam.WindowInto(window.FixedWindows(10), allowed_lateness=Duration(seconds=5))
+        | beam.ParDo(_Seen())
+    )
     components = p.to_runner_api().components
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
-        transforms=components.transforms, pcollections=components.pcollections,
+        transforms=components.transforms,
+        pcollections=components.pcollections,
         windowing_strategies=components.windowing_strategies,
-        coders=components.coders)
+        coders=components.coders,
+    )
     [stateful] = [
-        tid for tid, t in components.transforms.items()
+        tid
+        for tid, t in components.transforms.items()
         if t.spec.urn == 'beam:transform:pardo:v1'
-        and beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).state_specs]
+        and beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).state_specs
+    ]
     expiry = state_expiry.StateExpiry(descriptor)
     coder = IntervalWindowCoder()
 
     def entry(start: int) -> bytes:
         return beam_fn_api_pb2.StateKey(
             bag_user_state=beam_fn_api_pb2.StateKey.BagUserState(
-                transform_id=stateful, user_state_id='seen', key=b'k',
-                window=coder.encode(window.IntervalWindow(start, start + 10)))
+                transform_id=stateful,
+                user_state_id='seen',
+                key=b'k',
+                window=coder.encode(window.IntervalWindow(start, start + 10)),
+            )
         ).SerializeToString()
 
     for n in range(50):  # window [10n, 10n + 10) expires at 10n + 15

@@ -4,6 +4,7 @@ micro-batch; the process exits with the signal's own status, without a fatal
 error of the interpreter (a loop thread inside Py4J while Python finalizes
 crashed it with ``PyGILState_Release``); a rerun on the same checkpoint says
 where it resumes and goes on. Each driver is a process of its own."""
+
 from __future__ import annotations
 
 import glob
@@ -21,12 +22,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _start(out: str, checkpoint: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, '-m', 'tests.streaming.stop_pipeline', out, checkpoint],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _commits(checkpoint: str) -> list[str]:
-    return glob.glob(os.path.join(checkpoint, '**', 'commits', '*.json'),
-                     recursive=True)
+    return glob.glob(os.path.join(checkpoint, '**', 'commits', '*.json'), recursive=True)
 
 
 def _wait_for(ready, driver: subprocess.Popen) -> None:
@@ -37,8 +41,7 @@ def _wait_for(ready, driver: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM],
-                         ids=['sigint', 'sigterm'])
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['sigint', 'sigterm'])
 def test_a_signal_stops_the_stream_and_a_rerun_resumes(tmp_path, signum):
     out, checkpoint = str(tmp_path / 'out'), str(tmp_path / 'checkpoint')
     os.makedirs(out)

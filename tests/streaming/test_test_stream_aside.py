@@ -2,6 +2,7 @@
 the runner plans a proto whose element events are empty and the source encodes
 the Python events' values. The rows must be those the payload gives
 (``TestStreamSource`` over Beam's own ``to_runner_api``), event for event."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,35 +32,56 @@ from tests.streaming import oracle
 
 def _tagged() -> TestStream:
     """Two tags; timestamps below a millisecond, negative ones, the epoch."""
-    return (TestStream(output_tags=['a', 'b'])
-            .add_elements([window.TimestampedValue(('x', 1), Timestamp(micros=1500)),
-                           window.TimestampedValue(('y', 2.5), Timestamp(micros=-2500)),
-                           ('z', None)], tag='a')
-            .advance_watermark_to(1, tag='a')
-            .add_elements([window.TimestampedValue('s', 3.0004)], tag='b')
-            .advance_processing_time(2)
-            .add_elements([], tag='b')
-            .advance_watermark_to(10, tag='b')
-            .add_elements([window.TimestampedValue(('w', [1, 2]), 4)], tag='a')
-            .advance_watermark_to_infinity(tag='a')
-            .advance_watermark_to_infinity(tag='b'))
+    return (
+        TestStream(output_tags=['a', 'b'])
+        .add_elements(
+            [
+                window.TimestampedValue(('x', 1), Timestamp(micros=1500)),
+                window.TimestampedValue(('y', 2.5), Timestamp(micros=-2500)),
+                ('z', None),
+            ],
+            tag='a',
+        )
+        .advance_watermark_to(1, tag='a')
+        .add_elements([window.TimestampedValue('s', 3.0004)], tag='b')
+        .advance_processing_time(2)
+        .add_elements([], tag='b')
+        .advance_watermark_to(10, tag='b')
+        .add_elements([window.TimestampedValue(('w', [1, 2]), 4)], tag='a')
+        .advance_watermark_to_infinity(tag='a')
+        .advance_watermark_to_infinity(tag='b')
+    )
 
 
 def _holders() -> TestStream:
     """WindowedValues (Beam's WindowedValueHolder rows) beside plain values."""
-    return (TestStream()
-            .advance_watermark_to(3)
-            .add_elements([WindowedValueHolder(WindowedValue(
-                'held', Timestamp(micros=5000007), [window.IntervalWindow(0, 10)],
-                PaneInfo(True, False, PaneInfoTiming.EARLY, 0, -1))), 'plain'])
-            .advance_watermark_to_infinity())
+    return (
+        TestStream()
+        .advance_watermark_to(3)
+        .add_elements(
+            [
+                WindowedValueHolder(
+                    WindowedValue(
+                        'held',
+                        Timestamp(micros=5000007),
+                        [window.IntervalWindow(0, 10)],
+                        PaneInfo(True, False, PaneInfoTiming.EARLY, 0, -1),
+                    )
+                ),
+                'plain',
+            ]
+        )
+        .advance_watermark_to_infinity()
+    )
 
 
 def _floats() -> TestStream:
     """Values through a coder that changes them (ints read back as floats)."""
-    return (TestStream(coder=coders.FloatCoder())
-            .add_elements([1, 2, window.TimestampedValue(3, 7)])
-            .advance_watermark_to_infinity())
+    return (
+        TestStream(coder=coders.FloatCoder())
+        .add_elements([1, 2, window.TimestampedValue(3, 7)])
+        .advance_watermark_to_infinity()
+    )
 
 
 def _sources(make, same_coder=None):
@@ -70,8 +92,7 @@ def _sources(make, same_coder=None):
     pipeline = beam.Pipeline(options=options)
     stream = make()
     outputs = pipeline | 'Events' >> stream
-    for tag, pcoll in (outputs.items() if isinstance(outputs, dict)
-                       else [(None, outputs)]):
+    for tag, pcoll in outputs.items() if isinstance(outputs, dict) else [(None, outputs)]:
         _ = pcoll | f'Read {tag}' >> beam.Map(lambda x: x)
     events = list(stream._events)
     with ts.elements_aside(pipeline) as values:
@@ -83,7 +104,8 @@ def _sources(make, same_coder=None):
         plan = plan_pipeline(proto, streaming=True)
         [stage] = [s for s in plan.stages if s.kind == p.TEST_STREAM_STAGE]
         context = pipeline_context.PipelineContext(
-            beam_runner_api_pb2.Components.FromString(plan.components))
+            beam_runner_api_pb2.Components.FromString(plan.components)
+        )
         made.append(ts.TestStreamSource(stage, context, values=given))
     payload = beam_runner_api_pb2.TestStreamPayload.FromString(made[1].stage.descriptor)
     assert not any(e.element_event.elements for e in payload.events)
@@ -103,7 +125,10 @@ def test_aside_rows_are_the_payloads(make, same_coder):
     while not full.exhausted:
         assert aside.step() == full.step()
         assert (aside.position, aside.clock, aside.watermarks) == (
-            full.position, full.clock, full.watermarks)
+            full.position,
+            full.clock,
+            full.watermarks,
+        )
         steps += 1
     assert aside.exhausted and steps == len(full.events) + 1
 
@@ -111,11 +136,13 @@ def test_aside_rows_are_the_payloads(make, same_coder):
 def _many() -> TestStream:
     """One element event of ten plain values (no ``WindowedValueHolder``,
     whose row would keep its value alive), then one of one."""
-    return (TestStream()
-            .add_elements([window.TimestampedValue(('k', i), i) for i in range(10)])
-            .advance_watermark_to(10)
-            .add_elements([('k', 10)])
-            .advance_watermark_to_infinity())
+    return (
+        TestStream()
+        .add_elements([window.TimestampedValue(('k', i), i) for i in range(10)])
+        .advance_watermark_to(10)
+        .add_elements([('k', 10)])
+        .advance_watermark_to_infinity()
+    )
 
 
 @pytest.mark.parametrize('same_coder', [None, False])
@@ -143,7 +170,9 @@ def test_values_reach_the_encoder_one_at_a_time(same_coder):
                             kept.append(sys.getrefcount(older) - alone)
                         older, last = last, wv
                         yield wv
+
                 return encode(tag, each())
+
             return counted
 
         source._encoders = [spy(e) for e in source._encoders]
@@ -165,16 +194,19 @@ def test_events_beside_the_plan_must_match_it():
     plan = plan_pipeline(pipeline.to_runner_api(), streaming=True)
     [stage] = [s for s in plan.stages if s.kind == p.TEST_STREAM_STAGE]
     context = pipeline_context.PipelineContext(
-        beam_runner_api_pb2.Components.FromString(plan.components))
+        beam_runner_api_pb2.Components.FromString(plan.components)
+    )
     with pytest.raises(ValueError, match='1 events beside the payload'):
         ts.TestStreamSource(stage, context, values=[None])
 
 
 def _two_tags(pipeline):
     outputs = pipeline | _tagged()
-    return ((outputs['a'], outputs['b'] | beam.Map(lambda v: ('b', v)))
-            | beam.Flatten()
-            | beam.Map(lambda kv, t=beam.DoFn.TimestampParam: (kv, t.micros)))
+    return (
+        (outputs['a'], outputs['b'] | beam.Map(lambda v: ('b', v)))
+        | beam.Flatten()
+        | beam.Map(lambda kv, t=beam.DoFn.TimestampParam: (kv, t.micros))
+    )
 
 
 def test_same_records_as_in_the_proto_and_direct(monkeypatch):
@@ -187,10 +219,12 @@ def test_same_records_as_in_the_proto_and_direct(monkeypatch):
     @contextlib.contextmanager
     def in_the_proto(pipeline):
         yield None
+
     monkeypatch.setattr(ts, 'elements_aside', in_the_proto)
     in_proto = oracle.run(_two_tags, InProcessSparkRunner(debug=True))
     assert aside == in_proto
     direct = oracle.direct(_two_tags)
     assert [r[1:] for r in aside] == [r[1:] for r in direct]
     assert sorted((r[0][0], r[0][1] // 1000) for r in aside) == sorted(
-        (r[0][0], r[0][1] // 1000) for r in direct)
+        (r[0][0], r[0][1] // 1000) for r in direct
+    )

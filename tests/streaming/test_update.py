@@ -13,6 +13,7 @@ and the counts at 6. The updated run resumes after the events already read.
 What it must print is computed here from the events: the counts go on from
 7, window [20, 40)'s sums hold the elements read before the stop.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,9 +43,12 @@ OUT: list[str] = []
 def _events(steps: int) -> TestStream:
     stream = TestStream()
     for step in range(steps):
-        stream = stream.add_elements([
-            window.TimestampedValue((f'k{i % 2}', step * 10 + i), step * 10 + i)
-            for i in range(PER_STEP)])
+        stream = stream.add_elements(
+            [
+                window.TimestampedValue((f'k{i % 2}', step * 10 + i), step * 10 + i)
+                for i in range(PER_STEP)
+            ]
+        )
         stream = stream.advance_watermark_to(step * 10 + 10)
     return stream.advance_watermark_to_infinity()
 
@@ -96,10 +100,18 @@ def _tag(line: str) -> str:
     return f'tagged {line}'
 
 
-def _run(checkpoint: str, *flags: str, group: str = 'Group',
-         running: str = 'Running', sum_fn=_sum, tag: bool = False,
-         key_bytes: bool = False, ticks: bool = False,
-         plus: bool = False, side: bool = False) -> list[str]:
+def _run(
+    checkpoint: str,
+    *flags: str,
+    group: str = 'Group',
+    running: str = 'Running',
+    sum_fn=_sum,
+    tag: bool = False,
+    key_bytes: bool = False,
+    ticks: bool = False,
+    plus: bool = False,
+    side: bool = False,
+) -> list[str]:
     """Runs the stream on ``checkpoint``; returns what it printed.
     ``ticks``: the elements come from an unbounded splittable DoFn
     (``test_sources.Ticks``) instead of a TestStream; ``plus``: a Map fused
@@ -110,32 +122,36 @@ def _run(checkpoint: str, *flags: str, group: str = 'Group',
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
     if ticks:
-        source = (p | beam.Impulse()
-                  | beam.ParDo(Ticks(STEPS * PER_STEP, PER_STEP, 2)))
+        source = p | beam.Impulse() | beam.ParDo(Ticks(STEPS * PER_STEP, PER_STEP, 2))
         if plus:
             source = source | 'Plus' >> beam.Map(_plus_zero)
     else:
         source = p | _events(STEPS)
     if side:
-        windowed = (source | 'Keyed' >> beam.Map(_keep)
-                    | 'Window' >> beam.WindowInto(window.FixedWindows(20)))
-        totals = (windowed | beam.Values()
-                  | beam.CombineGlobally(sum).without_defaults())
-        shares = windowed | 'Share' >> beam.Map(
-            _share, beam.pvalue.AsSingleton(totals))
+        windowed = (
+            source
+            | 'Keyed' >> beam.Map(_keep)
+            | 'Window' >> beam.WindowInto(window.FixedWindows(20))
+        )
+        totals = windowed | beam.Values() | beam.CombineGlobally(sum).without_defaults()
+        shares = windowed | 'Share' >> beam.Map(_share, beam.pvalue.AsSingleton(totals))
         _ = shares | 'CollectShares' >> beam.Map(_collect)
         if tag:
-            _ = (shares | 'Tag' >> beam.Map(_tag)
-                 | 'CollectTags' >> beam.Map(_collect))
+            _ = shares | 'Tag' >> beam.Map(_tag) | 'CollectTags' >> beam.Map(_collect)
         return _finish(p)
-    keyed = (source | 'Keyed' >> beam.Map(_bytes_key).with_output_types(
-        Tuple[bytes, int]) if key_bytes else source | 'Keyed' >> beam.Map(
-            _keep).with_output_types(Tuple[str, int]))
-    sums = (source | 'Window' >> beam.WindowInto(window.FixedWindows(20))
-            | group >> beam.GroupByKey() | 'Sum' >> beam.Map(sum_fn))
+    keyed = (
+        source | 'Keyed' >> beam.Map(_bytes_key).with_output_types(Tuple[bytes, int])
+        if key_bytes
+        else source | 'Keyed' >> beam.Map(_keep).with_output_types(Tuple[str, int])
+    )
+    sums = (
+        source
+        | 'Window' >> beam.WindowInto(window.FixedWindows(20))
+        | group >> beam.GroupByKey()
+        | 'Sum' >> beam.Map(sum_fn)
+    )
     _ = sums | 'CollectSums' >> beam.Map(_collect)
-    _ = (keyed | running >> beam.ParDo(RunningCount())
-         | 'CollectCounts' >> beam.Map(_collect))
+    _ = keyed | running >> beam.ParDo(RunningCount()) | 'CollectCounts' >> beam.Map(_collect)
     if tag:
         _ = sums | 'Tag' >> beam.Map(_tag) | 'CollectTags' >> beam.Map(_collect)
     return _finish(p)
@@ -152,13 +168,13 @@ def _finish(p: beam.Pipeline) -> list[str]:
             time.sleep(0.01)
         PAUSE['go'].set()
         stop.join()
-    assert result.wait_until_finish() == (
-        'DONE' if PAUSE['at'] is None else 'CANCELLED'), result.state
+    assert result.wait_until_finish() == ('DONE' if PAUSE['at'] is None else 'CANCELLED'), (
+        result.state
+    )
     return sorted(OUT)
 
 
-def _expected(first: int, last: int, sum_word: str = 'sum',
-              ticks: bool = False) -> list[str]:
+def _expected(first: int, last: int, sum_word: str = 'sum', ticks: bool = False) -> list[str]:
     """What the stream prints for steps [first, last), by Beam's model: each
     key's running count, each complete 20 s window's per-key sum (``ticks``:
     tick i at time i, a bundle of ``PER_STEP`` ticks a step, the watermark at
@@ -173,8 +189,11 @@ def _expected(first: int, last: int, sum_word: str = 'sum',
                 lines.append(f'count {key} {counts[key]}')
     for (start, key), values in windows.items():
         # the step whose watermark closes it
-        closes = (min(start * 20 + 20, STEPS * PER_STEP) // PER_STEP - 1
-                  if ticks else (start * 20 + 20) // 10 - 1)
+        closes = (
+            min(start * 20 + 20, STEPS * PER_STEP) // PER_STEP - 1
+            if ticks
+            else (start * 20 + 20) // 10 - 1
+        )
         if first <= closes < last:
             lines.append(f'{sum_word} {key} {sum(values)}')
     return sorted(lines)
@@ -226,13 +245,15 @@ def _contents(folder: str) -> dict[str, str]:
     for d, _, names in os.walk(folder):
         for name in names:
             with open(os.path.join(d, name), 'rb') as f:
-                found[os.path.relpath(os.path.join(d, name), folder)] = \
-                    hashlib.sha1(f.read()).hexdigest()
+                found[os.path.relpath(os.path.join(d, name), folder)] = hashlib.sha1(
+                    f.read()
+                ).hexdigest()
     return found
 
 
 def _stages(checkpoint: str) -> list:
     import json
+
     with open(os.path.join(checkpoint, 'pipeline.json')) as f:
         return json.load(f)['stages']
 
@@ -248,8 +269,9 @@ def test_a_downstream_map_added(checkpoint):
     before = _stages(checkpoint)
     got = _run(checkpoint, tag=True)
     expected = _expected(STOP, STEPS)
-    assert got == sorted(expected + [f'tagged {line}' for line in expected
-                                     if line.startswith('sum')])
+    assert got == sorted(
+        expected + [f'tagged {line}' for line in expected if line.startswith('sum')]
+    )
     after = _stages(checkpoint)
     [old] = [s for s, _ in before if 'Group/Read' in s]
     [new] = [s for s, _ in after if 'Group/Read' in s]
@@ -257,17 +279,19 @@ def test_a_downstream_map_added(checkpoint):
 
 
 def test_a_changed_lambda(checkpoint):
-    assert _run(checkpoint, sum_fn=_total) == _expected(
-        STOP, STEPS, 'total')
+    assert _run(checkpoint, sum_fn=_total) == _expected(STOP, STEPS, 'total')
 
 
 def test_renamed_stateful_transforms_with_a_mapping(checkpoint):
     """The GroupByKey and the stateful DoFn renamed, named in the mapping:
     window [20, 40)'s buffered elements and the counts carry over (the
     DoFn's state rows name the old label and are read under the new one)."""
-    got = _run(checkpoint, '--spark_transform_name_mapping='
-               '{"Group": "GroupPerKey", "Running": "RunningCount"}',
-               group='GroupPerKey', running='RunningCount')
+    got = _run(
+        checkpoint,
+        '--spark_transform_name_mapping={"Group": "GroupPerKey", "Running": "RunningCount"}',
+        group='GroupPerKey',
+        running='RunningCount',
+    )
     assert got == _expected(STOP, STEPS)
 
 
@@ -282,8 +306,7 @@ def _refused(checkpoint: str, *flags: str, **changes) -> str:
 
 def test_a_renamed_group_by_key_without_mapping_is_refused(checkpoint):
     message = _refused(checkpoint, group='GroupPerKey')
-    assert "GroupByKey 'Group' holds state in the checkpoint and is not in " \
-        'this pipeline' in message
+    assert "GroupByKey 'Group' holds state in the checkpoint and is not in this pipeline" in message
     assert '--transform_name_mapping' in message
     # The resumed run of the old code still works.
     assert _run(checkpoint) == _expected(STOP, STEPS)
@@ -291,14 +314,12 @@ def test_a_renamed_group_by_key_without_mapping_is_refused(checkpoint):
 
 def test_a_changed_key_coder_of_a_stateful_dofn_is_refused(checkpoint):
     message = _refused(checkpoint, key_bytes=True)
-    assert "stateful DoFn 'Running': key coder changed: string_utf8 -> " \
-        'bytes' in message
+    assert "stateful DoFn 'Running': key coder changed: string_utf8 -> bytes" in message
 
 
 def test_a_mapping_to_an_unknown_label_is_refused(checkpoint):
     message = _refused(checkpoint, '--transform_name_mapping={"Group": "Nope"}')
-    assert "maps 'Group' to 'Nope', which is not a transform of this " \
-        'pipeline' in message
+    assert "maps 'Group' to 'Nope', which is not a transform of this pipeline" in message
     assert "GroupByKey 'Group' is mapped to 'Nope'" in message
 
 
@@ -309,8 +330,7 @@ def test_a_map_fused_into_a_splittable_dofns_stage(stopped_ticks, tmp_path):
     checkpoint = str(tmp_path / 'ck')
     shutil.copytree(stopped_ticks, checkpoint)
     before = _stages(checkpoint)
-    assert _run(checkpoint, ticks=True, plus=True) == _expected(
-        STOP, STEPS, ticks=True)
+    assert _run(checkpoint, ticks=True, plus=True) == _expected(STOP, STEPS, ticks=True)
     [old] = [s for s, _ in before if 'Process' in s]
     [new] = [s for s, _ in _stages(checkpoint) if 'Process' in s]
     assert old != new and 'Plus' in new
@@ -319,13 +339,13 @@ def test_a_map_fused_into_a_splittable_dofns_stage(stopped_ticks, tmp_path):
 def _shares(first: int, last: int) -> list[str]:
     """Each element of steps [first, last) with its 20 s window's total, by
     Beam's model."""
-    values = [(f'k{i % 2}', step * 10 + i)
-              for step in range(STEPS) for i in range(PER_STEP)]
+    values = [(f'k{i % 2}', step * 10 + i) for step in range(STEPS) for i in range(PER_STEP)]
     totals: dict[int, int] = {}
     for _, v in values:
         totals[v // 20] = totals.get(v // 20, 0) + v
-    return sorted(f'share {k} {v} {totals[v // 20]}' for k, v in values
-                  if first * 10 <= v < last * 10)
+    return sorted(
+        f'share {k} {v} {totals[v // 20]}' for k, v in values if first * 10 <= v < last * 10
+    )
 
 
 def test_a_map_fused_behind_a_side_input_reader(tmp_path):
@@ -343,7 +363,8 @@ def test_a_map_fused_behind_a_side_input_reader(tmp_path):
     before = _stages(checkpoint)
     expected = _shares(STOP - 1, STEPS)
     assert _run(checkpoint, side=True, tag=True) == sorted(
-        expected + [f'tagged {line}' for line in expected])
+        expected + [f'tagged {line}' for line in expected]
+    )
     [old] = [s for s, _ in before if 'Share' in s]
     [new] = [s for s, _ in _stages(checkpoint) if 'Share' in s]
     assert old != new and 'Tag' in new

@@ -1,5 +1,6 @@
 """The package's shape: Connect-compatible Spark APIs only, imports one way, no
 exceptions raised into other threads."""
+
 from __future__ import annotations
 
 import ast
@@ -12,7 +13,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / 'beam_spark_inproc'
 TRANSFORMS = pathlib.Path(__file__).resolve().parents[2] / 'transforms'
 
 FORBIDDEN = re.compile(
-    r'\.rdd\b|sparkContext|SparkContext|\.broadcast\(|accumulator|mapPartitions\(')
+    r'\.rdd\b|sparkContext|SparkContext|\.broadcast\(|accumulator|mapPartitions\('
+)
 
 
 def _sources():
@@ -35,7 +37,7 @@ def _module_name(path: pathlib.Path) -> str:
         parts = ['beam_spark_inproc', 'transforms', *path.relative_to(TRANSFORMS).parts]
     else:
         parts = ['beam_spark_inproc', *path.relative_to(PACKAGE).parts]
-    parts[-1] = parts[-1][:-len('.py')]
+    parts[-1] = parts[-1][: -len('.py')]
     return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
@@ -52,9 +54,12 @@ def _module_imports(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            targets = [f'{node.module}.{alias.name}'
-                       if f'{node.module}.{alias.name}' in MODULES else node.module
-                       for alias in node.names]
+            targets = [
+                f'{node.module}.{alias.name}'
+                if f'{node.module}.{alias.name}' in MODULES
+                else node.module
+                for alias in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -66,8 +71,10 @@ def _module_imports(name: str) -> set[str]:
 
 
 def _in(name: str, *packages: str) -> bool:
-    return any(name == f'beam_spark_inproc.{p}' or
-               name.startswith(f'beam_spark_inproc.{p}.') for p in packages)
+    return any(
+        name == f'beam_spark_inproc.{p}' or name.startswith(f'beam_spark_inproc.{p}.')
+        for p in packages
+    )
 
 
 def _classic_only(path: pathlib.Path, line: str) -> bool:
@@ -80,12 +87,17 @@ def _classic_only(path: pathlib.Path, line: str) -> bool:
     has no local JVM to stop under them)."""
     if path.parent.name != 'spark':
         return False
-    return ((path.name == 'engine.py'
-             and line.rstrip().endswith(('# classic-only: job descriptions',
-                                         '# classic-only: mapInArrow UDFs')))
-            or (path.name == 'session.py'
-                and line.rstrip().endswith(('# classic-only: a local JVM',
-                                            '# classic-only: tasks ending after a cancel'))))
+    return (
+        path.name == 'engine.py'
+        and line.rstrip().endswith(
+            ('# classic-only: job descriptions', '# classic-only: mapInArrow UDFs')
+        )
+    ) or (
+        path.name == 'session.py'
+        and line.rstrip().endswith(
+            ('# classic-only: a local JVM', '# classic-only: tasks ending after a cancel')
+        )
+    )
 
 
 def test_sources_found():
@@ -95,8 +107,11 @@ def test_sources_found():
 @pytest.mark.parametrize('path', list(_sources()), ids=lambda p: p.name)
 def test_no_classic_only_spark_api(path):
     """No RDD, SparkContext, broadcast or accumulator: they fail over Spark Connect."""
-    hits = [line for line in path.read_text().splitlines()
-            if FORBIDDEN.search(line) and not _classic_only(path, line)]
+    hits = [
+        line
+        for line in path.read_text().splitlines()
+        if FORBIDDEN.search(line) and not _classic_only(path, line)
+    ]
     assert not hits, f'{path}: {hits}'
 
 
@@ -122,11 +137,18 @@ def test_planning_imports_no_pyspark():
 
 
 def test_worker_imports_no_driver_module():
-    driver = ('beam_spark_inproc.spark', 'beam_spark_inproc.runner',
-              'beam_spark_inproc.capabilities', 'beam_spark_inproc.debug',
-              'beam_spark_inproc.testing', 'beam_spark_inproc.planning.planner',
-              'beam_spark_inproc.planning.phases', 'beam_spark_inproc.execution',
-              'beam_spark_inproc.options', 'beam_spark_inproc.result')
+    driver = (
+        'beam_spark_inproc.spark',
+        'beam_spark_inproc.runner',
+        'beam_spark_inproc.capabilities',
+        'beam_spark_inproc.debug',
+        'beam_spark_inproc.testing',
+        'beam_spark_inproc.planning.planner',
+        'beam_spark_inproc.planning.phases',
+        'beam_spark_inproc.execution',
+        'beam_spark_inproc.options',
+        'beam_spark_inproc.result',
+    )
     for path in (PACKAGE / 'worker').rglob('*.py'):
         bad = [n for n in _imports(path) if n.startswith(driver)]
         assert not bad, f'{path}: {bad}'
@@ -144,9 +166,13 @@ def test_only_spark_package_imports_pyspark():
         names = _imports(path)
         # runner.py may catch pyspark's PythonException to translate it.
         # worker/shipped.py finds shipped files through pyspark.SparkFiles.
-        offending = [n for n in names if n.startswith('pyspark')
-                     and not (path.name == 'runner.py' and n == 'pyspark.errors')
-                     and not (path.name == 'shipped.py' and n == 'pyspark')]
+        offending = [
+            n
+            for n in names
+            if n.startswith('pyspark')
+            and not (path.name == 'runner.py' and n == 'pyspark.errors')
+            and not (path.name == 'shipped.py' and n == 'pyspark')
+        ]
         assert not offending, f'{path}: {offending}'
 
 
@@ -198,8 +224,11 @@ def test_transforms_import_no_backend():
     for name in MODULES:
         if not _in(name, 'transforms'):
             continue
-        bad = [n for n in _module_imports(name)
-               if _in(n, 'spark', 'debug', 'execution.streaming', 'worker')]
+        bad = [
+            n
+            for n in _module_imports(name)
+            if _in(n, 'spark', 'debug', 'execution.streaming', 'worker')
+        ]
         assert not bad, f'{name}: {bad}'
 
 
@@ -208,9 +237,11 @@ def test_planning_imports_no_execution_or_backend():
     for name in MODULES:
         if not _in(name, 'planning'):
             continue
-        bad = [n for n in _module_imports(name)
-               if _in(n, 'execution', 'spark', 'debug', 'metrics', 'testing',
-                      'runner', 'result')]
+        bad = [
+            n
+            for n in _module_imports(name)
+            if _in(n, 'execution', 'spark', 'debug', 'metrics', 'testing', 'runner', 'result')
+        ]
         assert not bad, f'{name}: {bad}'
 
 
@@ -229,8 +260,11 @@ def _worker_names(path: pathlib.Path) -> set[tuple[str, str]]:
     module imported whole counts as its own last name."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and (
-                node.module.startswith('beam_spark_inproc.worker')):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (node.module.startswith('beam_spark_inproc.worker'))
+        ):
             for alias in node.names:
                 full = f'{node.module}.{alias.name}'
                 if full in MODULES:
@@ -250,8 +284,11 @@ def test_driver_imports_worker_only_to_build_a_task():
     for name, path in MODULES.items():
         if _in(name, 'worker', 'protocol', 'transforms'):
             continue
-        bad = [f'{module}.{n}' for module, n in _worker_names(path)
-               if n not in TASK_BUILDING.get(module, ())]
+        bad = [
+            f'{module}.{n}'
+            for module, n in _worker_names(path)
+            if n not in TASK_BUILDING.get(module, ())
+        ]
         assert not bad, f'{name}: {bad}'
 
 
@@ -280,13 +317,18 @@ def test_every_package_is_installed():
     absent from the installed distribution (as CI installs it), though an
     editable install still finds it."""
     import configparser
+
     setup = configparser.ConfigParser()
     setup.read(PACKAGE.parent / 'setup.cfg')
     listed = set(setup['options']['packages'].split())
-    found = {'.'.join(init.parent.relative_to(PACKAGE.parent).parts)
-             for init in PACKAGE.rglob('__init__.py')}
-    found |= {'beam_spark_inproc.transforms.' + '.'.join(init.parent.relative_to(
-        PACKAGE.parent / 'transforms').parts)
+    found = {
+        '.'.join(init.parent.relative_to(PACKAGE.parent).parts)
+        for init in PACKAGE.rglob('__init__.py')
+    }
+    found |= {
+        'beam_spark_inproc.transforms.'
+        + '.'.join(init.parent.relative_to(PACKAGE.parent / 'transforms').parts)
         for init in (PACKAGE.parent / 'transforms').rglob('__init__.py')
-        if init.parent != PACKAGE.parent / 'transforms'}
+        if init.parent != PACKAGE.parent / 'transforms'
+    }
     assert found - listed == set()

@@ -7,6 +7,7 @@ gives, for every type of the interop type matrix (Arrow types as Spark hands
 them over), with nulls; a type the columnar maker does not build falls back to
 ``produce_batch``. No Spark: the Arrow batches are made here.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -31,31 +32,43 @@ MATRIX = {
     'id': (pa.int64(), [1, 2]),
     'tinyint': (pa.int8(), [-128, 127]),
     'smallint': (pa.int16(), [-32768, 32767]),
-    'int': (pa.int32(), [-2**31, 2**31 - 1]),
-    'bigint': (pa.int64(), [-2**63, 2**63 - 1]),
+    'int': (pa.int32(), [-(2**31), 2**31 - 1]),
+    'bigint': (pa.int64(), [-(2**63), 2**63 - 1]),
     'float': (pa.float32(), [1.5, -0.25]),
     'double': (pa.float64(), [1e300, -2.5]),
     'boolean': (pa.bool_(), [True, False]),
     'string': (pa.string(), ['héllo', '']),
     'large_string': (pa.large_string(), ['x', 'yz']),
     'binary': (pa.binary(), [b'\x00\xff', b'']),
-    'decimal': (pa.decimal128(12, 3), [decimal.Decimal('123456789.123'),
-                                       decimal.Decimal('-0.001')]),
-    'timestamp': (TS, [datetime.datetime(2024, 2, 29, 12, 30, 15, 123456, tzinfo=UTC),
-                       datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)]),
+    'decimal': (
+        pa.decimal128(12, 3),
+        [decimal.Decimal('123456789.123'), decimal.Decimal('-0.001')],
+    ),
+    'timestamp': (
+        TS,
+        [
+            datetime.datetime(2024, 2, 29, 12, 30, 15, 123456, tzinfo=UTC),
+            datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        ],
+    ),
     'date': (pa.date32(), [datetime.date(2024, 2, 29), datetime.date(1900, 1, 1)]),
-    'struct': (pa.struct([('a', pa.int32()), ('b', pa.string())]),
-               [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}]),
+    'struct': (
+        pa.struct([('a', pa.int32()), ('b', pa.string())]),
+        [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}],
+    ),
     'array': (pa.list_(pa.int64()), [[1, None, 3], []]),
     'map': (pa.map_(pa.string(), pa.float64()), [[('a', 1.0)], []]),
-    'nested': (pa.list_(pa.struct([('t', TS)])),
-               [[{'t': datetime.datetime(2024, 2, 29, tzinfo=UTC)}], None]),
+    'nested': (
+        pa.list_(pa.struct([('t', TS)])),
+        [[{'t': datetime.datetime(2024, 2, 29, tzinfo=UTC)}], None],
+    ),
 }
 
 
 def _batch(names) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array(MATRIX[n][1] + [None], MATRIX[n][0]) for n in names], names=names)
+        [pa.array(MATRIX[n][1] + [None], MATRIX[n][0]) for n in names], names=names
+    )
 
 
 def _source(batch):
@@ -95,7 +108,7 @@ def test_columnar_batch_equals_beams_produce_batch(kind, name):
             converter.produce_batch(rows)
         got = make(batch)
         assert columnar and str(got['bigint'].dtype) == 'Int64'
-        assert got['bigint'].tolist() == [-2**63, 2**63 - 1, pd.NA]
+        assert got['bigint'].tolist() == [-(2**63), 2**63 - 1, pd.NA]
         return
     want = converter.produce_batch(rows)
     _equal(kind, make(batch), want)
@@ -141,18 +154,20 @@ def test_a_batch_it_cannot_convert_falls_back_to_the_rows():
 def test_other_batch_types_get_no_columnar_maker():
     from apache_beam.typehints.batch import BatchConverter
     from apache_beam.typehints.row_type import RowTypeConstraint
-    converter = BatchConverter.from_typehints(
-        element_type=int, batch_type=typing.List[int])
+
+    converter = BatchConverter.from_typehints(element_type=int, batch_type=typing.List[int])
     assert batch_maker(converter, ('x',), {'x': int}) is None
-    keep = DataFrameBatchConverter.from_typehints(RowTypeConstraint.from_fields(
-        [('x', int)], field_options={'x': [('beam:dataframe:index', None)]}),
-        pd.DataFrame)
+    keep = DataFrameBatchConverter.from_typehints(
+        RowTypeConstraint.from_fields(
+            [('x', int)], field_options={'x': [('beam:dataframe:index', None)]}
+        ),
+        pd.DataFrame,
+    )
     assert batch_maker(keep, ('x',), {'x': int}) is None
 
 
 def _sized(n: int, start: int = 0) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(range(start, start + n), pa.int64())],
-                                      names=['id'])
+    return pa.RecordBatch.from_arrays([pa.array(range(start, start + n), pa.int64())], names=['id'])
 
 
 def test_coalesced_joins_small_batches_and_splits_large_ones_evenly():
@@ -160,22 +175,25 @@ def test_coalesced_joins_small_batches_and_splits_large_ones_evenly():
     the same buffers, nothing copied) up to the row cap, a larger one split
     into even slices under it, empty ones dropped, rows kept in order."""
     from beam_spark_inproc.transforms.batches import coalesced
+
     small = [_sized(3), _sized(4, 3), _sized(0), _sized(5, 7)]
     got = list(coalesced(small, max_rows=8))
     assert [b.num_rows for b in got] == [7, 5]
     assert isinstance(got[0], pa.Table) and got[0].column('id').num_chunks == 2
-    assert got[0].column('id').chunk(0).buffers()[1].address == \
-        small[0].column(0).buffers()[1].address  # joined, not copied
+    assert (
+        got[0].column('id').chunk(0).buffers()[1].address == small[0].column(0).buffers()[1].address
+    )  # joined, not copied
     assert isinstance(got[1], pa.RecordBatch)  # one batch alone stays a batch
     pieces = list(coalesced([_sized(2), _sized(20, 2)], max_rows=8))
     assert [b.num_rows for b in pieces] == [2, 7, 7, 6]
-    joined = pa.concat_tables([pa.Table.from_batches([b]) if isinstance(
-        b, pa.RecordBatch) else b for b in pieces])
+    joined = pa.concat_tables(
+        [pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b for b in pieces]
+    )
     assert joined.column('id').to_pylist() == list(range(22))
     # The byte cap: 8 bytes per int64 row, 40 bytes -> at most 5 rows.
-    assert [b.num_rows for b in coalesced([_sized(3)] * 3 + [_sized(12)],
-                                          max_rows=100, max_bytes=40)] == \
-        [3, 3, 3, 4, 4, 4]
+    assert [
+        b.num_rows for b in coalesced([_sized(3)] * 3 + [_sized(12)], max_rows=100, max_bytes=40)
+    ] == [3, 3, 3, 4, 4, 4]
     assert list(coalesced([_sized(0)])) == []
 
 
@@ -192,8 +210,7 @@ def test_joined_batches_convert_as_beams_produce_batch(kind):
     source = _source(one)
     converter = _converter(kind, source.row_type)
     rows = list(source.data_rows(table))
-    assert rows == [r for b in (one, one.slice(1), one.slice(0, 1))
-                    for r in source.data_rows(b)]
+    assert rows == [r for b in (one, one.slice(1), one.slice(0, 1)) for r in source.data_rows(b)]
     make, columnar = source.batch_maker(converter)
     assert columnar
     if kind == 'dataframe':  # Beam's from_records: bigint via float64 fails
@@ -205,7 +222,7 @@ def test_joined_batches_convert_as_beams_produce_batch(kind):
         make, _ = source.batch_maker(converter)
     _equal(kind, make(table), converter.produce_batch(rows))
     from beam_spark_inproc.transforms import files
+
     long = pa.Table.from_batches([_sized(files.BATCH_ROWS + 7)] * 2)
     longs = _source(_sized(1))
-    assert [r.id for r in longs.data_rows(long)] == \
-        list(range(files.BATCH_ROWS + 7)) * 2
+    assert [r.id for r in longs.data_rows(long)] == list(range(files.BATCH_ROWS + 7)) * 2

@@ -1,4 +1,5 @@
 """The capability check rejects what cannot run in-process, before Spark runs."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -23,14 +24,14 @@ class _NoSpark:
 def _proto(build) -> beam_runner_api_pb2.Pipeline:
     p = beam.Pipeline()
     build(p)
-    return p.to_runner_api(
-        default_environment=environments.EmbeddedPythonEnvironment.default())
+    return p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
 
 
 def _with_java_env(proto, labels):
     """Puts the transforms with these labels in a Java SDK container environment."""
     java = environments.DockerEnvironment.from_container_image(
-        'apache/beam_java17_sdk:2.77.0').to_runner_api(None)
+        'apache/beam_java17_sdk:2.77.0'
+    ).to_runner_api(None)
     java.ClearField('capabilities')
     java.capabilities.append('beam:coder:bytes:v1')
     proto.components.environments['java'].CopyFrom(java)
@@ -41,10 +42,13 @@ def _with_java_env(proto, labels):
 
 
 def _simple(p):
-    (p | 'Create' >> beam.Create([1, 2, 3])
-     | 'JavaMap' >> beam.Map(lambda x: x + 1)
-     | 'JavaFilter' >> beam.Filter(lambda x: x > 1)
-     | 'PyMap' >> beam.Map(str))
+    (
+        p
+        | 'Create' >> beam.Create([1, 2, 3])
+        | 'JavaMap' >> beam.Map(lambda x: x + 1)
+        | 'JavaFilter' >> beam.Filter(lambda x: x > 1)
+        | 'PyMap' >> beam.Map(str)
+    )
 
 
 def test_embedded_python_pipeline_has_no_problems():
@@ -67,7 +71,8 @@ def test_foreign_environment_rejected_naming_every_transform():
 
 def test_python_container_environment_runs_in_process():
     env = environments.DockerEnvironment.from_container_image(
-        environments.DockerEnvironment.default_docker_image()).to_runner_api(None)
+        environments.DockerEnvironment.default_docker_image()
+    ).to_runner_api(None)
     assert capabilities.is_in_process_python(env)
 
 
@@ -77,8 +82,7 @@ def test_unknown_urn_rejected():
         if t.unique_name == 'PyMap':
             t.spec.urn = 'beam:transform:org.example:magic:v1'
     found = capabilities.problems(proto)
-    assert [(p.label, p.urn) for p in found] == [
-        ('PyMap', 'beam:transform:org.example:magic:v1')]
+    assert [(p.label, p.urn) for p in found] == [('PyMap', 'beam:transform:org.example:magic:v1')]
 
 
 def test_test_stream_accepted():

@@ -1,4 +1,5 @@
 """The capability matrix (docs/capabilities.md) is generated and still covers the whole suite."""
+
 from __future__ import annotations
 
 import collections
@@ -13,16 +14,21 @@ MATRIX_DOC = pathlib.Path(cm.ROOT / 'docs' / 'capabilities.md').read_text()
 
 
 def _suite_counts() -> collections.Counter:
-    names = [n for cls in (fn_runner_test.FnApiRunnerTest,
-                           fn_runner_test.FnApiRunnerMetricsTest)
-             for n in dir(cls) if n.startswith('test')]
+    names = [
+        n
+        for cls in (fn_runner_test.FnApiRunnerTest, fn_runner_test.FnApiRunnerMetricsTest)
+        for n in dir(cls)
+        if n.startswith('test')
+    ]
     return collections.Counter(cm.capability(n) for n in names)
 
 
 def _matrix_rows() -> dict[str, list[str]]:
     begin, end = cm.MARKERS
-    assert begin in MATRIX_DOC and end in MATRIX_DOC, 'matrix markers missing from docs/capabilities.md'
-    block = MATRIX_DOC[MATRIX_DOC.index(begin):MATRIX_DOC.index(end)]
+    assert begin in MATRIX_DOC and end in MATRIX_DOC, (
+        'matrix markers missing from docs/capabilities.md'
+    )
+    block = MATRIX_DOC[MATRIX_DOC.index(begin) : MATRIX_DOC.index(end)]
     rows = {}
     for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip('|').split('|')]
@@ -58,7 +64,8 @@ def test_render_from_junit(tmp_path):
         '<testcase classname="x.InProcessDebugRunnerTest" name="test_pardo"/>'
         '<testcase classname="x.InProcessSparkRunnerMetricsTest" name="test_metrics">'
         '<failure message="boom"/></testcase>'
-        '</testsuite></testsuites>')
+        '</testsuite></testsuites>'
+    )
     table = cm.render(cm.read_junit(junit))
     assert '| Create, ParDo, outputs, composites | 1 | 1 | 1 of 1 | - |' in table
     assert '`test_sdf` skipped: needs X' in table

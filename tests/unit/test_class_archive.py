@@ -1,6 +1,7 @@
 """The driver JVM's class archive (``spark.class_archive``), with the JVM
 itself but without Spark: a dump is moved into place only once the JVM that
 wrote it has ended and the dump maps; one process at a time writes one."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,20 @@ def archive(tmp_path):
 def _dump(archive, truncate: bool = False) -> None:
     """A real archive (of the classes ``java -version`` loads), written where
     a JVM writes its dump; truncated as a JVM killed while writing leaves it."""
-    subprocess.run([str(archive._java), f'-XX:ArchiveClassesAtExit={archive._dump}',
-                    '-Xlog:cds*=off', '-version'], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(archive._java),
+            f'-XX:ArchiveClassesAtExit={archive._dump}',
+            '-Xlog:cds*=off',
+            '-version',
+        ],
+        check=True,
+        capture_output=True,
+    )
     if truncate:
         data = archive._dump.read_bytes()
         os.chmod(archive._dump, 0o600)
-        archive._dump.write_bytes(data[:len(data) // 2])
+        archive._dump.write_bytes(data[: len(data) // 2])
 
 
 def _ended_pid() -> int:
@@ -39,8 +48,7 @@ def _ended_pid() -> int:
 
 
 def _lock(archive, pid=None) -> None:
-    archive._lock.write_text(json.dumps({'pid': pid, 'class_path': ''})
-                             if pid is not None else '')
+    archive._lock.write_text(json.dumps({'pid': pid, 'class_path': ''}) if pid is not None else '')
 
 
 def test_a_dump_whose_jvm_ended_is_checked_and_moved_into_place(archive):

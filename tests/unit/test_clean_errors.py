@@ -1,6 +1,7 @@
 """Bad input gets one clear error, before Spark starts where it can
 (``spark.session.check_master``, ``runner.translate_error``'s remedies,
 ``runner.interruption``, the CLI's ``--help``); no Spark here."""
+
 from __future__ import annotations
 
 import logging
@@ -19,15 +20,26 @@ from beam_spark_inproc.spark.session import check_master
 from beam_spark_inproc.protocol.report import Failure
 
 
-@pytest.mark.parametrize('master', [
-    'local', 'local[2]', 'local[*]', 'local[2,3]', 'local[*, 4]',
-    'local-cluster[2,1,1024]', 'yarn', 'k8s://https://example.com:6443'])
+@pytest.mark.parametrize(
+    'master',
+    [
+        'local',
+        'local[2]',
+        'local[*]',
+        'local[2,3]',
+        'local[*, 4]',
+        'local-cluster[2,1,1024]',
+        'yarn',
+        'k8s://https://example.com:6443',
+    ],
+)
 def test_master_forms_spark_accepts_pass(master):
     check_master(master)
 
 
-@pytest.mark.parametrize('master', [
-    'lokal[2]', 'local[two]', 'local[2', 'spark', 'mesos://host:5050', ''])
+@pytest.mark.parametrize(
+    'master', ['lokal[2]', 'local[two]', 'local[2', 'spark', 'mesos://host:5050', '']
+)
 def test_malformed_master_names_itself_and_the_forms(master):
     with pytest.raises(SparkMasterError) as raised:
         check_master(master)
@@ -63,8 +75,7 @@ def test_closed_port_is_refused_and_a_listening_one_accepted():
         check_master(f'spark://127.0.0.1:{port}', timeout=2)
 
 
-STAGE = StagePlan(name='s1', kind='sdk', labels=('Create', 'Map(stop)'),
-                  inputs=(), outputs=())
+STAGE = StagePlan(name='s1', kind='sdk', labels=('Create', 'Map(stop)'), inputs=(), outputs=())
 
 
 class _Plan:
@@ -84,9 +95,10 @@ def _driver_failure(error: BaseException) -> Exception:
 
 def test_bdb_quit_suggests_inproc_debug():
     import bdb
+
     error = runner.translate_error(
-        _driver_failure(RuntimeError("bdb.BdbQuit [while running 'Map(stop)']")),
-        _Plan())
+        _driver_failure(RuntimeError("bdb.BdbQuit [while running 'Map(stop)']")), _Plan()
+    )
     assert isinstance(error, PipelineExecutionError)
     assert '--inproc_debug' in str(error) and error.transform == 'Map(stop)'
     error = runner.translate_error(_driver_failure(bdb.BdbQuit()), _Plan())
@@ -117,7 +129,8 @@ def test_interruption_found_behind_a_chained_error():
 def test_unused_environment_type_warns_once(kind, caplog):
     with caplog.at_level(logging.WARNING, logger='beam_spark_inproc.runner'):
         runner.InProcessSparkRunner().default_environment(
-            PipelineOptions([f'--environment_type={kind}']))
+            PipelineOptions([f'--environment_type={kind}'])
+        )
     [record] = caplog.records
     assert f'--environment_type={kind} is not used' in record.getMessage()
     assert "Spark's Python workers" in record.getMessage()
@@ -132,13 +145,13 @@ def test_no_environment_type_no_warning(caplog):
 
 def _runner_flags() -> list[str]:
     import argparse
+
     parser = argparse.ArgumentParser(add_help=False)
     SparkRunnerOptions._add_argparse_args(parser)
     return [(a.option_strings[0], a.help) for a in parser._actions]
 
 
-def test_run_script_help_lists_every_runner_option_without_running_it(
-        tmp_path, capsys):
+def test_run_script_help_lists_every_runner_option_without_running_it(tmp_path, capsys):
     ran = tmp_path / 'ran'
     script = tmp_path / 'pipeline.py'
     script.write_text(f'open({str(ran)!r}, "w").close()\n')

@@ -1,4 +1,5 @@
 """The failure record a failed bundle sends to the driver (``protocol.report.Failure``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,8 +8,13 @@ from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.protocol.report import Failure
 from beam_spark_inproc.protocol.report import drop_failure_note
 
-STAGE = StagePlan(name='ref_AppliedPTransform_Explode_3', kind='sdk',
-                  labels=('Before', 'Explode', 'After'), inputs=(), outputs=())
+STAGE = StagePlan(
+    name='ref_AppliedPTransform_Explode_3',
+    kind='sdk',
+    labels=('Before', 'Explode', 'After'),
+    inputs=(),
+    outputs=(),
+)
 
 
 class Terse(Exception):
@@ -31,9 +37,10 @@ def test_record_names_the_annotated_transform_and_survives_text():
     assert failure.summary() == "ValueError: bad element 3 [while running 'Explode']"
     assert 'Traceback (most recent call last)' in failure.traceback
     # Spark hands the driver text: the record is found in it, whole.
-    text = ('pyspark.errors.exceptions.captured.PythonException: \n'
-            '  An exception was thrown from the Python worker.\n'
-            + failure.note() + '\nmore text')
+    text = (
+        'pyspark.errors.exceptions.captured.PythonException: \n'
+        '  An exception was thrown from the Python worker.\n' + failure.note() + '\nmore text'
+    )
     assert Failure.find(text) == failure
 
 

@@ -3,6 +3,7 @@
 
 ``tests/integration/test_worker_gc.py`` checks both inside Spark's workers.
 """
+
 from __future__ import annotations
 
 import gc
@@ -109,7 +110,8 @@ def test_bundles_sample_at_the_runners_period(tmp_path):
     seen = run_to_lines(
         InProcessSparkRunner(debug=True),
         lambda p: p | beam.Create([1, 2]) | beam.ParDo(_SamplerPeriod()),
-        str(tmp_path / 'out'))
+        str(tmp_path / 'out'),
+    )
     assert seen == [str(period)] * 2
     assert statesampler.StateSampler is original  # put back after the build
 
@@ -117,6 +119,7 @@ def test_bundles_sample_at_the_runners_period(tmp_path):
 class _Sleep(beam.DoFn):
     def process(self, element):
         import time
+
         time.sleep(0.05)
         yield element
 
@@ -127,7 +130,9 @@ def test_execution_time_metrics_are_still_reported():
     _ = p | beam.Create([1, 2, 3]) | 'Sleep' >> beam.ParDo(_Sleep())
     result = p.run()
     result.wait_until_finish()
-    msecs = [m.committed for m in result.monitoring_metrics().query()['counters']
-             if m.key.step == 'Sleep'
-             and 'process_bundle_msecs' in m.key.metric.name]
+    msecs = [
+        m.committed
+        for m in result.monitoring_metrics().query()['counters']
+        if m.key.step == 'Sleep' and 'process_bundle_msecs' in m.key.metric.name
+    ]
     assert msecs and msecs[0] > 0

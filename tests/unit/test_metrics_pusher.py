@@ -1,4 +1,5 @@
 """MetricsPusher's timing policy against a controlled clock, and the attempt channel."""
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,9 @@ def _committed(doc: dict) -> int:
 def test_at_most_one_push_per_period_on_a_controlled_clock():
     now = [0.0]
     with HttpReceiver() as http:
-        pusher = MetricsPusher([HttpJsonSink(http.url)], LiveMetrics(), 'p' * 32,
-                               period=5.0, clock=lambda: now[0])
+        pusher = MetricsPusher(
+            [HttpJsonSink(http.url)], LiveMetrics(), 'p' * 32, period=5.0, clock=lambda: now[0]
+        )
         for t in range(12):  # a job ends every second, committing 1
             now[0] = float(t)
             pusher.after_job([_report(1)])
@@ -37,14 +39,17 @@ def test_at_most_one_push_per_period_on_a_controlled_clock():
         docs = http.documents
     # Pushes at t=0, 5 and 10 carry the totals then; the final one all 12.
     assert [(d['sequence'], d['state'], _committed(d)) for d in docs] == [
-        (1, 'RUNNING', 1), (2, 'RUNNING', 6), (3, 'RUNNING', 11), (4, 'DONE', 12)]
+        (1, 'RUNNING', 1),
+        (2, 'RUNNING', 6),
+        (3, 'RUNNING', 11),
+        (4, 'DONE', 12),
+    ]
 
 
 def test_pending_push_goes_out_when_the_period_has_passed():
     """A job that ends within the period is pushed later without another job."""
     with HttpReceiver() as http:
-        pusher = MetricsPusher([HttpJsonSink(http.url)], LiveMetrics(), 'p' * 32,
-                               period=0.2)
+        pusher = MetricsPusher([HttpJsonSink(http.url)], LiveMetrics(), 'p' * 32, period=0.2)
         pusher.after_job([_report(1)])
         pusher.after_job([_report(1)])  # within the period: pending
         deadline = time.monotonic() + 30
@@ -88,6 +93,7 @@ def test_a_long_run_keeps_only_the_last_snapshots():
         assert pusher.flush(30)
     pusher.finish('DONE')
     assert [s.sequence for s in pusher.pushed] == list(
-        range(2 * PUSHED_KEPT + 2, 3 * PUSHED_KEPT + 2))
+        range(2 * PUSHED_KEPT + 2, 3 * PUSHED_KEPT + 2)
+    )
     assert pusher.pushed[-1].state == 'DONE'
     assert sent[-1] == 3 * PUSHED_KEPT + 1  # each push was sent

@@ -2,6 +2,7 @@
 many elements. These check the two things the shuffle relies on: the key bytes
 taken from the key object equal those the consumer's safe coder decodes the key
 from, and the packed rows carry every element once, in bounded rows."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ from beam_spark_inproc.protocol.rows import key_extractor
 @dataclasses.dataclass(frozen=True)
 class Point:
     """A user key type (length-prefixed on the wire, as Beam does not know it)."""
+
     x: object
     y: object
 
@@ -44,22 +46,21 @@ def _coders(keys, typed=None):
     _ = pipeline | beam.Create([0]) | pair | beam.GroupByKey()
     plan = plan_pipeline(pipeline.to_runner_api())
     context = pipeline_context.PipelineContext(
-        beam_runner_api_pb2.Components.FromString(plan.components))
-    packed = [port for stage in plan.stages for port in stage.outputs
-              if port.layout == p.PACKED]
-    grouped = [port for stage in plan.stages for port in stage.inputs
-               if port.grouping is not None]
+        beam_runner_api_pb2.Components.FromString(plan.components)
+    )
+    packed = [port for stage in plan.stages for port in stage.outputs if port.layout == p.PACKED]
+    grouped = [port for stage in plan.stages for port in stage.inputs if port.grouping is not None]
     assert len(packed) == 1 and len(grouped) == 1
-    return (context.coders[packed[0].coder_id],
-            context.coders[grouped[0].grouping.pre_coder_id])
+    return (context.coders[packed[0].coder_id], context.coders[grouped[0].grouping.pre_coder_id])
 
 
 @pytest.mark.parametrize('name', sorted(KEYS))
 def test_key_bytes_match_the_consumers_decoding(name):
     wire, safe = _coders(KEYS[name])
     key_of = key_extractor(safe, safe.key_coder())
-    encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
-                                     safe.wrapped_value_coder.key_coder())
+    encode_key = channel.key_encoder(
+        wire.wrapped_value_coder.key_coder(), safe.wrapped_value_coder.key_coder()
+    )
     for key in KEYS[name]:
         data = wire.encode(GlobalWindows.windowed_value((key, 1)))
         assert encode_key(key) == key_of(data), key
@@ -69,8 +70,9 @@ def test_key_bytes_match_for_standard_coders():
     keys = [('a', 1), ('', -3), ('z' * 200, 2**33)]
     wire, safe = _coders(keys, typed=typing.Tuple[typing.Tuple[str, int], int])
     key_of = key_extractor(safe, safe.key_coder())
-    encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
-                                     safe.wrapped_value_coder.key_coder())
+    encode_key = channel.key_encoder(
+        wire.wrapped_value_coder.key_coder(), safe.wrapped_value_coder.key_coder()
+    )
     for key in keys:
         data = wire.encode(GlobalWindows.windowed_value((key, 1)))
         assert encode_key(key) == key_of(data), key
@@ -82,11 +84,11 @@ def _packed_rows(monkeypatch, elements, keys=4, total=1 << 30, row=1 << 20):
     monkeypatch.setattr(channel, 'PACKED_ROW_BYTES', row)
     wire, safe = _coders([0])
     rows = []
-    stream = channel._PackedStream(3, lambda tag, key, data: rows.append(
-        (tag, key, data)))
+    stream = channel._PackedStream(3, lambda tag, key, data: rows.append((tag, key, data)))
     stream.encode = wire.get_impl().encode_to_stream
-    encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
-                                     safe.wrapped_value_coder.key_coder())
+    encode_key = channel.key_encoder(
+        wire.wrapped_value_coder.key_coder(), safe.wrapped_value_coder.key_coder()
+    )
     for key, value in elements:
         stream.write_keyed(encode_key(key), GlobalWindows.windowed_value((key, value)))
     stream.close()
@@ -128,8 +130,7 @@ def test_packed_rows_are_bounded(monkeypatch):
 
 
 class _Count(beam.DoFn):
-    COUNT = beam.transforms.userstate.ReadModifyWriteStateSpec(
-        'count', beam.coders.VarIntCoder())
+    COUNT = beam.transforms.userstate.ReadModifyWriteStateSpec('count', beam.coders.VarIntCoder())
 
     def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
         n = (count.read() or 0) + 1
@@ -139,8 +140,11 @@ class _Count(beam.DoFn):
 
 def _stateful_plan(reshuffled_too: bool = False):
     pipeline = beam.Pipeline()
-    pairs = pipeline | beam.Create([0]) | beam.FlatMap(
-        lambda _: [(k, 1) for k in KEYS['untyped mixed']])
+    pairs = (
+        pipeline
+        | beam.Create([0])
+        | beam.FlatMap(lambda _: [(k, 1) for k in KEYS['untyped mixed']])
+    )
     _ = pairs | beam.ParDo(_Count())
     if reshuffled_too:  # the same buffer, one element per row for this reader
         _ = pairs | beam.Reshuffle()
@@ -155,16 +159,17 @@ def test_stateful_inputs_are_packed_with_the_consumers_key_bytes():
     stateful = [s for s in plan.stages if s.stateful]
     assert len(stateful) == 1
     buffers = {port.buffer_id for port in stateful[0].inputs}
-    writes = [port for stage in plan.stages for port in stage.outputs
-              if port.buffer_id in buffers]
+    writes = [port for stage in plan.stages for port in stage.outputs if port.buffer_id in buffers]
     assert [port.layout for port in writes] == [p.PACKED]
     context = pipeline_context.PipelineContext(
-        beam_runner_api_pb2.Components.FromString(plan.components))
+        beam_runner_api_pb2.Components.FromString(plan.components)
+    )
     wire = context.coders[writes[0].coder_id]
     safe = context.coders[writes[0].key_coder_id]
     key_of = key_extractor(safe, safe.key_coder())
-    encode_key = channel.key_encoder(wire.wrapped_value_coder.key_coder(),
-                                     safe.wrapped_value_coder.key_coder())
+    encode_key = channel.key_encoder(
+        wire.wrapped_value_coder.key_coder(), safe.wrapped_value_coder.key_coder()
+    )
     for key in KEYS['untyped mixed']:
         data = wire.encode(GlobalWindows.windowed_value((key, 1)))
         assert encode_key(key) == key_of(data), key
@@ -174,5 +179,6 @@ def test_a_stateful_input_also_read_one_element_per_row_stays_keyed():
     plan = _stateful_plan(reshuffled_too=True)
     stateful = [s for s in plan.stages if s.stateful]
     buffers = {port.buffer_id for port in stateful[0].inputs}
-    assert [port.layout for stage in plan.stages for port in stage.outputs
-            if port.buffer_id in buffers] == [p.KEYED_ELEMENTS]
+    assert [
+        port.layout for stage in plan.stages for port in stage.outputs if port.buffer_id in buffers
+    ] == [p.KEYED_ELEMENTS]

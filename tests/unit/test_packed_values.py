@@ -4,6 +4,7 @@ values per key (by the key object for ints, strings and bytes, else by the
 key's bytes) and the consumer splices the rows into grouped elements without
 decoding them. These run the debug engine (the same worker code, in this
 process) against Beam's FnApiRunner on the same pipelines."""
+
 from __future__ import annotations
 
 import typing
@@ -22,7 +23,7 @@ from beam_spark_inproc.worker.batch import grouped_values
 
 # Keys equal in Python but not in Beam (Beam groups by the key's encoding):
 # 1, True and 1.0 are three keys, as are '1' and b'1'.
-KEYS = [1, True, 1.0, '1', b'1', None, (1, 'a'), -2**70, 'naïve', b'']
+KEYS = [1, True, 1.0, '1', b'1', None, (1, 'a'), -(2**70), 'naïve', b'']
 VALUES = [0, None, 'v', b'\x00\xff', 2.5, [1, 2], ('t', 3), 'x' * 5000]
 
 
@@ -32,8 +33,11 @@ def _elements(n=2000):
 
 def _grouped(pcoll):
     # Values in a canonical order; the key with its type, which Beam keeps.
-    return pcoll | beam.GroupByKey() | beam.MapTuple(
-        lambda k, vs: (type(k).__name__, repr(k), sorted(map(repr, vs))))
+    return (
+        pcoll
+        | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (type(k).__name__, repr(k), sorted(map(repr, vs))))
+    )
 
 
 def _by_hand(elements):
@@ -54,16 +58,18 @@ def _check(build_input, expected):
 def test_untyped_keys_group_as_on_fnapirunner():
     expected = _by_hand(_elements())
     assert len(expected) == len(KEYS)
-    _check(lambda pl: pl | beam.Create([0]) | beam.FlatMap(lambda _: _elements()),
-           expected)
+    _check(lambda pl: pl | beam.Create([0]) | beam.FlatMap(lambda _: _elements()), expected)
 
 
 def test_typed_keys_group_as_on_fnapirunner():
     # Standard coders (str, varint) on both sides of the shuffle.
     def build(pl):
-        return (pl | beam.Create(list(range(3000)))
-                | beam.Map(lambda i: ('k%d' % (i % 7), i)).with_output_types(
-                    typing.Tuple[str, int]))
+        return (
+            pl
+            | beam.Create(list(range(3000)))
+            | beam.Map(lambda i: ('k%d' % (i % 7), i)).with_output_types(typing.Tuple[str, int])
+        )
+
     _check(build, _by_hand(('k%d' % (i % 7), i) for i in range(3000)))
 
 
@@ -82,15 +88,19 @@ def test_writes_and_rows_are_bounded(monkeypatch):
     def spy_write(self, key, count, encoded):
         writes.append(count)
         return write_values(self, key, count, encoded)
+
     monkeypatch.setattr(channel._PackedStream, 'write_values', spy_write)
     flush = channel._PackedStream.flush
 
     def spy_flush(self):
         rows.extend(len(out.get()) for out in self._pending.values())
         return flush(self)
+
     monkeypatch.setattr(channel._PackedStream, 'flush', spy_flush)
-    _check(lambda pl: pl | beam.Create([0]) | beam.FlatMap(lambda _: _elements()),
-           _by_hand(_elements()))
+    _check(
+        lambda pl: pl | beam.Create([0]) | beam.FlatMap(lambda _: _elements()),
+        _by_hand(_elements()),
+    )
     # (assert_that groups its own few elements too)
     assert sum(writes) >= 2000 and len(writes) > 40, writes
     assert rows and max(rows) < 512 + 5100, rows  # a row, plus one held write
@@ -107,17 +117,27 @@ def test_a_large_group_continues_through_state(monkeypatch):
         values = list(values)
         written.append(len(values))
         return write(self, iter(values), coder_impl)
+
     monkeypatch.setattr(grouped_values.GroupedValuesStore, 'write', spy)
 
     def build(pl):
-        return pl | beam.Create(list(range(30))) | beam.FlatMap(
-            lambda i: (('hot' if i else 'cold', j) for j in range(20000)))
+        return (
+            pl
+            | beam.Create(list(range(30)))
+            | beam.FlatMap(lambda i: (('hot' if i else 'cold', j) for j in range(20000)))
+        )
 
     def summary(pcoll):
-        return pcoll | beam.GroupByKey() | beam.MapTuple(
-            lambda k, vs: (k, sum(vs), sum(1 for _ in vs), len(set(vs))))
-    expected = [('cold', sum(range(20000)), 20000, 20000),
-                ('hot', 29 * sum(range(20000)), 29 * 20000, 20000)]
+        return (
+            pcoll
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs: (k, sum(vs), sum(1 for _ in vs), len(set(vs))))
+        )
+
+    expected = [
+        ('cold', sum(range(20000)), 20000, 20000),
+        ('hot', 29 * sum(range(20000)), 29 * 20000, 20000),
+    ]
     for runner in (fn_runner.FnApiRunner(), InProcessSparkRunner(debug=True)):
         with beam.Pipeline(runner=runner) as pipeline:
             assert_that(summary(build(pipeline)), equal_to(expected))
@@ -130,35 +150,49 @@ def _layouts(monkeypatch, build, streaming=False):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_spark_inproc import runner as runner_module
+
     plans = []
     plan_pipeline = runner_module.plan_pipeline
 
     def spy(*args, **kwargs):
         plans.append(plan_pipeline(*args, **kwargs))
         return plans[-1]
+
     monkeypatch.setattr(runner_module, 'plan_pipeline', spy)
-    with beam.Pipeline(runner=InProcessSparkRunner(debug=True),
-                       options=PipelineOptions(streaming=streaming)) as pipeline:
+    with beam.Pipeline(
+        runner=InProcessSparkRunner(debug=True), options=PipelineOptions(streaming=streaming)
+    ) as pipeline:
         build(pipeline)
-    writes = [port.layout for stage in plans[-1].stages for port in stage.outputs
-              if port.layout in (p.PACKED, p.PACKED_VALUES)]
-    reads = [port.grouping.values_only for stage in plans[-1].stages
-             for port in stage.inputs if port.grouping is not None]
+    writes = [
+        port.layout
+        for stage in plans[-1].stages
+        for port in stage.outputs
+        if port.layout in (p.PACKED, p.PACKED_VALUES)
+    ]
+    reads = [
+        port.grouping.values_only
+        for stage in plans[-1].stages
+        for port in stage.inputs
+        if port.grouping is not None
+    ]
     return writes, reads
 
 
-@pytest.mark.parametrize('case, windowed, streaming', [
-    ('global window, batch', False, False),
-    ('fixed windows', True, False),
-    ('streaming', False, True),
-])
-def test_values_only_just_for_default_windowing_in_batch(
-        monkeypatch, case, windowed, streaming):
+@pytest.mark.parametrize(
+    'case, windowed, streaming',
+    [
+        ('global window, batch', False, False),
+        ('fixed windows', True, False),
+        ('streaming', False, True),
+    ],
+)
+def test_values_only_just_for_default_windowing_in_batch(monkeypatch, case, windowed, streaming):
     def build(pl):
         pairs = pl | beam.Create([0]) | beam.FlatMap(lambda _: [('a', 1), ('b', 2)])
         if windowed:
             pairs = pairs | beam.WindowInto(window.FixedWindows(10))
         _ = pairs | beam.GroupByKey()
+
     writes, reads = _layouts(monkeypatch, build, streaming)
     values_only = not windowed and not streaming
     assert writes == [p.PACKED_VALUES if values_only else p.PACKED], case

@@ -1,5 +1,6 @@
 """``execution.streaming.prebuild``: the last micro-batch's steps from a
 source's data replayed on the next one's, taken by the loop's same calls."""
+
 from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 
 
@@ -29,8 +30,9 @@ class _Engine:
 def _micro_batch(engine, data, stateless, keyed_task, marker=None):
     """A loop's building: select, stateless stage, select, (union,) shuffle,
     keyed stage."""
-    selected = engine.select(engine.map_stage(engine.select(data, 0, 0, True),
-                                              stateless), 1, 0, False)
+    selected = engine.select(
+        engine.map_stage(engine.select(data, 0, 0, True), stateless), 1, 0, False
+    )
     if marker is not None:
         selected = engine.union([selected, marker])
     return engine.map_stage(engine.shuffle(selected, 'bucketed'), keyed_task)
@@ -42,8 +44,9 @@ def test_the_next_micro_batch_takes_its_stateless_steps_built_ahead():
     prebuilder = Prebuilder(engine, lambda task: task == stateless)
     first = ['rows', 0]
     prebuilder.source(0, first)
-    assert _micro_batch(prebuilder, first, stateless, 'keyed 0') == \
-        _micro_batch(_Engine(), first, stateless, 'keyed 0')
+    assert _micro_batch(prebuilder, first, stateless, 'keyed 0') == _micro_batch(
+        _Engine(), first, stateless, 'keyed 0'
+    )
     prebuilder.finish(0)
     assert (prebuilder.hits, prebuilder.misses) == (0, 4)
     # the prefetch thread: the four steps, not the keyed stage's new task
@@ -70,10 +73,8 @@ def test_steps_after_a_union_are_built_by_the_loop_and_leftovers_dropped():
     engine.calls.clear()
     prebuilder.source(0, second)
     # due timers' markers joined: the shuffle's input is new, built here
-    result = _micro_batch(prebuilder, second, 'stateless', 'keyed 1',
-                          marker=('markers',))
-    assert result == _micro_batch(_Engine(), second, 'stateless', 'keyed 1',
-                                  marker=('markers',))
+    result = _micro_batch(prebuilder, second, 'stateless', 'keyed 1', marker=('markers',))
+    assert result == _micro_batch(_Engine(), second, 'stateless', 'keyed 1', marker=('markers',))
     assert engine.calls == ['shuffle', 'map_stage keyed 1']
     prebuilder.finish(1)
     assert not prebuilder._built  # the shuffle built ahead, not taken

@@ -1,5 +1,6 @@
 """``worker.profiling.Profile``: the rows of code objects that share a label
 add up (``pstats`` alone keeps the last one's)."""
+
 from __future__ import annotations
 
 import cProfile
@@ -16,16 +17,16 @@ def _double(x):
 
 def _calls(profiler, name: str) -> tuple:
     """(calls, callers' calls) of the row named ``name``."""
-    (row,) = [row for (_, _, function), row in pstats.Stats(
-        profiler).stats.items() if function == name]
+    (row,) = [
+        row for (_, _, function), row in pstats.Stats(profiler).stats.items() if function == name
+    ]
     return row[1], sum(c[0] for c in row[4].values())
 
 
 def _run(profiler) -> None:
     # Two unpickled copies of one function: two code objects, one label, as
     # the copies of a DoFn's function in two stages of a worker.
-    first, second = (cloudpickle.loads(cloudpickle.dumps(lambda x: _double(x)))
-                     for _ in range(2))
+    first, second = (cloudpickle.loads(cloudpickle.dumps(lambda x: _double(x))) for _ in range(2))
     assert first.__code__ is not second.__code__
     profiler.enable()
     for i in range(1000):

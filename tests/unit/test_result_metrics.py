@@ -1,4 +1,5 @@
 """Metrics from many bundles consolidate like their metric cells would."""
+
 from __future__ import annotations
 
 from apache_beam.metrics import monitoring_infos
@@ -21,14 +22,16 @@ def test_every_kind_merges_across_bundles():
         monitoring_infos.int64_user_gauge('ns', 'g', GaugeData(5, timestamp=100), ptransform='t'),
         monitoring_infos.user_set_string('ns', 'ss', StringSetData({'a'}), ptransform='t'),
         monitoring_infos.user_bounded_trie(
-            'ns', 'bt', BoundedTrieData(root=None, singleton=('x', 'y')), ptransform='t'),
+            'ns', 'bt', BoundedTrieData(root=None, singleton=('x', 'y')), ptransform='t'
+        ),
     ]
     bundle_b = [
         monitoring_infos.int64_user_counter('ns', 'c', 3, ptransform='t'),
         monitoring_infos.int64_user_gauge('ns', 'g', GaugeData(7, timestamp=50), ptransform='t'),
         monitoring_infos.user_set_string('ns', 'ss', StringSetData({'b', 'c'}), ptransform='t'),
         monitoring_infos.user_bounded_trie(
-            'ns', 'bt', BoundedTrieData(root=None, singleton=('x', 'z')), ptransform='t'),
+            'ns', 'bt', BoundedTrieData(root=None, singleton=('x', 'z')), ptransform='t'
+        ),
     ]
     metrics = SparkPipelineResult('DONE', [_report(*bundle_a), _report(*bundle_b)]).metrics()
     result = metrics.query()

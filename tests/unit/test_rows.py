@@ -1,4 +1,5 @@
 """Input batches become Python lists a bounded slice at a time."""
+
 import pyarrow as pa
 
 from beam_spark_inproc.protocol import rows
@@ -6,10 +7,13 @@ from beam_spark_inproc.protocol import rows
 
 def _batch(sizes):
     return pa.RecordBatch.from_arrays(
-        [pa.array([0] * len(sizes), pa.int32()),
-         pa.array([b'k%d' % i for i in range(len(sizes))], pa.binary()),
-         pa.array([b'x' * n for n in sizes], pa.binary())],
-        schema=rows.SCHEMA)
+        [
+            pa.array([0] * len(sizes), pa.int32()),
+            pa.array([b'k%d' % i for i in range(len(sizes))], pa.binary()),
+            pa.array([b'x' * n for n in sizes], pa.binary()),
+        ],
+        schema=rows.SCHEMA,
+    )
 
 
 def test_slices_are_bounded_and_keep_every_row_in_order(monkeypatch):
@@ -22,7 +26,7 @@ def test_slices_are_bounded_and_keep_every_row_in_order(monkeypatch):
     assert max(len(keys) for keys, _ in slices) <= 12
     keys = [k for ks, _ in slices for k in ks]
     data = [d for _, ds in slices for d in ds]
-    expected = ([b'k%d' % i for i in range(len(sizes))] + [b'k0', b'k1'])
+    expected = [b'k%d' % i for i in range(len(sizes))] + [b'k0', b'k1']
     assert keys == expected
     assert [len(d) for d in data] == sizes + [3, 4]
 

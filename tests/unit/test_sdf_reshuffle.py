@@ -1,6 +1,7 @@
 """planning.phases.sdf_reshuffle_main_input_only: the Reshuffle Beam's
 ``expand_sdf`` puts in front of a splittable DoFn moves its main input only,
 and runs after the stage writing it, whatever order fusion's sets give."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -24,8 +25,10 @@ def test_sdf_reshuffle_reads_main_input_after_its_writer():
         reshuffles = 0
         for stage in plan.stages:
             for port in stage.inputs:
-                assert (port.buffer_id == translations.IMPULSE_BUFFER
-                        or port.buffer_id in written), (stage.name, port.buffer_id)
+                assert port.buffer_id == translations.IMPULSE_BUFFER or port.buffer_id in written, (
+                    stage.name,
+                    port.buffer_id,
+                )
             if stage.labels == ('ParDo(_CountTo)/Reshuffle',):
                 assert stage.kind == p.RESHUFFLE_STAGE
                 reshuffles += 1

@@ -7,6 +7,7 @@ Arrow values; the Spark type written back is the one the docs promise.
 (The same matrix runs through Spark, classic and Connect, in
 ``tests/integration/spark_interop_pipelines.py::type_matrix``.)
 """
+
 from __future__ import annotations
 
 import datetime
@@ -38,47 +39,97 @@ def logical(urn):
 
 # name: (Spark type, Arrow values, Beam values, Beam type check, Spark type written back)
 MATRIX = {
-    'tinyint': (st.ByteType(), [-128, 127], [-128, 127],
-                atomic(schema_pb2.INT16), 'smallint'),
-    'smallint': (st.ShortType(), [-32768, 7], [-32768, 7],
-                 atomic(schema_pb2.INT16), 'smallint'),
-    'int': (st.IntegerType(), [-2**31, 2**31 - 1], [-2**31, 2**31 - 1],
-            atomic(schema_pb2.INT32), 'int'),
-    'bigint': (st.LongType(), [-2**63, 2**63 - 1], [-2**63, 2**63 - 1],
-               atomic(schema_pb2.INT64), 'bigint'),
-    'float': (st.FloatType(), [1.5, -0.25], [1.5, -0.25],
-              atomic(schema_pb2.FLOAT), 'float'),
-    'double': (st.DoubleType(), [1e300, -2.5], [1e300, -2.5],
-               atomic(schema_pb2.DOUBLE), 'double'),
-    'boolean': (st.BooleanType(), [True, False], [True, False],
-                atomic(schema_pb2.BOOLEAN), 'boolean'),
-    'string': (st.StringType(), ['héllo', ''], ['héllo', ''],
-               atomic(schema_pb2.STRING), 'string'),
-    'binary': (st.BinaryType(), [b'\x00\xff', b''], [b'\x00\xff', b''],
-               atomic(schema_pb2.BYTES), 'binary'),
-    'decimal': (st.DecimalType(12, 3), [decimal.Decimal('123456789.123')],
-                [decimal.Decimal('123456789.123')],
-                logical(common_urns.decimal.urn), 'decimal(38,18)'),
-    'timestamp': (st.TimestampType(), [T0], [Timestamp(micros=T0_MICROS)],
-                  logical(common_urns.micros_instant.urn), 'timestamp'),
-    'timestamp_ntz': (st.TimestampNTZType(), [T0.replace(tzinfo=None)],
-                      [Timestamp(micros=T0_MICROS)],
-                      logical(common_urns.micros_instant.urn), 'timestamp'),
-    'date': (st.DateType(), [datetime.date(2024, 2, 29)], [datetime.date(2024, 2, 29)],
-             logical(common_urns.date.urn), 'date'),
-    'struct': (st.StructType([st.StructField('a', st.IntegerType()),
-                              st.StructField('b', st.StringType())]),
-               [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}], [(1, 'x'), (2, None)],
-               lambda t: [f.name for f in t.row_type.schema.fields] == ['a', 'b'],
-               'struct<a:int,b:string>'),
-    'array': (st.ArrayType(st.LongType()), [[1, None, 3], []], [[1, None, 3], []],
-              lambda t: t.array_type.element_type.nullable, 'array<bigint>'),
-    'map': (st.MapType(st.StringType(), st.DoubleType()), [[('a', 1.0)], []],
-            [{'a': 1.0}, {}], lambda t: t.HasField('map_type'), 'map<string,double>'),
+    'tinyint': (st.ByteType(), [-128, 127], [-128, 127], atomic(schema_pb2.INT16), 'smallint'),
+    'smallint': (st.ShortType(), [-32768, 7], [-32768, 7], atomic(schema_pb2.INT16), 'smallint'),
+    'int': (
+        st.IntegerType(),
+        [-(2**31), 2**31 - 1],
+        [-(2**31), 2**31 - 1],
+        atomic(schema_pb2.INT32),
+        'int',
+    ),
+    'bigint': (
+        st.LongType(),
+        [-(2**63), 2**63 - 1],
+        [-(2**63), 2**63 - 1],
+        atomic(schema_pb2.INT64),
+        'bigint',
+    ),
+    'float': (st.FloatType(), [1.5, -0.25], [1.5, -0.25], atomic(schema_pb2.FLOAT), 'float'),
+    'double': (st.DoubleType(), [1e300, -2.5], [1e300, -2.5], atomic(schema_pb2.DOUBLE), 'double'),
+    'boolean': (
+        st.BooleanType(),
+        [True, False],
+        [True, False],
+        atomic(schema_pb2.BOOLEAN),
+        'boolean',
+    ),
+    'string': (st.StringType(), ['héllo', ''], ['héllo', ''], atomic(schema_pb2.STRING), 'string'),
+    'binary': (
+        st.BinaryType(),
+        [b'\x00\xff', b''],
+        [b'\x00\xff', b''],
+        atomic(schema_pb2.BYTES),
+        'binary',
+    ),
+    'decimal': (
+        st.DecimalType(12, 3),
+        [decimal.Decimal('123456789.123')],
+        [decimal.Decimal('123456789.123')],
+        logical(common_urns.decimal.urn),
+        'decimal(38,18)',
+    ),
+    'timestamp': (
+        st.TimestampType(),
+        [T0],
+        [Timestamp(micros=T0_MICROS)],
+        logical(common_urns.micros_instant.urn),
+        'timestamp',
+    ),
+    'timestamp_ntz': (
+        st.TimestampNTZType(),
+        [T0.replace(tzinfo=None)],
+        [Timestamp(micros=T0_MICROS)],
+        logical(common_urns.micros_instant.urn),
+        'timestamp',
+    ),
+    'date': (
+        st.DateType(),
+        [datetime.date(2024, 2, 29)],
+        [datetime.date(2024, 2, 29)],
+        logical(common_urns.date.urn),
+        'date',
+    ),
+    'struct': (
+        st.StructType(
+            [st.StructField('a', st.IntegerType()), st.StructField('b', st.StringType())]
+        ),
+        [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}],
+        [(1, 'x'), (2, None)],
+        lambda t: [f.name for f in t.row_type.schema.fields] == ['a', 'b'],
+        'struct<a:int,b:string>',
+    ),
+    'array': (
+        st.ArrayType(st.LongType()),
+        [[1, None, 3], []],
+        [[1, None, 3], []],
+        lambda t: t.array_type.element_type.nullable,
+        'array<bigint>',
+    ),
+    'map': (
+        st.MapType(st.StringType(), st.DoubleType()),
+        [[('a', 1.0)], []],
+        [{'a': 1.0}, {}],
+        lambda t: t.HasField('map_type'),
+        'map<string,double>',
+    ),
     'nested timestamps': (
         st.ArrayType(st.StructType([st.StructField('t', st.TimestampType())])),
-        [[{'t': T0}]], [[(Timestamp(micros=T0_MICROS),)]],
-        lambda t: t.HasField('array_type'), 'array<struct<t:timestamp>>'),
+        [[{'t': T0}]],
+        [[(Timestamp(micros=T0_MICROS),)]],
+        lambda t: t.HasField('array_type'),
+        'array<struct<t:timestamp>>',
+    ),
 }
 
 
@@ -107,25 +158,32 @@ def test_type_matrix_row(name):
     if written == spark_type.simpleString():
         assert back.equals(column.cast(back.type)), (back, column)
     else:  # widened (tinyint, decimal) or made UTC (timestamp_ntz): same values
-        assert back.cast(pa.string()).to_pylist()[:len(beam_values)] == \
-            column.cast(back.type).cast(pa.string()).to_pylist()[:len(beam_values)]
+        assert (
+            back.cast(pa.string()).to_pylist()[: len(beam_values)]
+            == column.cast(back.type).cast(pa.string()).to_pylist()[: len(beam_values)]
+        )
 
 
-@pytest.mark.parametrize('spark_type', [st.DayTimeIntervalType(), st.NullType()],
-                         ids=lambda t: t.simpleString())
+@pytest.mark.parametrize(
+    'spark_type', [st.DayTimeIntervalType(), st.NullType()], ids=lambda t: t.simpleString()
+)
 def test_spark_type_without_beam_type_names_field(spark_type):
-    schema = st.StructType([st.StructField('ok', st.LongType()),
-                            st.StructField('bad', spark_type)])
-    with pytest.raises(types.SchemaError,
-                       match=rf"field 'bad': Spark type {spark_type.simpleString()}"):
+    schema = st.StructType([st.StructField('ok', st.LongType()), st.StructField('bad', spark_type)])
+    with pytest.raises(
+        types.SchemaError, match=rf"field 'bad': Spark type {spark_type.simpleString()}"
+    ):
         types.spark_row_type(schema)
 
 
 def test_beam_type_without_spark_type_names_field():
     row = beam.typehints.row_type.RowTypeConstraint.from_fields(
-        [('ok', int), ('bad', beam.typehints.Any)])
-    with pytest.raises(types.SchemaError, match=r"field 'bad': Beam logical type "
-                       r'beam:logical:pythonsdk_any:v1 has no Arrow/Spark type'):
+        [('ok', int), ('bad', beam.typehints.Any)]
+    )
+    with pytest.raises(
+        types.SchemaError,
+        match=r"field 'bad': Beam logical type "
+        r'beam:logical:pythonsdk_any:v1 has no Arrow/Spark type',
+    ):
         types.arrow_schema(types.element_schema(row, 'test'))
 
 
@@ -139,14 +197,16 @@ def test_non_nullable_fields_stay_non_nullable():
     not nullable (here a bigint and an array of non-null bigints) is a
     non-Optional Beam field, survives RowCoder, and a table written from the
     Beam schema gets the same non-nullable Spark fields back."""
-    spark_schema = st.StructType([
-        st.StructField('c', st.LongType(), False),
-        st.StructField('e', st.ArrayType(st.LongType(), False), False),
-        st.StructField('d', st.StringType(), True)])
+    spark_schema = st.StructType(
+        [
+            st.StructField('c', st.LongType(), False),
+            st.StructField('e', st.ArrayType(st.LongType(), False), False),
+            st.StructField('d', st.StringType(), True),
+        ]
+    )
     arrow_schema, row_type = types.spark_row_type(spark_schema)
     fields = types.beam_schema(list(arrow_schema)).fields
-    assert [(f.name, f.type.nullable) for f in fields] == [
-        ('c', False), ('e', False), ('d', True)]
+    assert [(f.name, f.type.nullable) for f in fields] == [('c', False), ('e', False), ('d', True)]
     assert not fields[1].type.array_type.element_type.nullable
     coder = beam.coders.registry.get_coder(row_type)
     row = row_type.user_type(2**63 - 1, [1, 2], None)

@@ -1,5 +1,6 @@
 """The streaming loop's parts on their own: ``watermarks.Watermarks``,
 ``buckets.BucketTable``, ``micro_batch.MicroBatch``."""
+
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
@@ -15,11 +16,13 @@ from beam_spark_inproc.protocol.state import Summary
 
 def _stage(name, kind, reads=(), writes=()):
     return p.StagePlan(
-        name=name, kind=kind, labels=(name,),
+        name=name,
+        kind=kind,
+        labels=(name,),
         inputs=tuple(p.InputPort('in', b, 'c') for b in reads),
         outputs=tuple(p.OutputPort('out', b, 'c') for b in writes),
-        output_tags=tuple('tag' for _ in writes)
-        if kind == p.TEST_STREAM_STAGE else ())
+        output_tags=tuple('tag' for _ in writes) if kind == p.TEST_STREAM_STAGE else (),
+    )
 
 
 class _Source:
@@ -32,15 +35,17 @@ class _Source:
 
 def _chain(holds):
     """source -> a -> b, each stage's output holding at ``holds``."""
-    plan = p.SparkPlan(stages=(
-        _stage('source', p.TEST_STREAM_STAGE, writes=[b's']),
-        _stage('a', p.SDK_STAGE, reads=[b's'], writes=[b'a']),
-        _stage('b', p.SDK_STAGE, reads=[b'a'], writes=[b'b'])),
-        components=b'')
+    plan = p.SparkPlan(
+        stages=(
+            _stage('source', p.TEST_STREAM_STAGE, writes=[b's']),
+            _stage('a', p.SDK_STAGE, reads=[b's'], writes=[b'a']),
+            _stage('b', p.SDK_STAGE, reads=[b'a'], writes=[b'b']),
+        ),
+        components=b'',
+    )
     source = _Source(Timestamp(10))
     reads, _ = wire(plan)
-    return Watermarks(plan, reads, {0: source},
-                      lambda i: holds.get(i, MAX_TIMESTAMP)), source
+    return Watermarks(plan, reads, {0: source}, lambda i: holds.get(i, MAX_TIMESTAMP)), source
 
 
 def test_a_watermark_step_cascades_through_every_stage_in_one_settle():
@@ -67,9 +72,12 @@ def test_a_task_keeps_the_input_watermark_it_was_given():
     watermarks.settle_source(0)
     assert watermarks.fix_next(2) == Timestamp(10)
     step = watermarks.step(2, 3.0)
-    assert (step.input_watermark, step.next_input_watermark,
-            step.output_watermark, step.processing_time) == (
-        MIN_TIMESTAMP, Timestamp(10), MIN_TIMESTAMP, 3.0)
+    assert (
+        step.input_watermark,
+        step.next_input_watermark,
+        step.output_watermark,
+        step.processing_time,
+    ) == (MIN_TIMESTAMP, Timestamp(10), MIN_TIMESTAMP, 3.0)
     source.wm = MAX_TIMESTAMP
     watermarks.settle(2)
     assert watermarks.input[2] == Timestamp(10)
@@ -81,9 +89,15 @@ def test_a_task_keeps_the_input_watermark_it_was_given():
 
 def test_due_buckets_and_holds():
     table = BucketTable(['s'])
-    table.restore(0, None, {
-        1: Summary(3, Timestamp(7), Timestamp(20), float('inf')),
-        2: Summary(1, Timestamp(9), MAX_TIMESTAMP, 5.0)}, {1: 'f1', 2: 'f2'})
+    table.restore(
+        0,
+        None,
+        {
+            1: Summary(3, Timestamp(7), Timestamp(20), float('inf')),
+            2: Summary(1, Timestamp(9), MAX_TIMESTAMP, 5.0),
+        },
+        {1: 'f1', 2: 'f2'},
+    )
     assert table.counts == [STATE_BUCKETS]
     assert table.due(0, Timestamp(19), 4.0) == set()
     assert table.due(0, Timestamp(20), 4.0) == {1}
@@ -92,7 +106,10 @@ def test_due_buckets_and_holds():
     assert table.next_processing_timer(100.0) == 5.0
     files = table.files(0, 's', 'folder')
     assert (files.current, files.folder, files.buckets) == (
-        ((1, 'f1'), (2, 'f2')), 'folder', STATE_BUCKETS)
+        ((1, 'f1'), (2, 'f2')),
+        'folder',
+        STATE_BUCKETS,
+    )
 
 
 def test_a_crowded_stage_splits_its_buckets(monkeypatch):

@@ -1,5 +1,6 @@
 """``execution.streaming.source.StreamSource``: the loop's sources have every
 member the loop calls, and the loop calls nothing else on them."""
+
 import ast
 import inspect
 
@@ -19,21 +20,25 @@ from beam_spark_inproc.planning.planner import plan_pipeline
 
 
 def _members() -> set[str]:
-    return {name for name in vars(StreamSource)
-            if not name.startswith('_')} | set(
-        StreamSource.__annotations__)
+    return {name for name in vars(StreamSource) if not name.startswith('_')} | set(
+        StreamSource.__annotations__
+    )
 
 
 def test_test_stream_is_a_stream_source():
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     pipeline = beam.Pipeline(options=options)
-    _ = (pipeline | test_stream.TestStream().add_elements([1])
-         .advance_watermark_to_infinity() | beam.Map(lambda x: x))
+    _ = (
+        pipeline
+        | test_stream.TestStream().add_elements([1]).advance_watermark_to_infinity()
+        | beam.Map(lambda x: x)
+    )
     plan = plan_pipeline(pipeline.to_runner_api(), streaming=True)
     [stage] = [s for s in plan.stages if s.kind == p.TEST_STREAM_STAGE]
     context = pipeline_context.PipelineContext(
-        beam_runner_api_pb2.Components.FromString(plan.components))
+        beam_runner_api_pb2.Components.FromString(plan.components)
+    )
     source = TestStreamSource(stage, context)
     assert isinstance(source, StreamSource)
     assert all(hasattr(source, name) for name in _members())
@@ -43,9 +48,12 @@ def test_the_loop_calls_only_the_protocol():
     """Every attribute the loop and its watermarks read of a source (they
     name each of the loop's sources ``source``) is a member of
     ``StreamSource``."""
-    used = {node.attr for module in (loop, watermarks)
-            for node in ast.walk(ast.parse(inspect.getsource(module)))
-            if isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == 'source'}
+    used = {
+        node.attr
+        for module in (loop, watermarks)
+        for node in ast.walk(ast.parse(inspect.getsource(module)))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == 'source'
+    }
     assert used and used <= _members(), used - _members()

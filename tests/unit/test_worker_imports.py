@@ -8,6 +8,7 @@ and ``planning.ports`` may load; nothing of the runner, planner, options or
 the driver's Spark package, and no PySpark module. Rerun the measurement with
 ``python tests/benchmarks/worker_imports.py``.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -15,8 +16,12 @@ import sys
 
 from tests.benchmarks import worker_imports
 
-ALLOWED = ('beam_spark_inproc.worker', 'beam_spark_inproc.protocol',
-           'beam_spark_inproc.planning.plan', 'beam_spark_inproc.planning.ports')
+ALLOWED = (
+    'beam_spark_inproc.worker',
+    'beam_spark_inproc.protocol',
+    'beam_spark_inproc.planning.plan',
+    'beam_spark_inproc.planning.ports',
+)
 # A package's __init__ runs when a submodule loads; these stay empty of imports.
 PACKAGES = ('beam_spark_inproc', 'beam_spark_inproc.planning')
 
@@ -35,6 +40,7 @@ def test_a_worker_loads_only_worker_modules(tmp_path: pathlib.Path):
 
 def test_package_face_is_lazy_and_complete():
     import beam_spark_inproc
+
     for name in beam_spark_inproc.__all__:
         assert getattr(beam_spark_inproc, name).__name__ == name
     assert set(beam_spark_inproc.__all__) <= set(dir(beam_spark_inproc))

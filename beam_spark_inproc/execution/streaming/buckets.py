@@ -23,6 +23,7 @@ summary and file, or none for a bucket left empty) as control rows
 ``KEYS_PER_BUCKET`` keys a bucket has its bucket count doubled (``split``).
 The table is part of the commit record (``restart``).
 """
+
 from __future__ import annotations
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
@@ -51,9 +52,14 @@ class BucketTable:
         # (a stateful DoFn renamed by an update, ``update``).
         self.aliases: list[list] = [[] for _ in range(n)]
 
-    def restore(self, index: int, count: int | None,
-                summaries: dict[int, Summary],
-                versions: dict[int, str], aliases=()) -> None:
+    def restore(
+        self,
+        index: int,
+        count: int | None,
+        summaries: dict[int, Summary],
+        versions: dict[int, str],
+        aliases=(),
+    ) -> None:
         """A stage's buckets as a commit record holds them (``count`` None:
         the default count)."""
         self.summaries[index] = summaries
@@ -65,27 +71,34 @@ class BucketTable:
     def due(self, index: int, input_wm: Timestamp, now: float) -> set[int]:
         """The buckets with a timer due at input watermark ``input_wm`` and
         processing time ``now``."""
-        return {b for b, s in self.summaries[index].items()
-                if s.event_timer <= input_wm or s.processing_timer <= now}
+        return {
+            b
+            for b, s in self.summaries[index].items()
+            if s.event_timer <= input_wm or s.processing_timer <= now
+        }
 
     def hold(self, index: int) -> Timestamp:
         """The earliest watermark hold of a stage's buckets."""
-        return min((s.hold for s in self.summaries[index].values()),
-                   default=MAX_TIMESTAMP)
+        return min((s.hold for s in self.summaries[index].values()), default=MAX_TIMESTAMP)
 
     def next_processing_timer(self, default: float) -> float:
         """The earliest processing-time timer of any bucket (``default``
         when no bucket is held)."""
-        return min((s.processing_timer for summaries in self.summaries
-                    for s in summaries.values()), default=default)
+        return min(
+            (s.processing_timer for summaries in self.summaries for s in summaries.values()),
+            default=default,
+        )
 
     def files(self, index: int, stage: str, folder: str) -> StateFiles:
         """What a stage's tasks read and write this micro-batch: its
         buckets' current versions, new ones into ``folder``."""
-        return StateFiles(stage=stage,
-                          current=tuple(sorted(self.versions[index].items())),
-                          folder=folder, buckets=self.counts[index],
-                          aliases=tuple(self.aliases[index]))
+        return StateFiles(
+            stage=stage,
+            current=tuple(sorted(self.versions[index].items())),
+            folder=folder,
+            buckets=self.counts[index],
+            aliases=tuple(self.aliases[index]),
+        )
 
     def apply(self, reports: list[dict]) -> None:
         """The state reports of a job's tasks (decoded control rows): the
@@ -123,9 +136,11 @@ class BucketTable:
             return
         versions, parts = self.versions[index], new // old
         self.summaries[index] = {
-            b + i * old: Summary(-(-s.keys // parts), s.hold, s.event_timer,
-                                 s.processing_timer)
-            for b, s in summaries.items() for i in range(parts)}
-        self.versions[index] = {b + i * old: path for b, path in versions.items()
-                                for i in range(parts)}
+            b + i * old: Summary(-(-s.keys // parts), s.hold, s.event_timer, s.processing_timer)
+            for b, s in summaries.items()
+            for i in range(parts)
+        }
+        self.versions[index] = {
+            b + i * old: path for b, path in versions.items() for i in range(parts)
+        }
         self.counts[index] = new

@@ -45,6 +45,7 @@ a new job after a drain). A drain or cancel of a run that already ended
 changes nothing and returns its final state; the ``drain`` command on a
 drained checkpoint says so and writes nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,7 @@ class Drain:
     ``replan``: the pipeline planned with ``is_drain`` (called once, when a
     drain begins in a plan with splittable DoFns)."""
 
-    def __init__(self, root: str | None = None,
-                 replan: Callable[[], p.SparkPlan] | None = None):
+    def __init__(self, root: str | None = None, replan: Callable[[], p.SparkPlan] | None = None):
         self.root = root  # the checkpoint location (the request file's)
         self.replan = replan
         self._requested = threading.Event()
@@ -94,8 +94,7 @@ class Drain:
             self._requested.set()
 
     def _request_path(self) -> str | None:
-        return None if self.root is None else os.path.join(
-            self.root, REQUEST_FILE)
+        return None if self.root is None else os.path.join(self.root, REQUEST_FILE)
 
     def waiting(self) -> bool:
         """Whether a drain was asked for and has not begun (the loop stops
@@ -130,19 +129,26 @@ class Drain:
         self.active = True
         self.after_micro_batch = executor.micro_batch - 1
         self.began_at = time.time()
-        self.sources_stopped_at = {str(i): source.checkpoint()
-                                   for i, source in executor.sources.items()}
+        self.sources_stopped_at = {
+            str(i): source.checkpoint() for i, source in executor.sources.items()
+        }
         for source in executor.sources.values():
             source.drain()
         executor.residuals.expedite(executor.now())
-        positions = {executor.plan.stages[int(i)].labels[0]: position
-                     for i, position in self.sources_stopped_at.items()}
+        positions = {
+            executor.plan.stages[int(i)].labels[0]: position
+            for i, position in self.sources_stopped_at.items()
+        }
         _LOGGER.info(
             'Stream %s: draining after micro-batch %d (requested by %s): '
             'sources stop at %s; splittable DoFns truncate their '
             'restrictions; every window and timer fires, then the stream '
-            'ends', executor.job_id[:8], self.after_micro_batch,
-            self._requested_by, positions or 'their impulse')
+            'ends',
+            executor.job_id[:8],
+            self.after_micro_batch,
+            self._requested_by,
+            positions or 'their impulse',
+        )
 
     def stage(self, index: int, stage: p.StagePlan) -> p.StagePlan:
         """The plan a splittable DoFn's stage runs: the drained one (its
@@ -160,7 +166,8 @@ class Drain:
             raise RuntimeError(
                 f'Cannot drain stage {stage.name!r}: the stream was started '
                 'without its drained plan (splittable DoFns cannot be '
-                'truncated).')
+                'truncated).'
+            )
         if self._plan is None:
             self._plan = self.replan()
         for drained in self._plan.stages:
@@ -172,7 +179,8 @@ class Drain:
             f'Cannot drain stage {stage.name!r} (transforms '
             f'{", ".join(stage.labels)}): the pipeline planned for a drain '
             'fuses its splittable DoFn into a stage with other inputs or '
-            'outputs, so its restrictions cannot be truncated in place.')
+            'outputs, so its restrictions cannot be truncated in place.'
+        )
 
     # -- the commit record ------------------------------------------------
     def record(self, executor: Any) -> dict | None:
@@ -187,7 +195,8 @@ class Drain:
             'drained': bool(
                 all(s.exhausted for s in executor.sources.values())
                 and not executor.residuals.pending
-                and executor.watermarks.final),
+                and executor.watermarks.final
+            ),
         }
 
     def restore(self, record: dict | None, job_id: str = '') -> None:
@@ -201,14 +210,19 @@ class Drain:
         self.after_micro_batch = record['after_micro_batch']
         self.began_at = record.get('began_at', 0.0)
         self.sources_stopped_at = record.get('sources_stopped_at', {})
-        _LOGGER.info('Stream %s: continuing the drain begun after '
-                     'micro-batch %d', job_id[:8], self.after_micro_batch)
+        _LOGGER.info(
+            'Stream %s: continuing the drain begun after micro-batch %d',
+            job_id[:8],
+            self.after_micro_batch,
+        )
 
 
 def _ports(stage: p.StagePlan) -> tuple:
-    return ([port.buffer_id for port in stage.inputs],
-            [port.buffer_id for port in stage.outputs],
-            [s.buffer_id for s in stage.side_inputs])
+    return (
+        [port.buffer_id for port in stage.inputs],
+        [port.buffer_id for port in stage.outputs],
+        [s.buffer_id for s in stage.side_inputs],
+    )
 
 
 def refuse_drained(record: dict | None, root: str) -> None:
@@ -222,7 +236,8 @@ def refuse_drained(record: dict | None, root: str) -> None:
             f'micro-batch {drain.get("after_micro_batch")}, ended at '
             f'micro-batch {record.get("micro_batch")}): its sources were '
             'stopped and every window fired, so it does not resume. Run the '
-            'pipeline on a new checkpoint location to start a new stream.')
+            'pipeline on a new checkpoint location to start a new stream.'
+        )
 
 
 def _read_request(path: str) -> str:
@@ -246,9 +261,14 @@ def newest_record(root: str) -> dict | None:
     """The newest commit record under checkpoint location ``root`` that
     reads whole (None: none), read only."""
     folder = os.path.join(root, 'commits')
-    numbers = sorted((int(name[:-5]) for name in (
-        os.listdir(folder) if os.path.isdir(folder) else ())
-        if name[:-5].isdigit() and name.endswith('.json')), reverse=True)
+    numbers = sorted(
+        (
+            int(name[:-5])
+            for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+            if name[:-5].isdigit() and name.endswith('.json')
+        ),
+        reverse=True,
+    )
     for n in numbers:
         try:
             with open(os.path.join(folder, f'{n}.json')) as f:
@@ -262,9 +282,11 @@ def newest_record(root: str) -> dict | None:
 
 def _drained_line(record: dict) -> str:
     drain = record['drain']
-    return (f'drained after micro-batch {drain["after_micro_batch"]} (ended '
-            f'at micro-batch {record["micro_batch"]}, requested by '
-            f'{drain["requested_by"]})')
+    return (
+        f'drained after micro-batch {drain["after_micro_batch"]} (ended '
+        f'at micro-batch {record["micro_batch"]}, requested by '
+        f'{drain["requested_by"]})'
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -276,32 +298,39 @@ def main(argv: list[str]) -> int:
         'and timer fires, splittable DoFns truncate their restrictions, and '
         'the run ends DONE. The loop sees the request at its next '
         'micro-batch boundary; a stream that is not running drains when it '
-        'is next run on this location.')
+        'is next run on this location.',
+    )
     parser.add_argument('checkpoint_location')
-    parser.add_argument('--wait', type=float, default=0, metavar='SECONDS',
-                        help='wait up to SECONDS for the commit record that '
-                        'says the stream was drained (exit status 1 if it '
-                        'does not come)')
+    parser.add_argument(
+        '--wait',
+        type=float,
+        default=0,
+        metavar='SECONDS',
+        help='wait up to SECONDS for the commit record that '
+        'says the stream was drained (exit status 1 if it '
+        'does not come)',
+    )
     args = parser.parse_args(argv)
     root = os.path.abspath(args.checkpoint_location)
     if not os.path.exists(os.path.join(root, 'pipeline.json')):
-        print(f'{root} is not a stream\'s checkpoint location (no '
-              'pipeline.json): nothing to drain.')
+        print(f"{root} is not a stream's checkpoint location (no pipeline.json): nothing to drain.")
         return 2
     record = newest_record(root)
     if record is not None and (record.get('drain') or {}).get('drained'):
-        print(f'The stream at {root} was already {_drained_line(record)}: '
-              'nothing to do.')
+        print(f'The stream at {root} was already {_drained_line(record)}: nothing to do.')
         return 0
     path = os.path.join(root, REQUEST_FILE)
     tmp = path + '.tmp'
     with open(tmp, 'w') as f:
-        json.dump({'requested_by': 'python -m beam_spark_inproc drain',
-                   'requested_at': time.time()}, f)
+        json.dump(
+            {'requested_by': 'python -m beam_spark_inproc drain', 'requested_at': time.time()}, f
+        )
     os.replace(tmp, path)
-    print(f'Drain requested for the stream at {root}: it drains from its '
-          'next micro-batch boundary (if it is not running, when it is next '
-          'run there).')
+    print(
+        f'Drain requested for the stream at {root}: it drains from its '
+        'next micro-batch boundary (if it is not running, when it is next '
+        'run there).'
+    )
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         record = newest_record(root)
@@ -310,7 +339,6 @@ def main(argv: list[str]) -> int:
             return 0
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
     if args.wait:
-        print(f'No commit record says the stream was drained after '
-              f'{args.wait:g} s.')
+        print(f'No commit record says the stream was drained after {args.wait:g} s.')
         return 1
     return 0

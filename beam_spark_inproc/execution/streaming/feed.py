@@ -34,6 +34,7 @@ watermarks (selects, stateless stages' ``map_stage``, the shuffle before a
 keyed stage) are built in the prefetch thread while this one's job runs
 (``prebuild``), not on the loop's path.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,12 +56,19 @@ class Feed:
     (see the module doc). ``engine``: the stream's engine, which this wraps
     in a ``Prebuilder`` when ``prefetch`` (``self.engine``: the one to use)."""
 
-    def __init__(self, plan: p.SparkPlan, engine: Any, context,
-                 store: CheckpointStore, stable: Callable[[Any], bool],
-                 spread: tuple[int, int] = (1, 0), prefetch: bool = False,
-                 test_stream_values: dict | None = None,
-                 stateful_whole: bool = False,
-                 native_source: Callable | None = None):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        engine: Any,
+        context,
+        store: CheckpointStore,
+        stable: Callable[[Any], bool],
+        spread: tuple[int, int] = (1, 0),
+        prefetch: bool = False,
+        test_stream_values: dict | None = None,
+        stateful_whole: bool = False,
+        native_source: Callable | None = None,
+    ):
         self.prefetch = prefetch
         self.prebuilder = None
         # Replayed by the prefetch at the last job (``_prebuild``).
@@ -68,18 +76,22 @@ class Feed:
             engine = self.prebuilder = Prebuilder(engine, stable)
         self.engine = engine
         self.spread = spread
-        self._rows_spread = (1, 0) if stateful_whole and any(
-            s.stateful for s in plan.stages) else spread
-        self.sources = _sources(plan, engine, context, store,
-                                self._rows_spread, test_stream_values,
-                                native_source)
+        self._rows_spread = (
+            (1, 0) if stateful_whole and any(s.stateful for s in plan.stages) else spread
+        )
+        self.sources = _sources(
+            plan, engine, context, store, self._rows_spread, test_stream_values, native_source
+        )
         self._coalesce = bundles_invisible(plan, context)
 
     def step(self) -> dict[int, list]:
         """Each source's rows for the next micro-batch (``StreamSource.
         step_micro_batch``), by stage."""
-        return {i: source.step_micro_batch(self._coalesce)
-                for i, source in self.sources.items() if not source.exhausted}
+        return {
+            i: source.step_micro_batch(self._coalesce)
+            for i, source in self.sources.items()
+            if not source.exhausted
+        }
 
     @property
     def exhausted(self) -> bool:
@@ -108,8 +120,12 @@ class Feed:
         in one task, in order; in a pipeline with a stateful DoFn, all of
         them with ``stateful_whole`` (module doc)."""
         parts, min_bytes = self.spread if always else self._rows_spread
-        if parts > 1 and min_bytes and len(rows) > 1 and (
-                always or sum(len(r[2]) for r in rows) >= min_bytes):
+        if (
+            parts > 1
+            and min_bytes
+            and len(rows) > 1
+            and (always or sum(len(r[2]) for r in rows) >= min_bytes)
+        ):
             return self.engine.rows(rows, parts)
         return self.engine.rows(rows)
 
@@ -125,9 +141,9 @@ class Feed:
                 self.prebuilder.finish(micro_batch)
             for index, source in self.sources.items():
                 if self.prebuilder is not None:
-                    make = functools.partial(
-                        self._prebuild, index, micro_batch + 1)
+                    make = functools.partial(self._prebuild, index, micro_batch + 1)
                 source.prefetch(self._coalesce, make)
+
         return prefetch
 
     def finish(self, micro_batch: int) -> None:
@@ -146,9 +162,15 @@ class Feed:
         return self.prebuilder.prebuild(index, self.rows(rows), micro_batch)
 
 
-def _sources(plan: p.SparkPlan, engine: Any, context, store: CheckpointStore,
-             rows_spread: tuple[int, int], values: dict | None,
-             native_source: Callable | None) -> dict[int, StreamSource]:
+def _sources(
+    plan: p.SparkPlan,
+    engine: Any,
+    context,
+    store: CheckpointStore,
+    rows_spread: tuple[int, int],
+    values: dict | None,
+    native_source: Callable | None,
+) -> dict[int, StreamSource]:
     """The plan's sources by stage: its TestStreams (``values``: their
     Python events when their element events are beside the plan,
     ``test_stream.elements_aside``; None: in the plan), and runner-native
@@ -162,16 +184,22 @@ def _sources(plan: p.SparkPlan, engine: Any, context, store: CheckpointStore,
             continue
         if values is not None and stage.labels[0] not in values:
             # Its element events would replay empty.
-            raise RuntimeError(f'TestStream {stage.labels[0]!r}: its '
-                               f'elements were set aside but not found')
+            raise RuntimeError(
+                f'TestStream {stage.labels[0]!r}: its elements were set aside but not found'
+            )
         sources[i] = TestStreamSource(
-            stage, context, rows_spread,
-            None if values is None else values[stage.labels[0]])
+            stage, context, rows_spread, None if values is None else values[stage.labels[0]]
+        )
     for i, stage in enumerate(plan.stages):
         if stage.kind == p.NATIVE_STAGE and native_source is not None:
-            source = native_source(stage, engine, context, os.path.join(
-                store.root, 'sources',
-                re.sub(r'[^\w.+-]', '_', stage_key(stage.name))))
+            source = native_source(
+                stage,
+                engine,
+                context,
+                os.path.join(
+                    store.root, 'sources', re.sub(r'[^\w.+-]', '_', stage_key(stage.name))
+                ),
+            )
             if source is not None:
                 sources[i] = source
     return sources

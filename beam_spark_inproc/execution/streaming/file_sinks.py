@@ -16,6 +16,7 @@ still be waiting for their pane and stay. The rule compares modification
 times with the commit record's: on a shared file system whose clock differs
 from the writers' it is only as good as their agreement.
 """
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,7 @@ def temp_directories(components_bytes: bytes) -> list[str]:
     for transform in components.transforms.values():
         if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
             continue
-        payload = beam_runner_api_pb2.ParDoPayload.FromString(
-            transform.spec.payload)
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
         if not _names_the_move(payload.do_fn.payload):
             continue  # unpickle no user DoFn in the driver
         try:
@@ -73,8 +73,7 @@ def _names_the_move(data: bytes) -> bool:
     return False
 
 
-def remember(root: str, mine: list[str],
-             write_json: Callable[[str, Any], None]) -> list[str]:
+def remember(root: str, mine: list[str], write_json: Callable[[str, Any], None]) -> list[str]:
     """Adds this run's folders to the checkpoint's list (written with the
     store's ``write_json``); returns the earlier runs' folders."""
     path = os.path.join(root, SINKS)
@@ -107,6 +106,7 @@ def remove_uncommitted(folders: list[str], committed_at: float) -> int:
         if not any(names for _, _, names in os.walk(folder)):
             shutil.rmtree(folder, ignore_errors=True)
     if removed:
-        _LOGGER.info('Removed %d temporary files of uncommitted micro-batches '
-                     'from %s', removed, folders)
+        _LOGGER.info(
+            'Removed %d temporary files of uncommitted micro-batches from %s', removed, folders
+        )
     return removed

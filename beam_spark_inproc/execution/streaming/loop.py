@@ -48,6 +48,7 @@ side-input values they carry (``tasks.StageTasks``), side-input gates
 (``side_inputs``), splittable DoFns' residuals (``residuals``), and the commit
 record that writes and restores them all (``restart``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,16 +87,25 @@ class StreamingExecutor:
     doc): steps the sources, builds and runs each micro-batch's stages,
     settles the watermarks, commits."""
 
-    def __init__(self, plan: p.SparkPlan, engine: Any, job_id: str,
-                 store: CheckpointStore, cancelled: threading.Event,
-                 on_reports: Callable[[list[dict]], None],
-                 after_micro_batch: Callable[[int], None] | None = None,
-                 attempt_channel: tuple = (), runtime_options: tuple = (),
-                 profile_dir: str = '', spread: tuple[int, int] = (1, 0),
-                 prefetch: bool = False,
-                 test_stream_values: dict | None = None,
-                 stateful_whole: bool = False, native=None,
-                 native_source: Callable | None = None):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        engine: Any,
+        job_id: str,
+        store: CheckpointStore,
+        cancelled: threading.Event,
+        on_reports: Callable[[list[dict]], None],
+        after_micro_batch: Callable[[int], None] | None = None,
+        attempt_channel: tuple = (),
+        runtime_options: tuple = (),
+        profile_dir: str = '',
+        spread: tuple[int, int] = (1, 0),
+        prefetch: bool = False,
+        test_stream_values: dict | None = None,
+        stateful_whole: bool = False,
+        native=None,
+        native_source: Callable | None = None,
+    ):
         self.plan = plan
         self.job_id = job_id
         self.store = store
@@ -106,32 +116,53 @@ class StreamingExecutor:
         context = pipeline_context.PipelineContext(components)
         # The sources and the driver's rows (``feed``: spread, prefetch); its
         # engine is the stream's (with ``prefetch``, a ``Prebuilder``).
-        self.feed = Feed(plan, engine, context, store,
-                         lambda task: self.tasks.stable(task), spread,
-                         prefetch, test_stream_values, stateful_whole,
-                         native_source)
+        self.feed = Feed(
+            plan,
+            engine,
+            context,
+            store,
+            lambda task: self.tasks.stable(task),
+            spread,
+            prefetch,
+            test_stream_values,
+            stateful_whole,
+            native_source,
+        )
         self.engine = engine = self.feed.engine
         self.sources: dict[int, StreamSource] = self.feed.sources
         reads, uses = wire(plan)
         # Stages reading side inputs: their main input waits until ready.
-        self.gates = {i: SideInputGate(stage, components, context,
-                                       key_coders(plan, reads, i, stage))
-                      for i, stage in enumerate(plan.stages) if stage.side_inputs}
+        self.gates = {
+            i: SideInputGate(stage, components, context, key_coders(plan, reads, i, stage))
+            for i, stage in enumerate(plan.stages)
+            if stage.side_inputs
+        }
         self.watermarks = Watermarks(plan, reads, self.sources, self._hold)
         self.buckets = BucketTable([stage.name for stage in plan.stages])
         self.residuals = ResidualSchedule()  # splittable DoFns' (``residuals``)
         self.drain = Drain(None if store.temporary else store.root)  # ``drain``
-        self.tasks = StageTasks(job_id, engine, store, attempt_channel,
-                                runtime_options, profile_dir)
+        self.tasks = StageTasks(
+            job_id, engine, store, attempt_channel, runtime_options, profile_dir
+        )
         self.steps = StageSteps(
-            plan, context, reads, uses, self._job, engine=engine,
-            feed=self.feed, tasks=self.tasks, watermarks=self.watermarks,
-            buckets=self.buckets, residuals=self.residuals, gates=self.gates,
-            drain=self.drain, store=store)
+            plan,
+            context,
+            reads,
+            uses,
+            self._job,
+            engine=engine,
+            feed=self.feed,
+            tasks=self.tasks,
+            watermarks=self.watermarks,
+            buckets=self.buckets,
+            residuals=self.residuals,
+            gates=self.gates,
+            drain=self.drain,
+            store=store,
+        )
         # WriteToSpark and SparkSql (``spark_sinks``; ``native``: the
         # runner's handler for them, ``transforms.stream_runtime``)
-        self.spark_stages = SparkStages(plan, engine, store, context,
-                                        self._job, native)
+        self.spark_stages = SparkStages(plan, engine, store, context, self._job, native)
         self.micro_batch = 0
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py
@@ -185,8 +216,10 @@ class StreamingExecutor:
             if done and not moved:
                 _LOGGER.warning(
                     'Stream %s: sources exhausted, stages %s hold their output '
-                    'watermarks below +inf; stopping.', self.job_id[:8],
-                    self.watermarks.held())
+                    'watermarks below +inf; stopping.',
+                    self.job_id[:8],
+                    self.watermarks.held(),
+                )
                 return
 
     def _wait_for_residuals(self) -> None:
@@ -199,8 +232,7 @@ class StreamingExecutor:
                 source.clock = max(source.clock, due)
             return
         due = min(due, self.buckets.next_processing_timer(due))
-        while (not self.cancelled.is_set() and not self.drain.waiting()
-               and time.time() < due):
+        while not self.cancelled.is_set() and not self.drain.waiting() and time.time() < due:
             self.cancelled.wait(min(due - time.time(), 0.1))
 
     def _run_micro_batch(self, source_rows: dict[int, list]) -> bool:
@@ -221,42 +253,33 @@ class StreamingExecutor:
         ran = fed = False
         for index, stage in enumerate(self.plan.stages):
             if index in self.sources:
-                data, made = self.feed.source_data(index,
-                                                   source_rows.get(index))
+                data, made = self.feed.source_data(index, source_rows.get(index))
                 fed |= made
                 if data is not None:
                     batch.produced[index] = data
                 self.watermarks.settle_source(index)
                 continue
-            eager = (index in self.gates or bool(stage.split_input)
-                     or stage.kind == p.NATIVE_STAGE)
-            if (stage.grouped or stage.stateful or eager) and \
-                    self._waits_for_pending(index):
+            eager = index in self.gates or bool(stage.split_input) or stage.kind == p.NATIVE_STAGE
+            if (stage.grouped or stage.stateful or eager) and self._waits_for_pending(index):
                 self._harvest(final=False)
-            parts = self.steps.inputs(batch, index, stage,
-                                      not self._impulse_done)
+            parts = self.steps.inputs(batch, index, stage, not self._impulse_done)
             if index in self.gates:
                 parts = self.steps.gate(batch, index, stage, parts)
-            due = (self.residuals.due(index, batch.now) if stage.split_input
-                   else [])
+            due = self.residuals.due(index, batch.now) if stage.split_input else []
             if due:
                 parts.append((None, self.feed.rows(due, always=True)))
             if stage.grouped or stage.stateful:
-                ran |= self.steps.keyed(batch, index, stage, parts,
-                                        self.micro_batch)
+                ran |= self.steps.keyed(batch, index, stage, parts, self.micro_batch)
                 continue
             if stage.kind == p.NATIVE_STAGE:
-                ran |= self.spark_stages.run(index, stage, parts, batch,
-                                             self.micro_batch)
+                ran |= self.spark_stages.run(index, stage, parts, batch, self.micro_batch)
                 continue
             if not parts:
                 continue
-            batch.produced[index] = self.steps.unkeyed(batch, index, stage,
-                                                       parts)
+            batch.produced[index] = self.steps.unkeyed(batch, index, stage, parts)
             ran = True
         # The next micro-batch's prefetch starts as the last job does.
-        self._harvest(final=True,
-                      started=self.feed.next_micro_batch(self.micro_batch))
+        self._harvest(final=True, started=self.feed.next_micro_batch(self.micro_batch))
         for index in range(len(self.plan.stages)):
             self.watermarks.settle(index)
         self._impulse_done = True
@@ -270,8 +293,7 @@ class StreamingExecutor:
         if self.after_micro_batch is not None:
             self.after_micro_batch(self.micro_batch)
         self.micro_batch += 1
-        return (ran or fed or any(source_rows.values())
-                or self.watermarks.moved(before))
+        return ran or fed or any(source_rows.values()) or self.watermarks.moved(before)
 
     # -- running ----------------------------------------------------------
     @property
@@ -280,9 +302,9 @@ class StreamingExecutor:
 
     @contextlib.contextmanager
     def _job(self):
-        with self.engine.job(self._tag,
-                             f'Beam stream {self.job_id[:8]} micro-batch '
-                             f'{self.micro_batch}'):
+        with self.engine.job(
+            self._tag, f'Beam stream {self.job_id[:8]} micro-batch {self.micro_batch}'
+        ):
             yield
 
     def _waits_for_pending(self, index: int) -> bool:
@@ -292,13 +314,15 @@ class StreamingExecutor:
             if writer in self._batch.pending:
                 return True
             w = self.plan.stages[writer]
-            if not self.watermarks.settled(writer) and not (
-                    w.grouped or w.stateful) and self._waits_for_pending(writer):
+            if (
+                not self.watermarks.settled(writer)
+                and not (w.grouped or w.stateful)
+                and self._waits_for_pending(writer)
+            ):
                 return True
         return False
 
-    def _harvest(self, final: bool,
-                 started: Callable[[], None] | None = None) -> None:
+    def _harvest(self, final: bool, started: Callable[[], None] | None = None) -> None:
         """One job: runs the pending keyed stages (and, if ``final``, the
         leaves); takes their control rows: bundles' reports and the state
         buckets' new summaries and files. ``started``: called when the job
@@ -307,14 +331,18 @@ class StreamingExecutor:
         datas = [batch.produced[i] for i in batch.pending]
         if final:  # a leaf already run (an earlier harvest, a splittable
             # stage's job) is not run again: its side effects, its reports
-            datas += [batch.produced[i] for i in batch.produced
-                      if self.steps.uses[i] == 0 and i not in batch.pending
-                      and i not in self.sources and i not in batch.harvested]
+            datas += [
+                batch.produced[i]
+                for i in batch.produced
+                if self.steps.uses[i] == 0
+                and i not in batch.pending
+                and i not in self.sources
+                and i not in batch.harvested
+            ]
         if datas:
             data = datas[0] if len(datas) == 1 else self.engine.union(datas)
             with self._job():
-                _, control = self.engine.collect(data, elements=False,
-                                                 started=started)
+                _, control = self.engine.collect(data, elements=False, started=started)
             batch.take(control)
         elif started is not None:
             started()

@@ -16,6 +16,7 @@ takes the control rows that reach the driver. The rules kept here:
 
 Nothing here outlives the micro-batch: the loop makes a new one each time.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,15 +34,16 @@ class MicroBatch:
 
     now: float  # processing time (``StreamingExecutor.now``)
     started: float = dataclasses.field(
-        default_factory=time.perf_counter)  # for its duration (``progress``)
-    produced: dict[int, Any] = dataclasses.field(
-        default_factory=dict)  # stage -> its data (lazy)
-    pending: list[int] = dataclasses.field(
-        default_factory=list)  # keyed stages built, not run yet
+        default_factory=time.perf_counter
+    )  # for its duration (``progress``)
+    produced: dict[int, Any] = dataclasses.field(default_factory=dict)  # stage -> its data (lazy)
+    pending: list[int] = dataclasses.field(default_factory=list)  # keyed stages built, not run yet
     carried: CarryOnce = dataclasses.field(
-        default_factory=CarryOnce)  # results whose control rows have a reader
+        default_factory=CarryOnce
+    )  # results whose control rows have a reader
     harvested: set[int] = dataclasses.field(
-        default_factory=set)  # results whose control rows were taken
+        default_factory=set
+    )  # results whose control rows were taken
     cached: list = dataclasses.field(default_factory=list)
     reports: list[dict] = dataclasses.field(default_factory=list)
     state_reports: list[dict] = dataclasses.field(default_factory=list)

@@ -22,6 +22,7 @@ them). A step the recipe does not have, a union (due timers' marker rows),
 a cached result or a new task: built by the loop as before. Engine data are
 immutable, so a result built ahead and not asked for is simply dropped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -71,8 +72,7 @@ class Prebuilder:
         self._recipe, self._recording = self._recording, []
         self._refs = {}
         with self._lock:
-            self._built = {k: v for k, v in self._built.items()
-                           if v[2] > micro_batch}
+            self._built = {k: v for k, v in self._built.items() if v[2] > micro_batch}
 
     def select(self, data, tag: int, new_tag: int, control: bool):
         return self._step(data, 'select', (tag, new_tag, control))
@@ -118,8 +118,7 @@ class Prebuilder:
                 break
             values[position] = result
             with self._lock:
-                self._built[(id(given), step, _key(args))] = (
-                    given, result, micro_batch)
+                self._built[(id(given), step, _key(args))] = (given, result, micro_batch)
         return data
 
 

@@ -66,6 +66,7 @@ the latest progress and a short history of every recent micro-batch
 (duration, job seconds, elements, lowest output watermark), which ``python
 -m beam_spark_inproc status`` reads (``beam_spark_inproc.status``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -146,31 +147,35 @@ def _ports(stage: p.StagePlan) -> tuple[list[str | None], set[str]]:
     the PCollections the data-output transforms read."""
     if stage.kind != p.SDK_STAGE or not stage.descriptor:
         return [None] * len(stage.inputs), set()
-    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
-        stage.descriptor)
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     transforms = descriptor.transforms
     inputs = []
     for port in stage.inputs:
         t = transforms.get(port.transform_id)
         inputs.append(next(iter(t.outputs.values()), None) if t else None)
-    outputs = {pc for port in stage.outputs
-               if port.transform_id in transforms
-               for pc in transforms[port.transform_id].inputs.values()}
+    outputs = {
+        pc
+        for port in stage.outputs
+        if port.transform_id in transforms
+        for pc in transforms[port.transform_id].inputs.values()
+    }
     if stage.split_input and not outputs:
         # A splittable DoFn fused with its consumers into a stage that writes
         # nothing: what the DoFn emitted is what entered the stream here.
         read = set(transforms[stage.split_input].outputs.values())
-        outputs = {pc for t in transforms.values()
-                   if read & set(t.inputs.values())
-                   for pc in t.outputs.values()}
+        outputs = {
+            pc
+            for t in transforms.values()
+            if read & set(t.inputs.values())
+            for pc in t.outputs.values()
+        }
     return inputs, outputs
 
 
 def display_name(stage: p.StagePlan) -> str:
     """A stage as a person reads it: its Beam transforms' labels (the
     GroupByKey it reads first)."""
-    labels = [port.grouping.gbk_label for port in stage.inputs
-              if port.grouping is not None]
+    labels = [port.grouping.gbk_label for port in stage.inputs if port.grouping is not None]
     labels += [label for label in stage.labels if label]
     return '+'.join(labels) if labels else stage.kind
 
@@ -180,8 +185,9 @@ class StreamProgress:
     module doc). ``set_gauges``: where the gauges go (the run's
     ``MetricsPusher.set_gauges``), or None."""
 
-    def __init__(self, plan: p.SparkPlan, job_id: str,
-                 set_gauges: Callable[[list], None] | None = None):
+    def __init__(
+        self, plan: p.SparkPlan, job_id: str, set_gauges: Callable[[list], None] | None = None
+    ):
         self.stream = job_id[:8]
         self._set_gauges = set_gauges
         self._plan = plan
@@ -191,25 +197,29 @@ class StreamProgress:
         self._inputs = [set(pc for pc in ins if pc) for ins, _ in ports]
         self._outputs = [outs for _, outs in ports]
         reads, _ = wire(plan)
-        self._reads = [sorted({w for (j, _), ws in reads.items() if j == i
-                               for w, _ in ws}) for i in range(len(stages))]
+        self._reads = [
+            sorted({w for (j, _), ws in reads.items() if j == i for w, _ in ws})
+            for i in range(len(stages))
+        ]
         # A source's output: what its readers read of each of its outputs.
         self._source_outputs: dict[int, list[list[tuple[int, str]]]] = {}
         for i, stage in enumerate(stages):
             if stage.kind == p.TEST_STREAM_STAGE:
                 self._source_outputs[i] = [
-                    [(j, ports[j][0][k])
-                     for j, reader in enumerate(stages)
-                     for k, port in enumerate(reader.inputs)
-                     if reads.get((j, port.buffer_id)) == [(i, tag)]
-                     and ports[j][0][k]]
-                    for tag in range(len(stage.outputs))]
+                    [
+                        (j, ports[j][0][k])
+                        for j, reader in enumerate(stages)
+                        for k, port in enumerate(reader.inputs)
+                        if reads.get((j, port.buffer_id)) == [(i, tag)] and ports[j][0][k]
+                    ]
+                    for tag in range(len(stage.outputs))
+                ]
         self._keyed = [s.grouped or s.stateful for s in stages]
         # Where elements enter the stream: its sources and splittable DoFns
         # (each a read), else the stages reading no other stage.
-        self._entries = [i for i, s in enumerate(stages)
-                         if s.kind == p.TEST_STREAM_STAGE or s.split_input] or [
-            i for i in range(len(stages)) if not self._reads[i]]
+        self._entries = [
+            i for i, s in enumerate(stages) if s.kind == p.TEST_STREAM_STAGE or s.split_input
+        ] or [i for i in range(len(stages)) if not self._reads[i]]
         self._index_of = {stage_key(s.name): i for i, s in enumerate(stages)}
         self._index_cache: dict[str, int | None] = {}
         self._sizes: dict[str, int | None] = {}  # state file -> bytes
@@ -229,9 +239,11 @@ class StreamProgress:
 
     def after_commit(self, then: Callable[[list], None]) -> Callable[[list], None]:
         """The loop's ``on_reports``: publishes the progress, then ``then``."""
+
         def on_reports(reports: list) -> None:
             self.publish()
             then(reports)
+
         return on_reports
 
     def resume(self, executor: Any, record: dict) -> None:
@@ -270,8 +282,7 @@ class StreamProgress:
                 if pcoll in self._outputs[i]:
                     outs[i] += monitoring_infos.extract_counter_value(info)
         for i, tags in self._source_outputs.items():
-            outs[i] = sum(max((read.get(r, 0) for r in readers), default=0)
-                          for readers in tags)
+            outs[i] = sum(max((read.get(r, 0) for r in readers), default=0) for readers in tags)
         return ins, outs
 
     def _state_bytes(self, paths: set[str]) -> int | None:
@@ -302,19 +313,23 @@ class StreamProgress:
         stages = []
         for i, stage in enumerate(plan.stages):
             entry = {
-                'stage': i + 1, 'name': self._names[i],
+                'stage': i + 1,
+                'name': self._names[i],
                 'reads': [r + 1 for r in self._reads[i]],
                 'input_watermark': instant(wm.input[i]),
                 'output_watermark': instant(wm.output[i]),
                 'input_watermark_lag_seconds': _lag(wall, wm.input[i]),
                 'output_watermark_lag_seconds': _lag(wall, wm.output[i]),
-                'elements_in': (ins[i] - before[0][i]
-                                if self._inputs[i] else None),
-                'elements_out': (outs[i] - before[1][i] if self._outputs[i]
-                                 or i in self._source_outputs else None),
+                'elements_in': (ins[i] - before[0][i] if self._inputs[i] else None),
+                'elements_out': (
+                    outs[i] - before[1][i]
+                    if self._outputs[i] or i in self._source_outputs
+                    else None
+                ),
                 'total_elements_in': ins[i] if self._inputs[i] else None,
-                'total_elements_out': (outs[i] if self._outputs[i]
-                                       or i in self._source_outputs else None),
+                'total_elements_out': (
+                    outs[i] if self._outputs[i] or i in self._source_outputs else None
+                ),
             }
             if self._keyed[i]:
                 seen = self._seen.setdefault(i, {})
@@ -325,8 +340,7 @@ class StreamProgress:
                 live |= paths
                 entry['state_bytes'] = self._state_bytes(paths)
             if i in executor.gates:
-                entry['held_side_input_elements'] = len(
-                    executor.gates[i].pending)
+                entry['held_side_input_elements'] = len(executor.gates[i].pending)
             if stage.split_input:
                 pending, due = executor.residuals.waiting(i, clock)
                 entry.update(pending_residuals=pending, due_residuals=due)
@@ -337,38 +351,40 @@ class StreamProgress:
         keyed = [s for s in stages if 'state_keys' in s]
         byte_counts = [s['state_bytes'] for s in keyed]
         progress = {
-            'stream': self.stream, 'micro_batch': executor.micro_batch,
+            'stream': self.stream,
+            'micro_batch': executor.micro_batch,
             'timestamp': Timestamp(micros=int(wall * 1e6)).to_rfc3339(),
             'processing_time': clock,
             'duration_seconds': round(duration, 4),
             'job_seconds': round(job, 4),
             'driver_seconds': round(max(duration - job, 0.0), 4),
             'elements_in': elements,
-            'elements_per_second': (round(elements / duration, 1)
-                                    if duration > 0 else None),
+            'elements_per_second': (round(elements / duration, 1) if duration > 0 else None),
             'state_keys': sum(s['state_keys'] for s in keyed),
             'state_bytes': (None if None in byte_counts else sum(byte_counts)),
             'backlog': {
                 'due_residuals': sum(s.get('due_residuals', 0) for s in stages),
-                'pending_residuals': sum(s.get('pending_residuals', 0)
-                                         for s in stages),
+                'pending_residuals': sum(s.get('pending_residuals', 0) for s in stages),
                 'timer_buckets': sum(s.get('timer_buckets', 0) for s in stages),
                 'held_side_input_elements': sum(
-                    s.get('held_side_input_elements', 0) for s in stages),
+                    s.get('held_side_input_elements', 0) for s in stages
+                ),
             },
             'stages': stages,
         }
         lowest = min(wm.output, default=MAX_TIMESTAMP)
         self._taken = progress
-        self._history.append({
-            'micro_batch': progress['micro_batch'],
-            'timestamp': progress['timestamp'],
-            'duration_seconds': progress['duration_seconds'],
-            'job_seconds': progress['job_seconds'],
-            'elements_in': elements,
-            'lowest_output_watermark': instant(lowest),
-            'lag_seconds': _lag(wall, lowest),
-        })
+        self._history.append(
+            {
+                'micro_batch': progress['micro_batch'],
+                'timestamp': progress['timestamp'],
+                'duration_seconds': progress['duration_seconds'],
+                'job_seconds': progress['job_seconds'],
+                'elements_in': elements,
+                'lowest_output_watermark': instant(lowest),
+                'lag_seconds': _lag(wall, lowest),
+            }
+        )
         return progress
 
     def record(self, executor: Any) -> dict:
@@ -419,18 +435,23 @@ def _buckets(summaries: dict, seen: dict) -> dict:
         if e < _MAX_MICROS or t < float('inf'):
             timers += 1
             event, processing = min(event, e), min(processing, t)
-    return {'state_keys': keys, 'state_buckets': len(summaries),
-            'timer_buckets': timers,
-            'next_event_timer': instant(Timestamp(micros=event)),
-            'next_processing_timer': (None if processing == float('inf')
-                                      else processing)}
+    return {
+        'state_keys': keys,
+        'state_buckets': len(summaries),
+        'timer_buckets': timers,
+        'next_event_timer': instant(Timestamp(micros=event)),
+        'next_processing_timer': (None if processing == float('inf') else processing),
+    }
 
 
 def _size(path: str) -> int | None:
     try:
         if os.path.isdir(path):
-            return sum(os.path.getsize(os.path.join(d, name))
-                       for d, _, names in os.walk(path) for name in names)
+            return sum(
+                os.path.getsize(os.path.join(d, name))
+                for d, _, names in os.walk(path)
+                for name in names
+            )
         return os.path.getsize(path)
     except OSError:
         return None
@@ -439,32 +460,34 @@ def _size(path: str) -> int | None:
 def line(progress: dict) -> str:
     """One compact line for a person: the micro-batch, its time split, its
     input, the stage furthest behind, the state and the backlog."""
-    behind = [s for s in progress['stages']
-              if s['output_watermark'] != '+inf']
+    behind = [s for s in progress['stages'] if s['output_watermark'] != '+inf']
     if behind:
         # Lexical order of RFC 3339 instants is time order; '-inf' sorts first.
-        low = min(behind, key=lambda s: ('' if s['output_watermark'] == '-inf'
-                                         else s['output_watermark']))
-        where = (f"lowest output watermark {low['output_watermark']} "
-                 f"(stage {low['stage']} {low['name'][:40]}, lag "
-                 f"{human_seconds(low['output_watermark_lag_seconds'])})")
+        low = min(
+            behind, key=lambda s: '' if s['output_watermark'] == '-inf' else s['output_watermark']
+        )
+        where = (
+            f'lowest output watermark {low["output_watermark"]} '
+            f'(stage {low["stage"]} {low["name"][:40]}, lag '
+            f'{human_seconds(low["output_watermark_lag_seconds"])})'
+        )
     else:
         where = 'output watermarks +inf'
     backlog = progress['backlog']
-    parts = [f"{backlog['timer_buckets']} timer buckets"]
+    parts = [f'{backlog["timer_buckets"]} timer buckets']
     if backlog['pending_residuals']:
-        parts.append(f"{backlog['due_residuals']}/"
-                     f"{backlog['pending_residuals']} residuals due")
+        parts.append(f'{backlog["due_residuals"]}/{backlog["pending_residuals"]} residuals due')
     if backlog['held_side_input_elements']:
-        parts.append(f"{backlog['held_side_input_elements']} held behind "
-                     'side inputs')
-    return (f"Stream {progress['stream']} micro-batch {progress['micro_batch']}: "
-            f"{progress['duration_seconds']:.2f} s (jobs "
-            f"{progress['job_seconds']:.2f} s, driver "
-            f"{progress['driver_seconds']:.2f} s), "
-            f"{progress['elements_in']} elements in; {where}; state "
-            f"{progress['state_keys']} keys {human_bytes(progress['state_bytes'])};"
-            f" backlog {', '.join(parts)}")
+        parts.append(f'{backlog["held_side_input_elements"]} held behind side inputs')
+    return (
+        f'Stream {progress["stream"]} micro-batch {progress["micro_batch"]}: '
+        f'{progress["duration_seconds"]:.2f} s (jobs '
+        f'{progress["job_seconds"]:.2f} s, driver '
+        f'{progress["driver_seconds"]:.2f} s), '
+        f'{progress["elements_in"]} elements in; {where}; state '
+        f'{progress["state_keys"]} keys {human_bytes(progress["state_bytes"])};'
+        f' backlog {", ".join(parts)}'
+    )
 
 
 def gauges(progress: dict) -> list:
@@ -473,6 +496,7 @@ def gauges(progress: dict) -> list:
     stream's under step ``stream``, each stage's under its name. Watermarks
     at -inf or +inf have no gauge."""
     from beam_spark_inproc.metrics.snapshot import MetricRecord
+
     when = Timestamp.from_rfc3339(progress['timestamp']).micros / 1e6
     records = []
 
@@ -483,22 +507,34 @@ def gauges(progress: dict) -> list:
         records.append(MetricRecord(GAUGE_NAMESPACE, name, step, 'gauge', v, v))
 
     backlog = progress['backlog']
-    for name in ('micro_batch', 'duration_seconds', 'job_seconds',
-                 'driver_seconds', 'elements_in', 'state_keys', 'state_bytes'):
+    for name in (
+        'micro_batch',
+        'duration_seconds',
+        'job_seconds',
+        'driver_seconds',
+        'elements_in',
+        'state_keys',
+        'state_bytes',
+    ):
         add('stream', name, progress[name])
     for name, value in backlog.items():
         add('stream', name, value)
     for s in progress['stages']:
-        step = f"{s['stage']}:{s['name']}"
+        step = f'{s["stage"]}:{s["name"]}'
         for which in ('input', 'output'):
             wm = s[f'{which}_watermark']
             if wm not in ('-inf', '+inf'):
-                add(step, f'{which}_watermark_seconds',
-                    Timestamp.from_rfc3339(wm).micros / 1e6)
-                add(step, f'{which}_watermark_lag_seconds',
-                    s[f'{which}_watermark_lag_seconds'])
-        for name in ('total_elements_in', 'total_elements_out', 'state_keys',
-                     'state_bytes', 'timer_buckets', 'pending_residuals',
-                     'due_residuals', 'held_side_input_elements'):
+                add(step, f'{which}_watermark_seconds', Timestamp.from_rfc3339(wm).micros / 1e6)
+                add(step, f'{which}_watermark_lag_seconds', s[f'{which}_watermark_lag_seconds'])
+        for name in (
+            'total_elements_in',
+            'total_elements_out',
+            'state_keys',
+            'state_bytes',
+            'timer_buckets',
+            'pending_residuals',
+            'due_residuals',
+            'held_side_input_elements',
+        ):
             add(step, name, s.get(name))
     return records

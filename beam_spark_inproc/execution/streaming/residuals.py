@@ -23,6 +23,7 @@ residual. Runner-initiated splits (``try_split``) are not used in a stream.
 Pending residuals are kept in the driver and go with every commit record
 (``restart``: ``checkpoint``/``restore``, due times and watermarks included).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,14 +47,15 @@ class ResidualSchedule:
     def __init__(self):
         self._pending: dict[int, list[Residual]] = {}
 
-    def add(self, stage: int, payloads: list[bytes], now: float,
-            current_watermark: Timestamp) -> None:
+    def add(
+        self, stage: int, payloads: list[bytes], now: float, current_watermark: Timestamp
+    ) -> None:
         for payload in payloads:
             transform, element, delay, micros = pickle.loads(payload)
-            watermark = (current_watermark if micros is None
-                         else Timestamp(micros=micros))
+            watermark = current_watermark if micros is None else Timestamp(micros=micros)
             self._pending.setdefault(stage, []).append(
-                Residual(now + delay, transform, element, watermark))
+                Residual(now + delay, transform, element, watermark)
+            )
 
     def due(self, stage: int, now: float) -> list[tuple[int, bytes, bytes]]:
         """Pops the stage's due residuals as ``RESIDUAL_TAG`` rows."""
@@ -61,12 +63,10 @@ class ResidualSchedule:
         ready = [r for r in pending if r.due <= now]
         if ready:
             self._pending[stage] = [r for r in pending if r.due > now]
-        return [(RESIDUAL_TAG, r.input_transform.encode(), r.element)
-                for r in ready]
+        return [(RESIDUAL_TAG, r.input_transform.encode(), r.element) for r in ready]
 
     def hold(self, stage: int) -> Timestamp:
-        return min((r.watermark for r in self._pending.get(stage, [])),
-                   default=MAX_TIMESTAMP)
+        return min((r.watermark for r in self._pending.get(stage, [])), default=MAX_TIMESTAMP)
 
     def expedite(self, now: float) -> None:
         """Every pending residual is due at ``now`` (a drain truncates them:
@@ -80,8 +80,7 @@ class ResidualSchedule:
         return any(self._pending.values())
 
     def next_due(self) -> float:
-        return min((r.due for rs in self._pending.values() for r in rs),
-                   default=float('inf'))
+        return min((r.due for rs in self._pending.values() for r in rs), default=float('inf'))
 
     def waiting(self, stage: int, now: float) -> tuple[int, int]:
         """(pending, of which due at ``now``) residuals of a stage."""
@@ -89,13 +88,16 @@ class ResidualSchedule:
         return len(pending), sum(1 for r in pending if r.due <= now)
 
     def checkpoint(self, stage: int) -> list:
-        return [(r.due, r.input_transform, r.element, r.watermark.micros)
-                for r in self._pending.get(stage, [])]
+        return [
+            (r.due, r.input_transform, r.element, r.watermark.micros)
+            for r in self._pending.get(stage, [])
+        ]
 
     def restore(self, stage: int, saved: list) -> None:
         self._pending[stage] = [
             Residual(due, transform, element, Timestamp(micros=micros))
-            for due, transform, element, micros in saved]
+            for due, transform, element, micros in saved
+        ]
 
     def rename(self, inputs: dict[int, str]) -> None:
         """Pending residuals re-enter their stage at ``inputs[stage]`` (its
@@ -106,5 +108,4 @@ class ResidualSchedule:
 
     def counts(self) -> dict[str, int]:
         """For the commit record: pending residuals per stage."""
-        return {str(stage): len(rs) for stage, rs in sorted(self._pending.items())
-                if rs}
+        return {str(stage): len(rs) for stage, rs in sorted(self._pending.items()) if rs}

@@ -39,6 +39,7 @@ The micro-batch that was running when the driver died is replayed whole, from
 the committed state and source positions: its outputs and state writes are
 produced again (state folders of uncommitted micro-batches are removed first).
 """
+
 from __future__ import annotations
 
 import base64
@@ -63,26 +64,28 @@ class CommittedMetrics:
 
     def add(self, reports: list[dict]) -> None:
         for r in reports:
-            infos = [metrics_pb2.MonitoringInfo.FromString(d)
-                     for d in r.get('monitoring_infos', ())]
+            infos = [
+                metrics_pb2.MonitoringInfo.FromString(d) for d in r.get('monitoring_infos', ())
+            ]
             if infos:
-                self._by_stage[r['stage']] = consolidate(
-                    self._by_stage.get(r['stage'], []) + infos)
+                self._by_stage[r['stage']] = consolidate(self._by_stage.get(r['stage'], []) + infos)
 
     def by_stage(self) -> dict[str, list]:
         """Stage name -> its consolidated MonitoringInfos so far."""
         return self._by_stage
 
     def record(self) -> dict:
-        return {stage: [base64.b64encode(i.SerializeToString()).decode('ascii')
-                        for i in infos]
-                for stage, infos in sorted(self._by_stage.items())}
+        return {
+            stage: [base64.b64encode(i.SerializeToString()).decode('ascii') for i in infos]
+            for stage, infos in sorted(self._by_stage.items())
+        }
 
     def restore(self, record: dict) -> list[dict]:
         """Restores a ``record()``; returns it as reports (``protocol.report``)."""
-        reports = [{'stage': stage,
-                    'monitoring_infos': [base64.b64decode(d) for d in infos]}
-                   for stage, infos in record.items()]
+        reports = [
+            {'stage': stage, 'monitoring_infos': [base64.b64decode(d) for d in infos]}
+            for stage, infos in record.items()
+        ]
         self._by_stage = {}
         self.add(reports)
         return reports
@@ -123,11 +126,13 @@ def describe(record: dict, root: str) -> str:
     """One line: where a restart resumes (the commit record's micro-batch,
     the stages' output watermarks, the sources' positions)."""
     watermarks = ', '.join(
-        f"{stage['name'][-40:]}={_instant(stage['output_watermark'])}"
-        for stage in record['stages'])
-    return (f"resuming after committed micro-batch {record['micro_batch']} "
-            f"in {root}: output watermarks {watermarks}; sources "
-            f"{record['sources']}")
+        f'{stage["name"][-40:]}={_instant(stage["output_watermark"])}' for stage in record['stages']
+    )
+    return (
+        f'resuming after committed micro-batch {record["micro_batch"]} '
+        f'in {root}: output watermarks {watermarks}; sources '
+        f'{record["sources"]}'
+    )
 
 
 def _instant(micros: int) -> str:
@@ -137,72 +142,94 @@ def _instant(micros: int) -> str:
     if ts <= MIN_TIMESTAMP:
         return '-inf'
     return ts.to_rfc3339()
+
+
 def commit(executor: Any) -> None:
     """Writes the commit record of ``executor``'s micro-batch just run (its
     driver state first, then the record naming it)."""
     store = executor.store
     held = driver_state(executor)  # before the record naming it
     watermarks, buckets = executor.watermarks, executor.buckets
-    store.commit(executor.micro_batch, {
-        'driver_state': (None if held is None else store.relative(
-            store.write_driver_state(executor.micro_batch, held))),
-        'micro_batch': executor.micro_batch,
-        'stages': [{
-            'name': stage.name,
-            'input_watermark': watermarks.input[i].micros,
-            'output_watermark': watermarks.output[i].micros,
-            'state_buckets': buckets.counts[i],
-            'aliases': buckets.aliases[i],
-            'buckets': {str(b): {'path': store.relative(buckets.versions[i][b]),
-                                 'keys': s.keys, 'hold': s.hold.micros,
-                                 'event_timer': s.event_timer.micros,
-                                 'processing_timer': s.processing_timer}
-                        for b, s in sorted(buckets.summaries[i].items())},
-        } for i, stage in enumerate(executor.plan.stages)],
-        'residuals': executor.residuals.counts(),
-        'sources': {str(i): s.checkpoint()
-                    for i, s in executor.sources.items()},
-        'metrics': executor.committed_metrics.record(),
-        'drain': executor.drain.record(executor),  # ``drain``
-        'progress': executor.progress.record(executor),  # ``progress``
-    })
+    store.commit(
+        executor.micro_batch,
+        {
+            'driver_state': (
+                None
+                if held is None
+                else store.relative(store.write_driver_state(executor.micro_batch, held))
+            ),
+            'micro_batch': executor.micro_batch,
+            'stages': [
+                {
+                    'name': stage.name,
+                    'input_watermark': watermarks.input[i].micros,
+                    'output_watermark': watermarks.output[i].micros,
+                    'state_buckets': buckets.counts[i],
+                    'aliases': buckets.aliases[i],
+                    'buckets': {
+                        str(b): {
+                            'path': store.relative(buckets.versions[i][b]),
+                            'keys': s.keys,
+                            'hold': s.hold.micros,
+                            'event_timer': s.event_timer.micros,
+                            'processing_timer': s.processing_timer,
+                        }
+                        for b, s in sorted(buckets.summaries[i].items())
+                    },
+                }
+                for i, stage in enumerate(executor.plan.stages)
+            ],
+            'residuals': executor.residuals.counts(),
+            'sources': {str(i): s.checkpoint() for i, s in executor.sources.items()},
+            'metrics': executor.committed_metrics.record(),
+            'drain': executor.drain.record(executor),  # ``drain``
+            'progress': executor.progress.record(executor),  # ``progress``
+        },
+    )
 
 
 def restore(executor: Any, record: dict) -> None:
     """Puts a ``StreamingExecutor`` where commit ``record`` left it."""
     # By ``stage_key``: another process may name and order them differently.
-    index_of = {stage_key(stage.name): i
-                for i, stage in enumerate(executor.plan.stages)}
+    index_of = {stage_key(stage.name): i for i, stage in enumerate(executor.plan.stages)}
     stages = record['stages']
     update = executor.store.update  # another pipeline's state (``update``)
     if update is not None:  # the old stages whose state moved, by label
         update.index(index_of)
     elif sorted(stage_key(s['name']) for s in stages) != sorted(index_of):
-        raise ValueError(f'commit record {record["micro_batch"]} does not '
-                         'match the pipeline\'s stages')
+        raise ValueError(
+            f"commit record {record['micro_batch']} does not match the pipeline's stages"
+        )
     for stage in stages:
         i = index_of.get(stage_key(stage['name']))
         if i is None:  # a stateless stage an update changed
             continue
         executor.watermarks.restore(
-            i, Timestamp(micros=stage['input_watermark']),
-            Timestamp(micros=stage['output_watermark']))
+            i,
+            Timestamp(micros=stage['input_watermark']),
+            Timestamp(micros=stage['output_watermark']),
+        )
         executor.buckets.restore(
-            i, stage.get('state_buckets'),
-            {int(b): Summary(s['keys'], Timestamp(micros=s['hold']),
-                             Timestamp(micros=s['event_timer']),
-                             float(s['processing_timer']))
-             for b, s in stage['buckets'].items()},
-            {int(b): executor.store.absolute(s['path'])
-             for b, s in stage['buckets'].items()},
-            stage.get('aliases', ()))
+            i,
+            stage.get('state_buckets'),
+            {
+                int(b): Summary(
+                    s['keys'],
+                    Timestamp(micros=s['hold']),
+                    Timestamp(micros=s['event_timer']),
+                    float(s['processing_timer']),
+                )
+                for b, s in stage['buckets'].items()
+            },
+            {int(b): executor.store.absolute(s['path']) for b, s in stage['buckets'].items()},
+            stage.get('aliases', ()),
+        )
     for old, position in record['sources'].items():
         i = index_of.get(stage_key(stages[int(old)]['name']))
         if i is not None:
             executor.sources[i].restore(position)
     if record.get('driver_state'):
-        _restore_driver_state(executor, index_of,
-                              executor.store.absolute(record['driver_state']))
+        _restore_driver_state(executor, index_of, executor.store.absolute(record['driver_state']))
     executor.drain.restore(record.get('drain'), executor.job_id)
     if update is not None:
         update.after_restore(executor, record)

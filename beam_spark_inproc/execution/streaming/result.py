@@ -15,6 +15,7 @@ Metrics are the run's ``metrics.RunMetrics``: each micro-batch's reports go to
 its pusher (``after_job``), so ``metrics()`` answers while the pipeline runs and
 ``--metrics_sink`` gets them; the final push carries the final state.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,11 +43,15 @@ class StreamingPipelineResult(SparkPipelineResult):
         self._warnings: dict[tuple, tuple] = {}
         self.executor = None  # the loop's ``StreamingExecutor`` (``run``)
 
-    def start(self, body: Callable[[], None],
-              translate: Callable[[BaseException], BaseException],
-              cancel: Callable[[], None] | None = None) -> None:
+    def start(
+        self,
+        body: Callable[[], None],
+        translate: Callable[[BaseException], BaseException],
+        cancel: Callable[[], None] | None = None,
+    ) -> None:
         """Runs ``body`` (the loop) in a driver thread; ``cancel`` interrupts
         the stream's running Spark jobs (by the run's tag)."""
+
         def main():
             try:
                 body()
@@ -56,10 +61,12 @@ class StreamingPipelineResult(SparkPipelineResult):
                 else:
                     self.finished(PipelineState.FAILED, translate(e))
             else:
-                self.finished(PipelineState.CANCELLED if self.cancelled.is_set()
-                              else PipelineState.DONE)
+                self.finished(
+                    PipelineState.CANCELLED if self.cancelled.is_set() else PipelineState.DONE
+                )
             finally:
                 self._run_metrics.finish(self._state)
+
         thread = threading.Thread(target=main, name='beam-stream', daemon=True)
         self.running(thread, cancel)
         thread.start()
@@ -71,17 +78,19 @@ class StreamingPipelineResult(SparkPipelineResult):
         SIGTERM ends it at once (the checkpoint is as the last commit left
         it). Only where the stream was started from the main thread and the
         program has no SIGTERM handler of its own."""
-        if (threading.current_thread() is not threading.main_thread()
-                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        ):
             return
 
         def on_sigterm(signum, frame):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if not self.ended:
-                _LOGGER.warning('SIGTERM: stopping the stream after its '
-                                'current micro-batch')
+                _LOGGER.warning('SIGTERM: stopping the stream after its current micro-batch')
                 self.stop_on_interrupt()
             os.kill(os.getpid(), signal.SIGTERM)
+
         signal.signal(signal.SIGTERM, on_sigterm)
 
     def drain(self, duration=None) -> str:
@@ -102,8 +111,11 @@ class StreamingPipelineResult(SparkPipelineResult):
     @property
     def state(self) -> str:
         """RUNNING, DRAINING once a drain has begun, then the final state."""
-        if (self._state == PipelineState.RUNNING and self.executor is not None
-                and self.executor.drain.active):
+        if (
+            self._state == PipelineState.RUNNING
+            and self.executor is not None
+            and self.executor.drain.active
+        ):
             return PipelineState.DRAINING
         return self._state
 

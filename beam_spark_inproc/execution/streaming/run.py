@@ -1,4 +1,5 @@
 """Starts a stream: checkpoint store, engine primitives, loop thread, result."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,23 +19,27 @@ from beam_spark_inproc.protocol import report
 _LOGGER = logging.getLogger(__name__)
 
 
-def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
-               checkpoint_location: str | None,
-               translate: Callable[[BaseException], BaseException],
-               run_metrics,
-               after_micro_batch: Callable[[int], None] | None = None,
-               settings: Callable[[], Any] = contextlib.nullcontext,
-               runtime_options: tuple = (),
-               profile_dir: str = '',
-               spread: tuple[int, int] = (1, 0),
-               prefetch: bool = False,
-               test_stream_values: dict | None = None,
-               stateful_whole: bool = False,
-               cancel: Callable[[], None] | None = None,
-               transform_name_mapping: dict[str, str] | None = None,
-               drained_plan: Callable[[], p.SparkPlan] | None = None,
-               native=None,
-               native_source: Callable | None = None) -> StreamingPipelineResult:
+def run_stream(
+    plan: p.SparkPlan,
+    engine: Any,
+    job_id: str,
+    checkpoint_location: str | None,
+    translate: Callable[[BaseException], BaseException],
+    run_metrics,
+    after_micro_batch: Callable[[int], None] | None = None,
+    settings: Callable[[], Any] = contextlib.nullcontext,
+    runtime_options: tuple = (),
+    profile_dir: str = '',
+    spread: tuple[int, int] = (1, 0),
+    prefetch: bool = False,
+    test_stream_values: dict | None = None,
+    stateful_whole: bool = False,
+    cancel: Callable[[], None] | None = None,
+    transform_name_mapping: dict[str, str] | None = None,
+    drained_plan: Callable[[], p.SparkPlan] | None = None,
+    native=None,
+    native_source: Callable | None = None,
+) -> StreamingPipelineResult:
     """Returns at once; the micro-batches run in a driver thread.
 
     ``run_metrics``: the run's ``metrics.RunMetrics`` (its attempt channel
@@ -56,8 +61,9 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     ``native_source``: the source of a runner-native stage that is one
     (``StreamingExecutor``)."""
     try:
-        store = CheckpointStore(plan, checkpoint_location,
-                                Owner(plan, transform_name_mapping or {}))
+        store = CheckpointStore(
+            plan, checkpoint_location, Owner(plan, transform_name_mapping or {})
+        )
         drain.refuse_drained(store.resume, store.root)
     except BaseException:
         run_metrics.close()
@@ -67,11 +73,23 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
     # Taken at each commit, published after it (``progress``).
     progress = StreamProgress(plan, job_id, run_metrics.pusher.set_gauges)
     executor = StreamingExecutor(
-        plan, progress.time_jobs(engine), job_id, store, result.cancelled,
-        progress.after_commit(result.add_reports), after_micro_batch,
-        run_metrics.channel, runtime_options, profile_dir, spread, prefetch,
-        test_stream_values, stateful_whole, native,
-        native_source=native_source)
+        plan,
+        progress.time_jobs(engine),
+        job_id,
+        store,
+        result.cancelled,
+        progress.after_commit(result.add_reports),
+        after_micro_batch,
+        run_metrics.channel,
+        runtime_options,
+        profile_dir,
+        spread,
+        prefetch,
+        test_stream_values,
+        stateful_whole,
+        native,
+        native_source=native_source,
+    )
     executor.progress = progress
     result.executor = executor
     executor.drain.replan = drained_plan
@@ -80,11 +98,13 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
         try:
             if store.resume is not None:  # this pipeline ran here before
                 restart.restore(executor, store.resume)
-                result.add_reports(executor.committed_metrics.restore(
-                    store.resume.get('metrics', {})))
+                result.add_reports(
+                    executor.committed_metrics.restore(store.resume.get('metrics', {}))
+                )
                 progress.resume(executor, store.resume)
-                _LOGGER.info('Stream %s: %s', job_id[:8],
-                             restart.describe(store.resume, store.root))
+                _LOGGER.info(
+                    'Stream %s: %s', job_id[:8], restart.describe(store.resume, store.root)
+                )
             with settings():
                 executor.run()
             executor.drain.finish()
@@ -94,8 +114,7 @@ def run_stream(plan: p.SparkPlan, engine: Any, job_id: str,
             finally:
                 store.close()
         report.rewarn(result.reports)
-        _LOGGER.info('Stream %s: %d micro-batches', job_id[:8],
-                     executor.micro_batch)
+        _LOGGER.info('Stream %s: %d micro-batches', job_id[:8], executor.micro_batch)
 
     result.start(body, translate, cancel)
     return result

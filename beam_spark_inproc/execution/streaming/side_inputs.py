@@ -48,6 +48,7 @@ GroupByKey (there the panes, made in the task, would have to wait): the planner
 gives it a stage of its own (``planning.phases.boundary_before``; ``support``
 rejects what still would).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
@@ -80,8 +81,7 @@ def decode_all(impl, chunks: Iterable[bytes]) -> Iterator:
 class _Side:
     """One side input's elements so far, and its windows with a fired pane."""
 
-    def __init__(self, side_input: p.SideInput, transforms: dict, components,
-                 context):
+    def __init__(self, side_input: p.SideInput, transforms: dict, components, context):
         """``transforms``: the pipeline's transforms by unique name."""
         self.side_input = side_input
         self.coder = context.coders[side_input.coder_id]
@@ -93,10 +93,10 @@ class _Side:
         # differently windowed inputs).
         self.lateness = _main_input_lateness(reader, components)
         spec = payload.side_inputs[side_input.tag].window_mapping_fn
-        self.window_mapping = (pickler.loads(spec.payload) if spec.payload
-                               else sideinputs._global_window_mapping_fn)
-        self.triggered, self._accumulating = _triggered(
-            reader, side_input.tag, components)
+        self.window_mapping = (
+            pickler.loads(spec.payload) if spec.payload else sideinputs._global_window_mapping_fn
+        )
+        self.triggered, self._accumulating = _triggered(reader, side_input.tag, components)
         self._chunks: list[bytes] = []
         self._latest: bytes = b''  # the global window's latest firing
         self.fired: set = set()
@@ -111,29 +111,26 @@ class _Side:
             latest.write(self._latest)
         for wv in decode_all(self._impl, chunks):
             if wv.pane_info.timing == PaneInfoTiming.UNKNOWN and not (
-                    self.triggered and any(isinstance(w, GlobalWindow)
-                                           for w in wv.windows)):
+                self.triggered and any(isinstance(w, GlobalWindow) for w in wv.windows)
+            ):
                 self._impl.encode_to_stream(wv, kept, True)
                 continue
             self.fired.update(wv.windows)
             globally = [w for w in wv.windows if isinstance(w, GlobalWindow)]
             if globally:
                 self._impl.encode_to_stream(
-                    wv if len(globally) == len(wv.windows)
-                    else _in(wv, globally), latest, True)
+                    wv if len(globally) == len(wv.windows) else _in(wv, globally), latest, True
+                )
             others = [w for w in wv.windows if not isinstance(w, GlobalWindow)]
             if others:
-                self._impl.encode_to_stream(
-                    wv if not globally else _in(wv, others), kept, True)
+                self._impl.encode_to_stream(wv if not globally else _in(wv, others), kept, True)
         if kept.size():
             self._chunks.append(kept.get())
-        if latest.size() > (len(self._latest) if self.triggered
-                            and self._accumulating else 0):
+        if latest.size() > (len(self._latest) if self.triggered and self._accumulating else 0):
             self._latest = latest.get()
 
     def checkpoint(self) -> dict:
-        return {'chunks': list(self._chunks), 'latest': self._latest,
-                'fired': list(self.fired)}
+        return {'chunks': list(self._chunks), 'latest': self._latest, 'fired': list(self.fired)}
 
     def restore(self, saved: dict) -> None:
         self._chunks = list(saved['chunks'])
@@ -145,18 +142,20 @@ class _Side:
         ``max_timestamp()`` is before ``cutoff``; returns whether any went."""
         kept, dropped = create_OutputStream(), False
         for wv in decode_all(self._impl, self._chunks):
-            live = [w for w in wv.windows if isinstance(w, GlobalWindow)
-                    or w.max_timestamp() >= cutoff]
+            live = [
+                w for w in wv.windows if isinstance(w, GlobalWindow) or w.max_timestamp() >= cutoff
+            ]
             if len(live) < len(wv.windows):
                 dropped = True
             if live:
                 self._impl.encode_to_stream(
-                    wv if len(live) == len(wv.windows) else _in(wv, live),
-                    kept, True)
+                    wv if len(live) == len(wv.windows) else _in(wv, live), kept, True
+                )
         if dropped:
             self._chunks = [kept.get()] if kept.size() else []
-            self.fired = {w for w in self.fired if isinstance(w, GlobalWindow)
-                          or w.max_timestamp() >= cutoff}
+            self.fired = {
+                w for w in self.fired if isinstance(w, GlobalWindow) or w.max_timestamp() >= cutoff
+            }
         return dropped
 
     def ready(self, window, watermark: Timestamp) -> bool:
@@ -178,20 +177,18 @@ def _transform(transforms: dict, unique_name: str):
 def _triggered(transform, tag: str, components) -> tuple[bool, bool]:
     """Whether a ParDo's side input ``tag`` is a PCollection whose windowing
     has a trigger other than the default, and whether it accumulates."""
-    strategy = components.windowing_strategies[components.pcollections[
-        transform.inputs[tag]].windowing_strategy_id]
-    accumulating = (strategy.accumulation_mode
-                    == beam_runner_api_pb2.AccumulationMode.ACCUMULATING)
+    strategy = components.windowing_strategies[
+        components.pcollections[transform.inputs[tag]].windowing_strategy_id
+    ]
+    accumulating = strategy.accumulation_mode == beam_runner_api_pb2.AccumulationMode.ACCUMULATING
     return strategy.trigger.WhichOneof('trigger') != 'default', accumulating
 
 
 def _main_input_lateness(transform, components) -> Duration:
     """The allowed lateness of a ParDo's main input (its windowing)."""
     payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
-    [main] = [pcoll for tag, pcoll in transform.inputs.items()
-              if tag not in payload.side_inputs]
-    strategy = components.windowing_strategies[
-        components.pcollections[main].windowing_strategy_id]
+    [main] = [pcoll for tag, pcoll in transform.inputs.items() if tag not in payload.side_inputs]
+    strategy = components.windowing_strategies[components.pcollections[main].windowing_strategy_id]
     return Duration(micros=strategy.allowed_lateness * 1000)
 
 
@@ -202,16 +199,15 @@ def _in(wv, windows: list):
 class SideInputGate:
     """Pushback of one stage's main input until its side inputs are ready."""
 
-    def __init__(self, stage: p.StagePlan, components, context,
-                 key_coder_ids: dict[int, str] | None = None):
+    def __init__(
+        self, stage: p.StagePlan, components, context, key_coder_ids: dict[int, str] | None = None
+    ):
         """``key_coder_ids``: input port -> the safe windowed KV coder its
         producer keys rows with (a stateful stage's keyed input)."""
         self.stage = stage
         transforms = {t.unique_name: t for t in components.transforms.values()}
-        self.sides = [_Side(si, transforms, components, context)
-                      for si in stage.side_inputs]
-        self._main = [context.coders[port.coder_id].get_impl()
-                      for port in stage.inputs]
+        self.sides = [_Side(si, transforms, components, context) for si in stage.side_inputs]
+        self._main = [context.coders[port.coder_id].get_impl() for port in stage.inputs]
         self._key_of = {}
         for port, coder_id in (key_coder_ids or {}).items():
             coder = context.coders[coder_id]
@@ -239,8 +235,11 @@ class SideInputGate:
         """Rows (port, None, encoded elements) of the elements now ready."""
         waiting, ready = [], {}
         for port, wv in self.pending:
-            if all(side.ready(window, wm) for window in wv.windows
-                   for side, wm in zip(self.sides, watermarks)):
+            if all(
+                side.ready(window, wm)
+                for window in wv.windows
+                for side, wm in zip(self.sides, watermarks)
+            ):
                 ready.setdefault(port, []).append(wv)
             else:
                 waiting.append((port, wv))
@@ -277,8 +276,7 @@ class SideInputGate:
             return
         self._cutoff = start
         for side in self.sides:
-            cutoff = (MAX_TIMESTAMP if start >= MAX_TIMESTAMP
-                      else start - side.lateness)
+            cutoff = MAX_TIMESTAMP if start >= MAX_TIMESTAMP else start - side.lateness
             if side.drop_expired(cutoff):
                 self.version += 1
 
@@ -286,20 +284,24 @@ class SideInputGate:
         """What the gate holds (for the commit record, ``restart``): each side
         input's values and fired windows, the pushed-back elements encoded
         with their port's coder."""
-        return {'sides': [side.checkpoint() for side in self.sides],
-                'pending': [(port, self._main[port].encode_nested(wv))
-                            for port, wv in self.pending],
-                'version': self.version, 'cutoff': self._cutoff.micros}
+        return {
+            'sides': [side.checkpoint() for side in self.sides],
+            'pending': [(port, self._main[port].encode_nested(wv)) for port, wv in self.pending],
+            'version': self.version,
+            'cutoff': self._cutoff.micros,
+        }
 
     def restore(self, saved: dict) -> None:
         for side, kept in zip(self.sides, saved['sides']):
             side.restore(kept)
-        self.pending = [(port, self._main[port].decode_nested(data))
-                        for port, data in saved['pending']]
+        self.pending = [
+            (port, self._main[port].decode_nested(data)) for port, data in saved['pending']
+        ]
         self.version = saved['version']
         self._cutoff = Timestamp(micros=saved.get('cutoff', MIN_TIMESTAMP.micros))
 
     def state(self) -> list[tuple]:
         """Each side input's state entries (as batch serves them)."""
-        return [tuple(state_entries(side.side_input, side.coder, side.chunks))
-                for side in self.sides]
+        return [
+            tuple(state_entries(side.side_input, side.coder, side.chunks)) for side in self.sides
+        ]

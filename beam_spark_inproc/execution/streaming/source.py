@@ -34,6 +34,7 @@ the next ``step_micro_batch`` returns them and ``take_made`` the engine data
 made from them, if ``make`` was given. A source with nothing to make ahead
 does nothing in ``prefetch`` and returns None from ``take_made``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -64,8 +65,9 @@ class StreamSource(Protocol):
         """The engine data of the rows the last ``step_micro_batch``
         returned if ``prefetch`` made it, else None (the loop makes it)."""
 
-    def prefetch(self, coalesce_elements: bool = False,
-                 make: Callable[[list], Any] | None = None) -> None:
+    def prefetch(
+        self, coalesce_elements: bool = False, make: Callable[[list], Any] | None = None
+    ) -> None:
         """Starts making the next micro-batch's rows (and, with ``make``, its
         engine data) while the current micro-batch's last job runs."""
 

@@ -16,6 +16,7 @@ handed over as the batch executor gets ``transforms.runtime.build``):
 What a stream cannot run is refused before it starts (``problem``, from
 ``planning.native_streaming``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -29,8 +30,7 @@ from beam_spark_inproc.protocol.rows import CONTROL_TAG
 
 def problem(stage: p.StagePlan) -> Problem | None:
     """Why a runner-native stage cannot run in a stream, or None."""
-    found = native_streaming.stream_problem(stage.native_urn,
-                                            stage.native_payload)
+    found = native_streaming.stream_problem(stage.native_urn, stage.native_payload)
     if found is None:
         return None
     return Problem(', '.join(stage.labels), stage.native_urn, '', *found)
@@ -43,18 +43,27 @@ class SparkStages:
     object whose ``run(stage, key, data, micro_batch)`` does the Spark work),
     made when a plan has such a stage."""
 
-    def __init__(self, plan: p.SparkPlan, engine: Any, store: Any,
-                 context: Any, job: Callable, native: Callable | None):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        engine: Any,
+        store: Any,
+        context: Any,
+        job: Callable,
+        native: Callable | None,
+    ):
         self._engine = engine
         self._handler = None
         if any(s.kind == p.NATIVE_STAGE for s in plan.stages):
             if native is None:
-                raise ValueError('A stream with runner-native stages and no '
-                                 'handler for them given to the loop.')
+                raise ValueError(
+                    'A stream with runner-native stages and no handler for them given to the loop.'
+                )
             self._handler = native(engine, context.coders, store.root, job)
 
-    def run(self, index: int, stage: p.StagePlan, parts: list, batch: Any,
-            micro_batch: int) -> bool:
+    def run(
+        self, index: int, stage: p.StagePlan, parts: list, batch: Any, micro_batch: int
+    ) -> bool:
         """Builds (a write: runs) the stage for this micro-batch; returns
         whether it had input."""
         if not parts:
@@ -64,8 +73,7 @@ class SparkStages:
         data = self._engine.cache(data)  # used, then its control rows read
         batch.cached.append(data)
         control = self._engine.select(data, CONTROL_TAG, CONTROL_TAG, False)
-        result = self._handler.run(stage, stage_key(stage.name), data,
-                                   micro_batch)
+        result = self._handler.run(stage, stage_key(stage.name), data, micro_batch)
         if result is not None:  # a query's rows, read by the next stages
             result = self._engine.cache(self._engine.union([result, control]))
             batch.cached.append(result)

@@ -27,6 +27,7 @@ it, as lazy engine data, by kind:
 A result read more than once, or after the job that ran it, is cached for the
 micro-batch (``cache``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -49,8 +50,7 @@ from beam_spark_inproc.protocol.buckets import marker_rows
 from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
 
 
-def key_coders(plan: p.SparkPlan, reads: dict, index: int,
-               stage: p.StagePlan) -> dict[int, str]:
+def key_coders(plan: p.SparkPlan, reads: dict, index: int, stage: p.StagePlan) -> dict[int, str]:
     """Input port -> its producers' key coder, for keyed input ports
     (``reads``: ``executor.wire``'s)."""
     found = {}
@@ -68,12 +68,24 @@ class StageSteps:
     ``job``: a context for one of the stream's jobs; ``reads``, ``uses``:
     the plan's wiring (``executor.wire``)."""
 
-    def __init__(self, plan: p.SparkPlan, context, reads: dict,
-                 uses: list, job: Callable, *, engine: Any, feed: Feed,
-                 tasks: StageTasks, watermarks: Watermarks,
-                 buckets: BucketTable, residuals: ResidualSchedule,
-                 gates: dict[int, SideInputGate], drain: Drain,
-                 store: CheckpointStore):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        context,
+        reads: dict,
+        uses: list,
+        job: Callable,
+        *,
+        engine: Any,
+        feed: Feed,
+        tasks: StageTasks,
+        watermarks: Watermarks,
+        buckets: BucketTable,
+        residuals: ResidualSchedule,
+        gates: dict[int, SideInputGate],
+        drain: Drain,
+        store: CheckpointStore,
+    ):
         self.plan = plan
         self._context = context
         self._job = job
@@ -89,8 +101,7 @@ class StageSteps:
         self.store = store
 
     # -- inputs -----------------------------------------------------------
-    def inputs(self, batch: MicroBatch, index: int, stage: p.StagePlan,
-               impulse: bool) -> list:
+    def inputs(self, batch: MicroBatch, index: int, stage: p.StagePlan, impulse: bool) -> list:
         """This micro-batch's input parts of a stage, as (port, data) (empty:
         nothing to do); ``impulse``: whether the impulse is fed (the first
         micro-batch).
@@ -102,8 +113,7 @@ class StageSteps:
         for tag, port in enumerate(stage.inputs):
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 if impulse:
-                    parts.append((tag, self.engine.select(
-                        self.engine.impulse(), 0, tag, False)))
+                    parts.append((tag, self.engine.select(self.engine.impulse(), 0, tag, False)))
         for tag, writer, writer_tag in self.watermarks.writers(index):
             if writer not in produced:
                 continue
@@ -112,8 +122,7 @@ class StageSteps:
             if self._whole(writer, writer_tag, new_tag, carry):
                 parts.append((tag, produced[writer]))
                 continue
-            parts.append((tag, self.engine.select(
-                produced[writer], writer_tag, new_tag, carry)))
+            parts.append((tag, self.engine.select(produced[writer], writer_tag, new_tag, carry)))
         return parts
 
     def _whole(self, writer: int, tag: int, new_tag: int, carry: bool) -> bool:
@@ -128,8 +137,7 @@ class StageSteps:
             return False
         if w.kind == p.TEST_STREAM_STAGE:
             return True
-        return carry and w.kind == p.SDK_STAGE and not (
-            w.grouped or w.stateful or w.split_input)
+        return carry and w.kind == p.SDK_STAGE and not (w.grouped or w.stateful or w.split_input)
 
     def carry(self, batch: MicroBatch, writer: int) -> bool:
         """Whether a reader of ``writer`` carries its control rows on
@@ -144,15 +152,13 @@ class StageSteps:
         stage = self.plan.stages[index]
         if stage.split_input:  # cached already (Spark warns of a second time)
             return result
-        if self.uses[index] > 1 or (self.uses[index] and (
-                stage.grouped or stage.stateful)):
+        if self.uses[index] > 1 or (self.uses[index] and (stage.grouped or stage.stateful)):
             result = self.engine.cache(result)
             batch.cached.append(result)
         return result
 
     # -- stages -----------------------------------------------------------
-    def unkeyed(self, batch: MicroBatch, index: int, stage: p.StagePlan,
-                parts: list) -> Any:
+    def unkeyed(self, batch: MicroBatch, index: int, stage: p.StagePlan, parts: list) -> Any:
         """The result of a stage that is not keyed: stateless, a Reshuffle,
         or splittable (``splittable``)."""
         datas = [data for _, data in parts]
@@ -163,12 +169,14 @@ class StageSteps:
         elif stage.split_input:
             result = self.splittable(batch, index, stage, data)
         else:
-            result = self.engine.map_stage(data, self.tasks.stateless(
-                index, stage, self.gates.get(index)))
+            result = self.engine.map_stage(
+                data, self.tasks.stateless(index, stage, self.gates.get(index))
+            )
         return self.cache(batch, index, result)
 
-    def keyed(self, batch: MicroBatch, index: int, stage: p.StagePlan,
-              parts: list, micro_batch: int) -> bool:
+    def keyed(
+        self, batch: MicroBatch, index: int, stage: p.StagePlan, parts: list, micro_batch: int
+    ) -> bool:
         """Builds a keyed stage if it has new rows or due timers; else its
         watermarks settle at once."""
         next_wm = self.watermarks.fix_next(index)
@@ -180,39 +188,44 @@ class StageSteps:
         if due:
             datas.append(self.engine.rows(marker_rows(due)))
         data = datas[0] if len(datas) == 1 else self.engine.union(datas)
-        files = self.buckets.files(
-            index, stage.name, self.store.state_path(index, micro_batch))
+        files = self.buckets.files(index, stage.name, self.store.state_path(index, micro_batch))
         result = self.engine.map_stage(
             self.engine.shuffle(data, e.BUCKETED),
-            self.tasks.task(stage, self.watermarks.step(index, batch.now),
-                            files, self.gates.get(index)))
+            self.tasks.task(
+                stage, self.watermarks.step(index, batch.now), files, self.gates.get(index)
+            ),
+        )
         batch.produced[index] = self.cache(batch, index, result)
         batch.pending.append(index)
         return True
 
-    def splittable(self, batch: MicroBatch, index: int, stage: p.StagePlan,
-                   data) -> Any:
+    def splittable(self, batch: MicroBatch, index: int, stage: p.StagePlan, data) -> Any:
         """Runs a splittable DoFn's stage now (a job): its self-checkpointed
         residuals go to the driver's schedule, its control rows are taken."""
         self.watermarks.fix_next(index)
         # Cached even when nothing reads it (a leaf): the leaves' job would
         # run the DoFn again, and the stage's side effects twice.
-        result = self.engine.cache(self.engine.map_stage(
-            data, self.tasks.task(self.drain.stage(index, stage),
-                                  self.watermarks.step(index, batch.now),
-                                  gate=self.gates.get(index))))
+        result = self.engine.cache(
+            self.engine.map_stage(
+                data,
+                self.tasks.task(
+                    self.drain.stage(index, stage),
+                    self.watermarks.step(index, batch.now),
+                    gate=self.gates.get(index),
+                ),
+            )
+        )
         batch.cached.append(result)
         with self._job():
             scheduled, control = self.engine.collect(
-                self.engine.select(result, SCHEDULED_TAG, 0, True))
+                self.engine.select(result, SCHEDULED_TAG, 0, True)
+            )
         batch.take(control)
         batch.harvested.add(index)
-        self.residuals.add(index, scheduled, batch.now,
-                           self.watermarks.output[index])
+        self.residuals.add(index, scheduled, batch.now, self.watermarks.output[index])
         return result
 
-    def gate(self, batch: MicroBatch, index: int, stage: p.StagePlan,
-             parts: list) -> list:
+    def gate(self, batch: MicroBatch, index: int, stage: p.StagePlan, parts: list) -> list:
         """The main-input rows of a stage with side inputs that are ready now
         (``side_inputs``): the new ones join those pushed back before; each
         part is collected once (a job), its control rows taken."""
@@ -224,9 +237,11 @@ class StageSteps:
             for writer, tag in self.watermarks.side_input_writers(index, i):
                 if writer in batch.produced:
                     with self._job():
-                        chunks, control = self.engine.collect(self.engine.select(
-                            batch.produced[writer], tag, 0,
-                            self.carry(batch, writer)))
+                        chunks, control = self.engine.collect(
+                            self.engine.select(
+                                batch.produced[writer], tag, 0, self.carry(batch, writer)
+                            )
+                        )
                     batch.take(control)
                     gate.add_side(i, chunks)
         for port, part in parts:

@@ -61,6 +61,7 @@ the files they do not name (a failed or speculative task attempt's): the
 folder's size follows the live state, not the stream's age. A restart does
 the same at once for every folder up to the commit it resumes from.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,8 +93,7 @@ def stage_key(name: str) -> str:
 
 def fingerprint(plan: p.SparkPlan) -> list:
     """The stages (key, sorted transform labels), in key order."""
-    return sorted([stage_key(stage.name), sorted(stage.labels)]
-                  for stage in plan.stages)
+    return sorted([stage_key(stage.name), sorted(stage.labels)] for stage in plan.stages)
 
 
 def describe_changes(theirs: list, mine: list) -> str:
@@ -109,7 +109,8 @@ def describe_changes(theirs: list, mine: list) -> str:
         gone = [st for st in theirs if st not in mine]
         came = [st for st in mine if st not in theirs]
         lines = [f'stage {_stage(st)} is gone' for st in gone[:3]] + [
-            f'stage {_stage(st)} is new' for st in came[:3]]
+            f'stage {_stage(st)} is new' for st in came[:3]
+        ]
         lines = lines or ['the stages differ']
     return '; '.join(lines)
 
@@ -127,17 +128,14 @@ _MB = re.compile(r'mb-(\d+)$')
 class CheckpointStore:
     RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
 
-    def __init__(self, plan: p.SparkPlan, location: str | None,
-                 owner: Any = None):
+    def __init__(self, plan: p.SparkPlan, location: str | None, owner: Any = None):
         """``owner``: what ``pipeline.json`` says of ``plan`` and how it takes
         another pipeline's state over (``update.Owner``); None: the stages
         only, and another pipeline's state is refused."""
         self.temporary = not location
-        self.root = os.path.abspath(
-            location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
+        self.root = os.path.abspath(location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
         path = os.path.join(self.root, 'pipeline.json')
-        mine = (owner.description if owner is not None
-                else {'stages': fingerprint(plan)})
+        mine = owner.description if owner is not None else {'stages': fingerprint(plan)}
         self.resume: dict | None = None
         # How this pipeline takes over the state of another (``update``).
         self.update = None
@@ -158,7 +156,8 @@ class CheckpointStore:
                     f'{describe_changes(theirs.get("stages", []), mine["stages"])}'
                     '. Its state cannot be restored into this pipeline and '
                     'nothing was overwritten. Run the pipeline as it was to '
-                    'resume, or give this one its own checkpoint location.')
+                    'resume, or give this one its own checkpoint location.'
+                )
             elif theirs != mine:  # written before it named state's holders
                 self._owner = mine
             os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
@@ -166,8 +165,9 @@ class CheckpointStore:
         else:
             if owner is not None and owner.mapping:
                 _LOGGER.warning(
-                    '--transform_name_mapping is ignored: %s holds no '
-                    'earlier run\'s state', self.root)
+                    "--transform_name_mapping is ignored: %s holds no earlier run's state",
+                    self.root,
+                )
             os.makedirs(self.root, exist_ok=True)
             self._write_json(path, mine)
         os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
@@ -175,12 +175,19 @@ class CheckpointStore:
         shutil.rmtree(self.side_input_folder, ignore_errors=True)  # a dead run's
         os.makedirs(self.side_input_folder)
         # File sinks' temporary files of uncommitted micro-batches (file_sinks).
-        earlier = file_sinks.remember(self.root, file_sinks.temp_directories(
-            getattr(plan, 'components', b'')), self._write_json)
+        earlier = file_sinks.remember(
+            self.root,
+            file_sinks.temp_directories(getattr(plan, 'components', b'')),
+            self._write_json,
+        )
         if earlier:
-            committed_at = float('-inf') if self.resume is None else \
-                os.path.getmtime(os.path.join(
-                    self.root, 'commits', f'{self.resume["micro_batch"]}.json'))
+            committed_at = (
+                float('-inf')
+                if self.resume is None
+                else os.path.getmtime(
+                    os.path.join(self.root, 'commits', f'{self.resume["micro_batch"]}.json')
+                )
+            )
             file_sinks.remove_uncommitted(earlier, committed_at)
 
     # -- restart ------------------------------------------------------------
@@ -217,20 +224,21 @@ class CheckpointStore:
             for name in os.listdir(os.path.join(state, stage)):
                 match = _MB.fullmatch(name)
                 if match:
-                    found.append((os.path.join(state, stage, name),
-                                  int(match.group(1))))
+                    found.append((os.path.join(state, stage, name), int(match.group(1))))
         return found
 
     # -- micro-batches ------------------------------------------------------
     def state_path(self, stage: int, micro_batch: int) -> str:
-        return os.path.join(self.root, 'state', f'stage-{stage}',
-                            f'mb-{micro_batch}')
+        return os.path.join(self.root, 'state', f'stage-{stage}', f'mb-{micro_batch}')
 
     def _driver_files(self) -> list[tuple[int, str]]:
         folder = os.path.join(self.root, 'driver')
-        return [(int(m.group(1)), os.path.join(folder, name))
-                for name in (os.listdir(folder) if os.path.isdir(folder) else ())
-                for m in [re.fullmatch(r'(\d+)\.pickle(\.tmp)?', name)] if m]
+        return [
+            (int(m.group(1)), os.path.join(folder, name))
+            for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+            for m in [re.fullmatch(r'(\d+)\.pickle(\.tmp)?', name)]
+            if m
+        ]
 
     def relative(self, path: str) -> str:
         """``path`` as a commit record names it: relative to the checkpoint
@@ -261,16 +269,13 @@ class CheckpointStore:
         return path
 
     def commit(self, micro_batch: int, record: dict) -> None:
-        self._write_json(
-            os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
+        self._write_json(os.path.join(self.root, 'commits', f'{micro_batch}.json'), record)
         if self._owner is not None:  # an updated pipeline's first commit
-            self._write_json(os.path.join(self.root, 'pipeline.json'),
-                             self._owner)
+            self._write_json(os.path.join(self.root, 'pipeline.json'), self._owner)
             self._owner = None
         self._collect_garbage(micro_batch, record)
 
-    def _collect_garbage(self, micro_batch: int, record: dict,
-                         settled: bool = False) -> None:
+    def _collect_garbage(self, micro_batch: int, record: dict, settled: bool = False) -> None:
         """Drops the commit records before the newest ``RETAIN``, the state
         folders none of the kept records refers to, and in the others the
         files none of them names (a failed or speculative task attempt's: a
@@ -319,9 +324,11 @@ class CheckpointStore:
                 _remove(path)
 
     def commits(self) -> list[int]:
-        return sorted(int(name[:-5]) for name in os.listdir(
-            os.path.join(self.root, 'commits'))
-            if re.fullmatch(r'\d+\.json', name))
+        return sorted(
+            int(name[:-5])
+            for name in os.listdir(os.path.join(self.root, 'commits'))
+            if re.fullmatch(r'\d+\.json', name)
+        )
 
     def read_commit(self, micro_batch: int) -> dict:
         with open(os.path.join(self.root, 'commits', f'{micro_batch}.json')) as f:
@@ -329,8 +336,11 @@ class CheckpointStore:
 
     def size(self) -> int:
         """Bytes under the checkpoint location (for benchmarks)."""
-        return sum(os.path.getsize(os.path.join(d, name))
-                   for d, _, names in os.walk(self.root) for name in names)
+        return sum(
+            os.path.getsize(os.path.join(d, name))
+            for d, _, names in os.walk(self.root)
+            for name in names
+        )
 
     def close(self) -> None:
         if self.temporary:
@@ -344,9 +354,11 @@ class CheckpointStore:
         """The state files a commit record names (absolute): a bucket's path
         is its Parquet file in a state folder ``mb-N`` (written by the
         stage's task), or the folder itself."""
-        return {os.path.abspath(self.absolute(b['path']))
-                for stage in record.get('stages', ())
-                for b in stage.get('buckets', {}).values()}
+        return {
+            os.path.abspath(self.absolute(b['path']))
+            for stage in record.get('stages', ())
+            for b in stage.get('buckets', {}).values()
+        }
 
     @staticmethod
     def _write_json(path: str, record) -> None:

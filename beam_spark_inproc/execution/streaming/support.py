@@ -1,5 +1,6 @@
 """What streaming mode cannot run yet: rejected before any Spark job, every
 offending transform named (as the batch capability check does)."""
+
 from __future__ import annotations
 
 from apache_beam.portability import common_urns
@@ -16,11 +17,17 @@ _LATER = 'Streaming mode does not run this yet (issue #13).'
 def is_streaming(proto: beam_runner_api_pb2.Pipeline, streaming_flag: bool) -> bool:
     """``--streaming``, a TestStream, or an unbounded PCollection (an unbounded
     splittable DoFn's output, PeriodicImpulse's) in the pipeline."""
-    return streaming_flag or any(
-        t.spec.urn == common_urns.primitives.TEST_STREAM.urn
-        for t in proto.components.transforms.values()) or any(
-        pc.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
-        for pc in proto.components.pcollections.values())
+    return (
+        streaming_flag
+        or any(
+            t.spec.urn == common_urns.primitives.TEST_STREAM.urn
+            for t in proto.components.transforms.values()
+        )
+        or any(
+            pc.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
+            for pc in proto.components.pcollections.values()
+        )
+    )
 
 
 def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Problem]:
@@ -35,24 +42,34 @@ def problems(plan: p.SparkPlan, proto: beam_runner_api_pb2.Pipeline) -> list[Pro
     for stage in test_streams:
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
         if payload.endpoint.url:
-            found.append(Problem(
-                stage.labels[0], common_urns.primitives.TEST_STREAM.urn, '',
-                f'a TestStream reading its events from a service '
-                f'({payload.endpoint.url}). ' + _LATER,
-                'Give the TestStream its events in the pipeline.'))
+            found.append(
+                Problem(
+                    stage.labels[0],
+                    common_urns.primitives.TEST_STREAM.urn,
+                    '',
+                    f'a TestStream reading its events from a service '
+                    f'({payload.endpoint.url}). ' + _LATER,
+                    'Give the TestStream its events in the pipeline.',
+                )
+            )
     for stage in plan.stages:
         if stage.kind == p.NATIVE_STAGE:
             native = spark_sinks.problem(stage)
             if native is not None:
                 found.append(native)
         for side_input in stage.side_inputs if stage.grouped else ():
-            found.append(Problem(
-                side_input.transform_id, urn(side_input.transform_id), '',
-                f'side input {side_input.tag!r} in the stage that reads a '
-                'GroupByKey\'s panes. ' + _LATER,
-                'Read the side input in a ParDo of its own after the '
-                'GroupByKey (e.g. behind a Reshuffle), or run it as a batch '
-                'pipeline.'))
+            found.append(
+                Problem(
+                    side_input.transform_id,
+                    urn(side_input.transform_id),
+                    '',
+                    f'side input {side_input.tag!r} in the stage that reads a '
+                    "GroupByKey's panes. " + _LATER,
+                    'Read the side input in a ParDo of its own after the '
+                    'GroupByKey (e.g. behind a Reshuffle), or run it as a batch '
+                    'pipeline.',
+                )
+            )
     return found
 
 

@@ -15,6 +15,7 @@ micro-batch, the processing time) and, for a keyed stage, of its state files
   location (``store``) that the engine wrote, kept while a micro-batch may
   read it and removed after the commit of one that no longer does.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,15 @@ class StageTasks:
     """Makes the stream's stage tasks; keeps the stateless ones and the side
     inputs' values as tasks carry them."""
 
-    def __init__(self, job_id: str, engine: Any, store: CheckpointStore,
-                 attempt_channel: tuple = (), runtime_options: tuple = (),
-                 profile_dir: str = ''):
+    def __init__(
+        self,
+        job_id: str,
+        engine: Any,
+        store: CheckpointStore,
+        attempt_channel: tuple = (),
+        runtime_options: tuple = (),
+        profile_dir: str = '',
+    ):
         self.job_id = job_id
         self.engine = engine
         self.store = store
@@ -49,22 +56,33 @@ class StageTasks:
         self._side_parts: dict[str, tuple[int, tuple]] = {}
         self._side_files_read: set[str] = set()  # by this micro-batch
 
-    def task(self, stage: p.StagePlan, step: StreamingStep | None = None,
-             state_files: StateFiles | None = None,
-             gate: SideInputGate | None = None) -> StageTask:
+    def task(
+        self,
+        stage: p.StagePlan,
+        step: StreamingStep | None = None,
+        state_files: StateFiles | None = None,
+        gate: SideInputGate | None = None,
+    ) -> StageTask:
         side_inputs, version = (), 0
         if gate is not None:
             side_inputs, version = self._side_inputs(gate), gate.version
-        return StageTask(self.job_id, stage, side_inputs, streaming=step,
-                         attempt_channel=self.attempt_channel,
-                         runtime_options=self.runtime_options,
-                         side_input_version=version, state_files=state_files,
-                         log_level=logs.driver_level(),
-                         profile_dir=self.profile_dir,
-                         working_directory=os.getcwd())
+        return StageTask(
+            self.job_id,
+            stage,
+            side_inputs,
+            streaming=step,
+            attempt_channel=self.attempt_channel,
+            runtime_options=self.runtime_options,
+            side_input_version=version,
+            state_files=state_files,
+            log_level=logs.driver_level(),
+            profile_dir=self.profile_dir,
+            working_directory=os.getcwd(),
+        )
 
-    def stateless(self, index: int, stage: p.StagePlan,
-                  gate: SideInputGate | None = None) -> StageTask:
+    def stateless(
+        self, index: int, stage: p.StagePlan, gate: SideInputGate | None = None
+    ) -> StageTask:
         """A stateless stage's task: the same object every micro-batch when
         the stage reads no side input (``gate`` None)."""
         if gate is not None:
@@ -85,8 +103,9 @@ class StageTasks:
         location (``store``), kept while a micro-batch may read it."""
         version, parts = self._side_parts.get(gate.stage.name, (None, ()))
         if version != gate.version:
-            parts = tuple(self.engine.side_input(s, self.store.side_input_folder)
-                          for s in gate.state())
+            parts = tuple(
+                self.engine.side_input(s, self.store.side_input_folder) for s in gate.state()
+            )
             self._side_parts[gate.stage.name] = gate.version, parts
         self._side_files_read.update(_locations(parts))
         return parts
@@ -95,12 +114,11 @@ class StageTasks:
         """After a commit: the side-input files neither this micro-batch read
         nor a later one may read are removed."""
         keep = self._side_files_read | {
-            path for _, parts in self._side_parts.values()
-            for path in _locations(parts)}
+            path for _, parts in self._side_parts.values() for path in _locations(parts)
+        }
         self.store.remove_side_inputs(keep)
         self._side_files_read = set()
 
 
 def _locations(parts: tuple) -> list[str]:
-    return [part.location for part in parts
-            if getattr(part, 'location', None) is not None]
+    return [part.location for part in parts if getattr(part, 'location', None) is not None]

@@ -32,6 +32,7 @@ cut to milliseconds as the proto's are: the rows are those the payload gave.
 A proto pipeline (``run_portable_pipeline``) keeps its elements in the
 payload.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -75,14 +76,17 @@ def elements_aside(pipeline) -> Iterator[dict[str, list] | None]:
         def visit_transform(self, node):
             transform = node.transform
             if isinstance(transform, test_stream.TestStream) and isinstance(
-                    getattr(transform, '_events', None), list):
+                getattr(transform, '_events', None), list
+            ):
                 events = transform._events
                 found[node.full_label] = events
                 originals.append((transform, events))
                 transform._events = [
                     test_stream.ElementEvent([], e.tag)
-                    if isinstance(e, test_stream.ElementEvent) else e
-                    for e in events]
+                    if isinstance(e, test_stream.ElementEvent)
+                    else e
+                    for e in events
+                ]
 
     try:
         pipeline.visit(_Visitor())
@@ -98,9 +102,13 @@ class TestStreamSource:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, stage: p.StagePlan, context,
-                 spread: tuple[int, int] = (1, 0),
-                 values: list | None = None):
+    def __init__(
+        self,
+        stage: p.StagePlan,
+        context,
+        spread: tuple[int, int] = (1, 0),
+        values: list | None = None,
+    ):
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
         self._coder = context.coders[payload.coder_id]
         self.stage = stage
@@ -113,17 +121,18 @@ class TestStreamSource:
         if values is not None and len(values) != len(self.events):
             raise ValueError(
                 f'TestStream {stage.labels[0]!r}: {len(values)} events beside '
-                f'the payload\'s {len(self.events)}')
+                f"the payload's {len(self.events)}"
+            )
         self._values = values
         # Per port: whether its coder is the TestStream's (else a value goes
         # through the TestStream's coder first, as through the payload).
-        self._same_coder = [_value_coder(context.coders[port.coder_id])
-                            == self._coder for port in stage.outputs]
+        self._same_coder = [
+            _value_coder(context.coders[port.coder_id]) == self._coder for port in stage.outputs
+        ]
         self.position = 0
         self.clock = 0.0  # seconds, as TestClock.time()
         self.watermarks = {tag: MIN_TIMESTAMP for tag in stage.output_tags}
-        self._encoders = [_encoder(port, context, spread)
-                          for port in stage.outputs]
+        self._encoders = [_encoder(port, context, spread) for port in stage.outputs]
         # position -> future rows of that element event (``prefetch``).
         self._prefetched: dict[int, concurrent.futures.Future] = {}
         # (positions, future (rows, engine data)) of the next micro-batch's
@@ -139,16 +148,18 @@ class TestStreamSource:
 
     def checkpoint(self) -> dict:
         """Where the replay stands (``source.StreamSource``)."""
-        return {'position': self.position, 'clock': self.clock,
-                'watermarks': {t: w.micros for t, w in self.watermarks.items()}}
+        return {
+            'position': self.position,
+            'clock': self.clock,
+            'watermarks': {t: w.micros for t, w in self.watermarks.items()},
+        }
 
     def restore(self, record: dict) -> None:
         self._prefetched.clear()
         self._made = self._taken_made = None
         self.position = record['position']
         self.clock = float(record['clock'])
-        self.watermarks = {t: Timestamp(micros=w)
-                           for t, w in record['watermarks'].items()}
+        self.watermarks = {t: Timestamp(micros=w) for t, w in record['watermarks'].items()}
 
     def watermark(self, port: int) -> Timestamp:
         return self.watermarks[self.stage.output_tags[port]]
@@ -161,21 +172,21 @@ class TestStreamSource:
         self.position = max(self.position, len(self.events))
 
     def _next_is(self, position: int, kind: str) -> bool:
-        return (position < len(self.events)
-                and self.events[position].HasField(kind))
+        return position < len(self.events) and self.events[position].HasField(kind)
 
     def _element_events(self, coalesce_elements: bool) -> list[int]:
         """The positions of the element events the next micro-batch takes."""
         position, taken = self.position, []
         while self._next_is(position, 'element_event') and (
-                not taken or (coalesce_elements
-                              and len(taken) < MAX_COALESCED_EVENTS)):
+            not taken or (coalesce_elements and len(taken) < MAX_COALESCED_EVENTS)
+        ):
             taken.append(position)
             position += 1
         return taken
 
-    def step_micro_batch(self, coalesce_elements: bool = False
-                         ) -> list[tuple[int, bytes | None, bytes]]:
+    def step_micro_batch(
+        self, coalesce_elements: bool = False
+    ) -> list[tuple[int, bytes | None, bytes]]:
         """Applies the events of the next micro-batch (see the module doc);
         returns the rows they add."""
         taken = self._element_events(coalesce_elements)
@@ -199,8 +210,9 @@ class TestStreamSource:
         result = made.result()
         return None if result is None else result[1]
 
-    def prefetch(self, coalesce_elements: bool = False,
-                 make: Callable[[list], Any] | None = None) -> None:
+    def prefetch(
+        self, coalesce_elements: bool = False, make: Callable[[list], Any] | None = None
+    ) -> None:
         """Starts encoding the element events the next micro-batch takes, in
         a driver thread, while this one's Spark job runs (the driver mostly
         waits for it then): encoding the elements as the stage's rows costs
@@ -213,16 +225,14 @@ class TestStreamSource:
             return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix='beam-test-stream')
+                1, thread_name_prefix='beam-test-stream'
+            )
         for position in positions:
             if position not in self._prefetched:
-                self._prefetched[position] = self._pool.submit(
-                    self._element_rows, position)
-        if make is not None and (self._made is None
-                                 or self._made[0] != tuple(positions)):
+                self._prefetched[position] = self._pool.submit(self._element_rows, position)
+        if make is not None and (self._made is None or self._made[0] != tuple(positions)):
             futures = [self._prefetched[position] for position in positions]
-            self._made = tuple(positions), self._pool.submit(
-                _make_rows, futures, make)
+            self._made = tuple(positions), self._pool.submit(_make_rows, futures, make)
 
     def close(self) -> None:
         self._prefetched.clear()
@@ -250,13 +260,15 @@ class TestStreamSource:
             if tag in self.watermarks:
                 self.watermarks[tag] = max(
                     self.watermarks[tag],
-                    Timestamp(micros=1000 * event.watermark_event.new_watermark))
+                    Timestamp(micros=1000 * event.watermark_event.new_watermark),
+                )
             return []
         if event.HasField('processing_time_event'):
             self.clock += event.processing_time_event.advance_duration / 1000
             return []
-        raise ValueError(f'TestStream {self.stage.labels[0]!r}: unknown event '
-                         f'{event.WhichOneof("event")!r}')
+        raise ValueError(
+            f'TestStream {self.stage.labels[0]!r}: unknown event {event.WhichOneof("event")!r}'
+        )
 
     def _element_rows(self, position: int) -> list[tuple[int, bytes | None, bytes]]:
         """The rows of the element event at ``position`` (tag = port); none
@@ -267,8 +279,7 @@ class TestStreamSource:
             return []
         port = self.stage.output_tags.index(tag)
         if self._values is not None:
-            return self._encoders[port](port, self._python_values(
-                self._values[position], port))
+            return self._encoders[port](port, self._python_values(self._values[position], port))
         return self._encoders[port](port, self._proto_values(element_event))
 
     # Both make an event's windowed values one at a time for the encoder: each
@@ -288,8 +299,7 @@ class TestStreamSource:
         create = windowed_value.create
         for element in element_event.elements:
             value = decode(element.encoded_element)
-            if isinstance(value, Row) and isinstance(
-                    value, test_stream.WindowedValueHolder):
+            if isinstance(value, Row) and isinstance(value, test_stream.WindowedValueHolder):
                 yield value.windowed_value
             else:  # as GlobalWindows.windowed_value, without a Timestamp
                 yield create(value, 1000 * element.timestamp, _GLOBAL)
@@ -306,12 +316,10 @@ class TestStreamSource:
             value = tv.value
             if coder is not None:
                 value = coder[0](coder[1](value))
-            if isinstance(value, Row) and isinstance(
-                    value, test_stream.WindowedValueHolder):
+            if isinstance(value, Row) and isinstance(value, test_stream.WindowedValueHolder):
                 yield value.windowed_value
             else:  # the payload's milliseconds
-                yield create(value, tv.timestamp.micros // 1000 * 1000,
-                             _GLOBAL)
+                yield create(value, tv.timestamp.micros // 1000 * 1000, _GLOBAL)
 
 
 def _value_coder(coder):
@@ -349,15 +357,13 @@ def bundles_invisible(plan: p.SparkPlan, context) -> bool:
         for port in stage.inputs:
             if port.grouping is None:
                 continue
-            windowing = context.windowing_strategies[
-                port.grouping.windowing_strategy_id]
+            windowing = context.windowing_strategies[port.grouping.windowing_strategy_id]
             fn = windowing.triggerfn
             if windowing.allowed_lateness != 0:
                 return False
             if isinstance(fn, trigger.DefaultTrigger):
                 continue
-            if isinstance(fn, trigger.AfterWatermark) and not fn.early \
-                    and not fn.late:
+            if isinstance(fn, trigger.AfterWatermark) and not fn.early and not fn.late:
                 continue
             return False
     return True
@@ -387,10 +393,12 @@ def _encoder(port: p.OutputPort, context, spread: tuple[int, int] = (1, 0)):
             if parts < 2 or not min_bytes or len(data) < min_bytes:
                 return [(tag, None, data)]
             n = len(ends)
-            cuts = [0] + [ends[n * i // parts - 1] for i in range(1, parts)
-                          if n * i // parts] + [len(data)]
-            return [(tag, None, data[a:b]) for a, b in zip(cuts, cuts[1:])
-                    if b > a]
+            cuts = (
+                [0]
+                + [ends[n * i // parts - 1] for i in range(1, parts) if n * i // parts]
+                + [len(data)]
+            )
+            return [(tag, None, data[a:b]) for a, b in zip(cuts, cuts[1:]) if b > a]
         rows = []
         for wv in values:
             out = create_OutputStream()

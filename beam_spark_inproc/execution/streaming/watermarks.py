@@ -23,6 +23,7 @@ splittable stage's task needs its new input watermark before it runs
 ``settle`` uses that one (the writers cannot move again in the micro-batch).
 A source's stage settles at its source's watermarks (``settle_source``).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterator, Mapping
@@ -46,9 +47,13 @@ class Watermarks:
     ``hold``: a stage -> the earliest of what holds its output watermark
     when it settles (``MAX_TIMESTAMP``: nothing)."""
 
-    def __init__(self, plan: p.SparkPlan, reads: dict,
-                 sources: Mapping[int, StreamSource],
-                 hold: Callable[[int], Timestamp]):
+    def __init__(
+        self,
+        plan: p.SparkPlan,
+        reads: dict,
+        sources: Mapping[int, StreamSource],
+        hold: Callable[[int], Timestamp],
+    ):
         self._plan = plan
         self._reads = reads
         self._sources = sources
@@ -61,8 +66,7 @@ class Watermarks:
         self._next: dict[int, Timestamp] = {}
         self._settled: set[int] = set()
 
-    def restore(self, index: int, input_wm: Timestamp,
-                output_wm: Timestamp) -> None:
+    def restore(self, index: int, input_wm: Timestamp, output_wm: Timestamp) -> None:
         """A stage's watermarks as a commit record holds them."""
         self.input[index] = input_wm
         self.output[index] = output_wm
@@ -83,12 +87,10 @@ class Watermarks:
 
     def held(self) -> list[str]:
         """The names of the stages whose output watermark is below +inf."""
-        return [s.name for s, wm in zip(self._plan.stages, self.output)
-                if wm < MAX_TIMESTAMP]
+        return [s.name for s, wm in zip(self._plan.stages, self.output) if wm < MAX_TIMESTAMP]
 
     # -- wiring -----------------------------------------------------------
-    def writers(self, index: int,
-                side: bool = False) -> Iterator[tuple[int | None, int, int]]:
+    def writers(self, index: int, side: bool = False) -> Iterator[tuple[int | None, int, int]]:
         """(input port, writer, its output tag) of a stage's main inputs;
         with ``side``, its side inputs' writers too (port None)."""
         stage = self._plan.stages[index]
@@ -124,9 +126,13 @@ class Watermarks:
 
     def side_inputs(self, index: int) -> list[Timestamp]:
         """The watermark of each of a stage's side inputs as it stands."""
-        return [min((self.writer(w, t) for w, t in
-                     self.side_input_writers(index, i)), default=MAX_TIMESTAMP)
-                for i in range(len(self._plan.stages[index].side_inputs))]
+        return [
+            min(
+                (self.writer(w, t) for w, t in self.side_input_writers(index, i)),
+                default=MAX_TIMESTAMP,
+            )
+            for i in range(len(self._plan.stages[index].side_inputs))
+        ]
 
     def fix_next(self, index: int) -> Timestamp:
         """A stage's input watermark after this micro-batch, taken when its
@@ -141,7 +147,8 @@ class Watermarks:
             input_watermark=self.input[index],
             next_input_watermark=self._next[index],
             output_watermark=self.output[index],
-            processing_time=processing_time)
+            processing_time=processing_time,
+        )
 
     def settled(self, index: int) -> bool:
         return index in self._settled
@@ -159,15 +166,14 @@ class Watermarks:
         if next_wm is None:
             next_wm = self.next_input(index)
         self.input[index] = next_wm
-        self.output[index] = max(self.output[index],
-                                 min(next_wm, self._hold(index)))
+        self.output[index] = max(self.output[index], min(next_wm, self._hold(index)))
         self._settled.add(index)
 
     def settle_source(self, index: int) -> None:
         """A source's stage: its watermarks are its outputs' earliest."""
         source = self._sources[index]
         self.input[index] = self.output[index] = min(
-            (source.watermark(t)
-             for t in range(len(self._plan.stages[index].outputs))),
-            default=MAX_TIMESTAMP)
+            (source.watermark(t) for t in range(len(self._plan.stages[index].outputs))),
+            default=MAX_TIMESTAMP,
+        )
         self._settled.add(index)

@@ -13,6 +13,7 @@ page at a time, each time the DoFn iterates (so the values are re-iterable),
 and never holds more than a page. Pages live until the bundle ends
 (``reset``): a DoFn may keep the iterable until ``finish_bundle``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,8 +32,9 @@ class GroupedValuesStore(sdk_worker.StateHandler):
     """A state handler serving ``runner`` state keys (group tokens); every
     other request goes to ``underlying``."""
 
-    def __init__(self, underlying, memory_bytes: Optional[int] = None,
-                 page_bytes: int = PAGE_BYTES):
+    def __init__(
+        self, underlying, memory_bytes: Optional[int] = None, page_bytes: int = PAGE_BYTES
+    ):
         self._underlying = underlying
         self._memory_budget = MEMORY_BYTES if memory_bytes is None else memory_bytes
         self._page_bytes = page_bytes

@@ -16,6 +16,7 @@ is the on-time pane's header, the key, and its rows one after the other
 (``_spliced``); past the state-backed iterable's threshold the rest of a large
 group is decoded, row by row in C, into the stage's ``GroupedValuesStore``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,27 +57,25 @@ class BatchClock:
         return MIN_TIMESTAMP
 
 
-def entire_key(driver: trigger.GeneralTriggerDriver, key,
-               windowed_values: Iterable) -> Iterator:
+def entire_key(driver: trigger.GeneralTriggerDriver, key, windowed_values: Iterable) -> Iterator:
     """``TriggerDriver.process_entire_key`` with processing time: once the
     key's elements are in, processing time ends (its pending timers fire),
     then the watermark passes every window (event-time timers fire), again
     until no timer is left. (Beam's own compares processing-time timers with
     ``None`` and fails.)"""
     state = trigger.InMemoryUnmergedState()
-    for wvalue in driver.process_elements(
-            state, windowed_values, MIN_TIMESTAMP, MIN_TIMESTAMP):
+    for wvalue in driver.process_elements(state, windowed_values, MIN_TIMESTAMP, MIN_TIMESTAMP):
         yield wvalue.with_value((key, wvalue.value))
     while state.timers:
         fired, _ = state.get_timers(
-            clear=True, watermark=MIN_TIMESTAMP, processing_time=MAX_TIMESTAMP)
+            clear=True, watermark=MIN_TIMESTAMP, processing_time=MAX_TIMESTAMP
+        )
         if not fired:
             fired = state.get_and_clear_timers(MAX_TIMESTAMP)
         if not fired:
             break  # timers beyond the end of time never fire
         for timer_window, (name, time_domain, fire_time, _) in fired:
-            for wvalue in driver.process_timer(
-                    timer_window, name, time_domain, fire_time, state):
+            for wvalue in driver.process_timer(timer_window, name, time_domain, fire_time, state):
                 yield wvalue.with_value((key, wvalue.value))
 
 
@@ -93,10 +92,8 @@ class GroupAlsoByWindow:
             # coders' opaque windows have the same bytes), so the WindowFn can
             # merge them and the consumer gets them back (as the SDK reads them).
             window_coder = context.coders[grouping.window_coder_id]
-            pre_coder = WindowedValueCoder(
-                pre_coder.wrapped_value_coder, window_coder)
-            post_coder = WindowedValueCoder(
-                post_coder.wrapped_value_coder, window_coder)
+            pre_coder = WindowedValueCoder(pre_coder.wrapped_value_coder, window_coder)
+            post_coder = WindowedValueCoder(post_coder.wrapped_value_coder, window_coder)
         self._pre_impl = pre_coder.get_impl()
         self._key_impl = pre_coder.key_coder().get_impl()
         self._post_impl = post_coder.get_impl()
@@ -112,20 +109,23 @@ class GroupAlsoByWindow:
                     is_last=True,
                     timing=windowed_value.PaneInfoTiming.ON_TIME,
                     index=0,
-                    nonspeculative_index=0))
+                    nonspeculative_index=0,
+                ),
+            )
             if grouping.values_only:
                 self._splice_with(post_coder)
         else:
             if grouping.values_only:
                 raise ValueError(
                     f'GroupByKey {grouping.gbk_label!r}: its input was written '
-                    'as values only, but its windowing is not the default.')
-            driver = trigger.create_trigger_driver(
-                windowing, True, clock=BatchClock())
+                    'as values only, but its windowing is not the default.'
+                )
+            driver = trigger.create_trigger_driver(windowing, True, clock=BatchClock())
             self._windowed_groups = (
                 functools.partial(entire_key, driver)
                 if isinstance(driver, trigger.GeneralTriggerDriver)
-                else driver.process_entire_key)
+                else driver.process_entire_key
+            )
 
     def _splice_with(self, post_coder) -> None:
         kv = post_coder.wrapped_value_coder
@@ -139,9 +139,11 @@ class GroupAlsoByWindow:
         self._state_threshold = getattr(iterable, '_write_state_threshold', 0)
         # The on-time pane's timestamp, window and pane bytes (the value's
         # part of a non-nested BytesCoder is empty).
-        self._header = WindowedValueCoder(
-            BytesCoder(), post_coder.window_coder).get_impl().encode(
-                self._on_time.with_value(b''))
+        self._header = (
+            WindowedValueCoder(BytesCoder(), post_coder.window_coder)
+            .get_impl()
+            .encode(self._on_time.with_value(b''))
+        )
 
     def _row_values(self, data: bytes) -> list:
         return self._chunks_impl.decode(b'\xff\xff\xff\xff' + data + b'\x00')
@@ -204,8 +206,9 @@ class GroupAlsoByWindow:
         while pending is not None:
             key_bytes = pending[0]
             group = values(key_bytes)
-            self._post_impl.encode_to_stream(self._on_time.with_value(
-                (self._key_impl.decode(key_bytes), group)), out, True)
+            self._post_impl.encode_to_stream(
+                self._on_time.with_value((self._key_impl.decode(key_bytes), group)), out, True
+            )
             for _ in group:  # an encoder stopping early must not split a key
                 raise AssertionError('grouped values left unencoded')
             if out.size() >= GROUPS_BYTES:
@@ -232,8 +235,7 @@ class GroupAlsoByWindow:
     def grouped(self, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
         """Encoded grouped elements for key-sorted rows, in pieces."""
         if self._trivial:
-            yield from (self._spliced(rows) if self._values_only
-                        else self._streamed(rows))
+            yield from (self._spliced(rows) if self._values_only else self._streamed(rows))
             return
         out = create_OutputStream()
         current, datas = None, []

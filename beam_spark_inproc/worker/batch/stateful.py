@@ -11,6 +11,7 @@ together. For each key, in one bundle:
 3. its user state can no longer be read and is released, so a task holds one
    key's state at a time whatever the number of keys.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,15 @@ from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
 
-USER_STATE_TYPES = frozenset([
-    'bag_user_state', 'multimap_user_state', 'multimap_keys_user_state',
-    'ordered_list_user_state', 'runner'])
+USER_STATE_TYPES = frozenset(
+    [
+        'bag_user_state',
+        'multimap_user_state',
+        'multimap_keys_user_state',
+        'ordered_list_user_state',
+        'runner',
+    ]
+)
 
 
 class RoutingStateHandler(sdk_worker.StateHandler):
@@ -46,8 +53,7 @@ class RoutingStateHandler(sdk_worker.StateHandler):
         self._user = StateServicer()
 
     def _for(self, state_key) -> StateServicer:
-        return (self._user if state_key.WhichOneof('type') in USER_STATE_TYPES
-                else self._side)
+        return self._user if state_key.WhichOneof('type') in USER_STATE_TYPES else self._side
 
     def get_raw(self, state_key, continuation_token=None):
         return self._for(state_key).get_raw(state_key, continuation_token)
@@ -70,15 +76,13 @@ class TimerQueue:
     """The current key's pending timers."""
 
     def __init__(self, stage: StagePlan, timer_coders: dict):
-        self._event_time = {
-            (t.transform_id, t.family_id): t.event_time for t in stage.timers}
+        self._event_time = {(t.transform_id, t.family_id): t.event_time for t in stage.timers}
         self._coders = timer_coders  # (transform, family) -> timer coder impl
         self._pending: dict = {}
 
     def add(self, transform_id: str, family_id: str, data: bytes) -> None:
         for timer in self._coders[(transform_id, family_id)].decode_all(data):
-            slot = (transform_id, family_id, timer.dynamic_timer_tag,
-                    timer.windows[0])
+            slot = (transform_id, family_id, timer.dynamic_timer_tag, timer.windows[0])
             if timer.clear_bit:
                 self._pending.pop(slot, None)
             else:
@@ -87,14 +91,17 @@ class TimerQueue:
     def pop(self) -> Optional[beam_fn_api_pb2.Elements.Timers]:
         if not self._pending:
             return None
-        slot = min(self._pending, key=lambda s: (
-            not self._event_time[s[:2]], self._pending[s].fire_timestamp))
+        slot = min(
+            self._pending,
+            key=lambda s: (not self._event_time[s[:2]], self._pending[s].fire_timestamp),
+        )
         timer = self._pending.pop(slot)
         transform_id, family_id = slot[:2]
         out = create_OutputStream()
         self._coders[(transform_id, family_id)].encode_to_stream(timer, out, True)
         return beam_fn_api_pb2.Elements.Timers(
-            transform_id=transform_id, timer_family_id=family_id, timers=out.get())
+            transform_id=transform_id, timer_family_id=family_id, timers=out.get()
+        )
 
     def clear(self) -> None:
         self._pending.clear()
@@ -119,7 +126,8 @@ def keyed_input_elements(task, entry, batches, forward: Callable) -> Iterator:
                 continue
             yield beam_fn_api_pb2.Elements.Data(
                 transform_id=ports[tag].transform_id,
-                data=b''.join(data for _, _, data in port_rows))
+                data=b''.join(data for _, _, data in port_rows),
+            )
         if key is None:
             continue
         while queue is not None and (timers := queue.pop()) is not None:

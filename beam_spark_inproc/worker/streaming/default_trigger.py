@@ -39,6 +39,7 @@ Watermarks and window ends are compared as integer microseconds. The state
 holds no empty tags (Beam's in-memory state leaves some behind when read;
 they mean nothing). Other triggers and merging WindowFns keep Beam's driver.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,8 +59,11 @@ from apache_beam.utils.windowed_value import PaneInfoTiming
 from apache_beam.utils.windowed_value import WindowedValue
 
 _LOGGER = logging.getLogger(trigger.__name__)
-_COMBINERS = (TimestampCombiner.OUTPUT_AT_EOW, TimestampCombiner.OUTPUT_AT_EARLIEST,
-              TimestampCombiner.OUTPUT_AT_LATEST)
+_COMBINERS = (
+    TimestampCombiner.OUTPUT_AT_EOW,
+    TimestampCombiner.OUTPUT_AT_EARLIEST,
+    TimestampCombiner.OUTPUT_AT_LATEST,
+)
 # Beam's state tags (``GeneralTriggerDriver``'s).
 _ELEMENTS = trigger.GeneralTriggerDriver.ELEMENTS.tag
 _TOMBSTONE = trigger.GeneralTriggerDriver.TOMBSTONE.tag
@@ -72,9 +76,11 @@ _MAX_MICROS = MAX_TIMESTAMP.micros
 def applies(windowing) -> bool:
     """Beam's default trigger over a WindowFn that never merges, with a
     portable timestamp combiner."""
-    return (windowing.triggerfn == trigger.DefaultTrigger() and
-            not windowing.windowfn.is_merging() and
-            windowing.timestamp_combiner in _COMBINERS)
+    return (
+        windowing.triggerfn == trigger.DefaultTrigger()
+        and not windowing.windowfn.is_merging()
+        and windowing.timestamp_combiner in _COMBINERS
+    )
 
 
 def _end_micros(window) -> int:
@@ -92,16 +98,15 @@ class DefaultTriggerPanes:
         if not applies(windowing):
             raise ValueError(f'not the default trigger: {windowing}')
         self._lateness = windowing.allowed_lateness.micros
-        self._discarding = (windowing.accumulation_mode ==
-                            trigger.AccumulationMode.DISCARDING)
+        self._discarding = windowing.accumulation_mode == trigger.AccumulationMode.DISCARDING
         combiner = windowing.timestamp_combiner
         self._end_of_window = combiner == TimestampCombiner.OUTPUT_AT_EOW
-        self._combine: Callable = (
-            min if combiner == TimestampCombiner.OUTPUT_AT_EARLIEST else max)
+        self._combine: Callable = min if combiner == TimestampCombiner.OUTPUT_AT_EARLIEST else max
         self._names: dict = {}  # window -> its timer's name, str(window)
 
-    def key_panes(self, key, state_data: Optional[bytes], datas: list[bytes],
-                  decode, step, emit: Callable) -> tuple:
+    def key_panes(
+        self, key, state_data: Optional[bytes], datas: list[bytes], decode, step, emit: Callable
+    ) -> tuple:
         """Hands the key's panes (grouped WindowedValues) to ``emit``; returns
         the key's new state and (hold, earliest event-time timer, earliest
         processing-time timer), or (None, None) if nothing is left."""
@@ -116,16 +121,23 @@ class DefaultTriggerPanes:
         if nw >= _MAX_MICROS:
             return None, None
         lateness = self._lateness
-        for window in [w for w, tags in values.items() if not any(
-                tags.values()) or (
-                _end_micros(w) < _MAX_MICROS and
-                nw > _end_micros(w) + lateness and not timers.get(w))]:
+        for window in [
+            w
+            for w, tags in values.items()
+            if not any(tags.values())
+            or (
+                _end_micros(w) < _MAX_MICROS
+                and nw > _end_micros(w) + lateness
+                and not timers.get(w)
+            )
+        ]:
             del values[window]
         if not timers and not values:
             return None, None
-        return (pickle.dumps((timers, values, global_state),
-                             pickle.HIGHEST_PROTOCOL),
-                _summary(timers, values))
+        return (
+            pickle.dumps((timers, values, global_state), pickle.HIGHEST_PROTOCOL),
+            _summary(timers, values),
+        )
 
     def _elements(self, key, timers, values, datas, decode, step, emit) -> None:
         groups: dict = {}
@@ -170,8 +182,7 @@ class DefaultTriggerPanes:
                         del timers[window]
                 emit(self._pane(key, window, end, tags, values, ow, False))
             else:
-                timers.setdefault(window, {})[
-                    (name, TimeDomain.WATERMARK, '')] = window.end
+                timers.setdefault(window, {})[(name, TimeDomain.WATERMARK, '')] = window.end
 
     def _timers(self, key, timers, values, step, emit) -> None:
         nw = step.next_input_watermark.micros
@@ -180,10 +191,11 @@ class DefaultTriggerPanes:
         for window, window_timers in list(timers.items()):
             for slot, timestamp in list(window_timers.items()):
                 domain = slot[1]
-                if (Timestamp.of(timestamp).micros <= nw
-                        if domain == TimeDomain.WATERMARK
-                        else domain == TimeDomain.REAL_TIME and
-                        timestamp <= now):
+                if (
+                    Timestamp.of(timestamp).micros <= nw
+                    if domain == TimeDomain.WATERMARK
+                    else domain == TimeDomain.REAL_TIME and timestamp <= now
+                ):
                     due.append((window, domain, timestamp))
                     del window_timers[slot]
             if not window_timers:
@@ -201,17 +213,23 @@ class DefaultTriggerPanes:
                 continue
             window_timers = timers.get(window)  # should_fire clears it
             if window_timers is not None:
-                window_timers.pop((self._name(window), TimeDomain.WATERMARK, ''),
-                                  None)
+                window_timers.pop((self._name(window), TimeDomain.WATERMARK, ''), None)
                 if not window_timers:
                     del timers[window]
             if tags is None:
                 tags = values[window] = {}
-            emit(self._pane(key, window, end, tags, values, at,
-                            domain == TimeDomain.WATERMARK))
+            emit(self._pane(key, window, end, tags, values, at, domain == TimeDomain.WATERMARK))
 
-    def _pane(self, key, window, end: int, tags: dict, values: dict,
-              output_watermark: int, maybe_on_time: bool) -> WindowedValue:
+    def _pane(
+        self,
+        key,
+        window,
+        end: int,
+        tags: dict,
+        values: dict,
+        output_watermark: int,
+        maybe_on_time: bool,
+    ) -> WindowedValue:
         """``GeneralTriggerDriver._output`` of a pane that never finishes."""
         indexes = tags.setdefault(_INDEX, [])
         index = len(indexes)
@@ -222,16 +240,19 @@ class DefaultTriggerPanes:
             if nonspeculative:
                 nonspeculative_index = len(nonspeculative)
                 nonspeculative.append(1)
-                _LOGGER.warning('Watermark moved backwards in time '
-                                'or late data moved window end forward.')
+                _LOGGER.warning(
+                    'Watermark moved backwards in time or late data moved window end forward.'
+                )
         else:
             nonspeculative_index = len(nonspeculative or ())
             tags.setdefault(_NONSPECULATIVE, []).append(1)
-            timing = (PaneInfoTiming.ON_TIME if maybe_on_time and
-                      nonspeculative_index == 0 else PaneInfoTiming.LATE)
+            timing = (
+                PaneInfoTiming.ON_TIME
+                if maybe_on_time and nonspeculative_index == 0
+                else PaneInfoTiming.LATE
+            )
         pane = PaneInfo(index == 0, False, timing, index, nonspeculative_index)
-        grouped = (tags.pop(_ELEMENTS, None) if self._discarding
-                   else tags.get(_ELEMENTS))
+        grouped = tags.pop(_ELEMENTS, None) if self._discarding else tags.get(_ELEMENTS)
         holds = tags.get(_HOLD)
         if not holds:
             timestamp = window.max_timestamp()
@@ -241,8 +262,9 @@ class DefaultTriggerPanes:
                 del tags[_HOLD]
         if not tags:
             del values[window]
-        return WindowedValue((key, grouped if grouped is not None else []),
-                             timestamp, (window,), pane)
+        return WindowedValue(
+            (key, grouped if grouped is not None else []), timestamp, (window,), pane
+        )
 
     def _name(self, window) -> str:
         name = self._names.get(window)

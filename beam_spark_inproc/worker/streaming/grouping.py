@@ -23,6 +23,7 @@ over Beam's ``InMemoryUnmergedState``:
 Panes are encoded as ``KV<key, Iterable<value>>`` and fed to the stage's
 bundle as the GroupByKey's output, as in batch.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -53,6 +54,7 @@ from beam_spark_inproc.protocol.rows import STATE_TAG
 from beam_spark_inproc.protocol.rows import SUMMARY_TAG
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
+
 # A key firing timers that set due timers again this many times is a bug.
 _MAX_TIMER_ROUNDS = 100_000
 
@@ -77,9 +79,13 @@ def dumps(value) -> bytes:
 
 
 def dump_state(state: trigger.InMemoryUnmergedState) -> bytes:
-    return dumps(({w: dict(t) for w, t in state.timers.items() if t},
-                  {w: dict(s) for w, s in state.state.items()},
-                  dict(state.global_state)))
+    return dumps(
+        (
+            {w: dict(t) for w, t in state.timers.items() if t},
+            {w: dict(s) for w, s in state.state.items()},
+            dict(state.global_state),
+        )
+    )
 
 
 def load_state(data: bytes) -> trigger.InMemoryUnmergedState:
@@ -95,7 +101,8 @@ def load_state(data: bytes) -> trigger.InMemoryUnmergedState:
 
 def _is_empty(state: trigger.InMemoryUnmergedState) -> bool:
     return not any(state.timers.values()) and not any(
-        value for tags in state.state.values() for value in tags.values())
+        value for tags in state.state.values() for value in tags.values()
+    )
 
 
 class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
@@ -103,11 +110,9 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
 
     def __init__(self, grouping, context):
         super().__init__(grouping, context)
-        self._windowing = context.windowing_strategies[
-            grouping.windowing_strategy_id]
+        self._windowing = context.windowing_strategies[grouping.windowing_strategy_id]
         self._clock = _Clock()
-        self._driver = trigger.create_trigger_driver(
-            self._windowing, False, clock=self._clock)
+        self._driver = trigger.create_trigger_driver(self._windowing, False, clock=self._clock)
         if isinstance(self._driver, trigger.GeneralTriggerDriver):
             # Beam's driver wraps the state in a ``MergeableStateAdapter``
             # whatever the WindowFn; for a WindowFn that never merges, the
@@ -118,51 +123,67 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
             # plus allowed lateness.
             self._driver.is_merging = self._windowing.windowfn.is_merging()
         # Beam's default trigger without the driver (``worker.streaming.default_trigger``).
-        self._default = (DefaultTriggerPanes(self._windowing)
-                         if grouping.default_trigger and
-                         default_trigger.applies(self._windowing) else None)
+        self._default = (
+            DefaultTriggerPanes(self._windowing)
+            if grouping.default_trigger and default_trigger.applies(self._windowing)
+            else None
+        )
 
-    def key_panes(self, key_bytes: bytes, state_data: Optional[bytes],
-                  datas: list[bytes], step: StreamingStep, out,
-                  summaries: dict[int, Summary],
-                  buckets: int = STATE_BUCKETS) -> Optional[bytes]:
+    def key_panes(
+        self,
+        key_bytes: bytes,
+        state_data: Optional[bytes],
+        datas: list[bytes],
+        step: StreamingStep,
+        out,
+        summaries: dict[int, Summary],
+        buckets: int = STATE_BUCKETS,
+    ) -> Optional[bytes]:
         """Encodes the key's panes into ``out``; returns its new state (or None)."""
         if self._default is not None:
             encode = self._post_impl.encode_to_stream
             state, summary = self._default.key_panes(
-                self._key_impl.decode(key_bytes), state_data, datas,
-                self._pre_impl.decode_from_stream, step,
-                lambda wv: encode(wv, out, True))
+                self._key_impl.decode(key_bytes),
+                state_data,
+                datas,
+                self._pre_impl.decode_from_stream,
+                step,
+                lambda wv: encode(wv, out, True),
+            )
             if state is not None:
-                summaries.setdefault(bucket_of(key_bytes, buckets),
-                                     Summary()).add(Summary(1, *summary))
+                summaries.setdefault(bucket_of(key_bytes, buckets), Summary()).add(
+                    Summary(1, *summary)
+                )
             return state
         self._clock.now = step.processing_time
         key = self._key_impl.decode(key_bytes)
-        state = (load_state(state_data) if state_data is not None
-                 else trigger.InMemoryUnmergedState())
+        state = (
+            load_state(state_data) if state_data is not None else trigger.InMemoryUnmergedState()
+        )
         encode = self._post_impl.encode_to_stream
         if datas:
             for wv in self._driver.process_elements(
-                    state, self._values(datas), step.output_watermark,
-                    step.input_watermark):
+                state, self._values(datas), step.output_watermark, step.input_watermark
+            ):
                 encode(wv.with_value((key, wv.value)), out, True)
         watermark = step.next_input_watermark
         for _ in range(_MAX_TIMER_ROUNDS):
             due, _ = state.get_timers(
-                clear=True, watermark=watermark,
-                processing_time=step.processing_time)
+                clear=True, watermark=watermark, processing_time=step.processing_time
+            )
             if not due:
                 break
             due.sort(key=lambda t: (t[1][2], t[1][1] != TimeDomain.WATERMARK))
             for window, (name, domain, timestamp, _tag) in due:
                 for wv in self._driver.process_timer(
-                        window, name, domain, timestamp, state, watermark):
+                    window, name, domain, timestamp, state, watermark
+                ):
                     encode(wv.with_value((key, wv.value)), out, True)
         else:
             raise RuntimeError(
                 f'GroupByKey {self._label!r}: timers of key {key!r} keep firing '
-                f'at watermark {watermark}')
+                f'at watermark {watermark}'
+            )
         self._expire(state, watermark)
         if _is_empty(state):
             return None
@@ -183,10 +204,11 @@ class StreamingGroupAlsoByWindow(GroupAlsoByWindow):
         lateness = self._windowing.allowed_lateness
         for window in list(state.state):
             if watermark >= MAX_TIMESTAMP or (
-                    isinstance(window, BoundedWindow) and
-                    window.end < MAX_TIMESTAMP and
-                    watermark > window.end + lateness and
-                    not state.timers.get(window)):
+                isinstance(window, BoundedWindow)
+                and window.end < MAX_TIMESTAMP
+                and watermark > window.end + lateness
+                and not state.timers.get(window)
+            ):
                 state.state.pop(window, None)
                 state.timers.pop(window, None)
         if watermark >= MAX_TIMESTAMP:
@@ -209,8 +231,7 @@ def _summary_of(state) -> Summary:
     return Summary(1, state.get_earliest_hold(), event_timer, processing_timer)
 
 
-def streaming_grouped_input_elements(task, entry, batches,
-                                     forward: Callable) -> Iterator:
+def streaming_grouped_input_elements(task, entry, batches, forward: Callable) -> Iterator:
     """Elements for a streaming stage reading a GroupByKey (see module doc).
 
     Rows arrive sorted by (key, tag); rows without a key (control rows, other
@@ -218,8 +239,7 @@ def streaming_grouped_input_elements(task, entry, batches,
     """
     ports = task.stage.inputs
     step: StreamingStep = task.streaming
-    buckets = (task.state_files.buckets if task.state_files is not None
-               else STATE_BUCKETS)
+    buckets = task.state_files.buckets if task.state_files is not None else STATE_BUCKETS
     summaries: dict[int, Summary] = {}
 
     def rows():
@@ -234,7 +254,8 @@ def streaming_grouped_input_elements(task, entry, batches,
                     forward(CONTROL_TAG, None, data)
                 else:
                     yield beam_fn_api_pb2.Elements.Data(
-                        transform_id=ports[tag].transform_id, data=data)
+                        transform_id=ports[tag].transform_id, data=data
+                    )
             continue
         state_data, by_port = None, {}
         for _, tag, data in key_rows:
@@ -248,19 +269,21 @@ def streaming_grouped_input_elements(task, entry, batches,
             if other != tag:  # keyed rows of an input that is not grouped
                 for data in datas:
                     yield beam_fn_api_pb2.Elements.Data(
-                        transform_id=ports[other].transform_id, data=data)
+                        transform_id=ports[other].transform_id, data=data
+                    )
         gabw = entry.groupings[ports[tag].transform_id]
-        new_state = gabw.key_panes(key, state_data, by_port.get(tag, []), step,
-                                   out, summaries, buckets)
+        new_state = gabw.key_panes(
+            key, state_data, by_port.get(tag, []), step, out, summaries, buckets
+        )
         if new_state is not None:
             forward(STATE_TAG, key, new_state)
         if out.size() >= GROUPS_BYTES:
             yield beam_fn_api_pb2.Elements.Data(
-                transform_id=ports[tag].transform_id, data=out.get())
+                transform_id=ports[tag].transform_id, data=out.get()
+            )
             out = create_OutputStream()
     if out.size():
         grouped = [p for p in ports if p.grouping is not None]
-        yield beam_fn_api_pb2.Elements.Data(
-            transform_id=grouped[0].transform_id, data=out.get())
+        yield beam_fn_api_pb2.Elements.Data(transform_id=grouped[0].transform_id, data=out.get())
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

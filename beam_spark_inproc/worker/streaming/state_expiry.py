@@ -19,6 +19,7 @@ nothing anyway). Each window's expiry is decoded once and kept, up to
 and a stream meets new windows for as long as it runs (the cache starts
 again when full).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -42,12 +43,10 @@ class StateExpiry:
         for transform_id, transform in descriptor.transforms.items():
             if transform.spec.urn not in _STATEFUL_URNS:
                 continue
-            payload = beam_runner_api_pb2.ParDoPayload.FromString(
-                transform.spec.payload)
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
             if not payload.state_specs:
                 continue
-            main = [pc for name, pc in transform.inputs.items()
-                    if name not in payload.side_inputs]
+            main = [pc for name, pc in transform.inputs.items() if name not in payload.side_inputs]
             if not main:
                 continue
             strategy_id = descriptor.pcollections[main[0]].windowing_strategy_id
@@ -71,8 +70,9 @@ class StateExpiry:
                 self._cache.clear()
             coder, lateness = found
             window = coder.decode(part.window)
-            self._cache[cached] = (None if isinstance(window, GlobalWindow)
-                                   else window.end + lateness)
+            self._cache[cached] = (
+                None if isinstance(window, GlobalWindow) else window.end + lateness
+            )
         return self._cache[cached]
 
     def drop(self, state: dict, ordered: dict, watermark: Timestamp) -> Timestamp:

@@ -35,6 +35,7 @@ micro-batch's new versions go. So the task, not the driver, reads and writes:
 
 State I/O grows with the buckets a micro-batch touches, not with the state held.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,8 +63,9 @@ from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.protocol.state import Summary
 from beam_spark_inproc.protocol.buckets import bucket_of
 
-STATE_SCHEMA = pa.schema([('key', pa.binary()), ('data', pa.binary()),
-                          ('hash', pa.int64()), ('bucket', pa.int64())])
+STATE_SCHEMA = pa.schema(
+    [('key', pa.binary()), ('data', pa.binary()), ('hash', pa.int64()), ('bucket', pa.int64())]
+)
 # In a state file's schema metadata: the bucket count it was written with.
 _BUCKETS_METADATA = b'beam_spark_inproc.buckets'
 _WRITE_ROWS = 8192  # state rows held before they are written, sorted by bucket
@@ -77,10 +79,8 @@ _WHOLE_FILE_BYTES = 1 << 20
 
 def read_bucket(table: pa.Table, bucket: int, buckets: int) -> dict[bytes, bytes]:
     """{key: state} of one bucket in (row groups of) a state file's table."""
-    rows = table.filter(pc.equal(
-        pc.bit_wise_and(table.column('hash'), buckets - 1), bucket))
-    return dict(zip(rows.column('key').to_pylist(),
-                    rows.column('data').to_pylist()))
+    rows = table.filter(pc.equal(pc.bit_wise_and(table.column('hash'), buckets - 1), bucket))
+    return dict(zip(rows.column('key').to_pylist(), rows.column('data').to_pylist()))
 
 
 class StateFile:
@@ -97,8 +97,7 @@ class StateFile:
         self.groups: list[tuple[int, int, int]] = []  # (min, max, row group)
         names = self.file.schema_arrow.names
         meta = self.file.metadata
-        size = sum(meta.row_group(i).total_byte_size
-                   for i in range(meta.num_row_groups))
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         if self.buckets and 'bucket' in names and size > _WHOLE_FILE_BYTES:
             column = names.index('bucket')
             for i in range(meta.num_row_groups):
@@ -119,8 +118,7 @@ class StateFile:
             groups = [i for low, high, i in self.groups if low <= mine <= high]
             if not groups:
                 return {}
-            table = self.file.read_row_groups(
-                groups, columns=['key', 'data', 'hash'])
+            table = self.file.read_row_groups(groups, columns=['key', 'data', 'hash'])
         return read_bucket(table, bucket, buckets)
 
 
@@ -204,16 +202,15 @@ class StateIO:
         def add(tag: int, key, data: bytes) -> None:
             if tag == STATE_TAG:
                 h = zlib.crc32(key)
-                self._pending.setdefault(h & (buckets - 1), []).append(
-                    (key, data, h))
+                self._pending.setdefault(h & (buckets - 1), []).append((key, data, h))
                 self._held += 1
                 if self._held >= _WRITE_ROWS:
                     self._flush()
             elif tag == SUMMARY_TAG:
-                self._summaries.setdefault(int(key), Summary()).add(
-                    Summary.decode(data))
+                self._summaries.setdefault(int(key), Summary()).add(Summary.decode(data))
             else:
                 forward(tag, key, data)
+
         return add
 
     def _flush(self) -> None:
@@ -223,19 +220,22 @@ class StateIO:
             return
         if self._writer is None:
             os.makedirs(self.files.folder, exist_ok=True)
-            self._path = os.path.join(self.files.folder,
-                                      f'part-{uuid.uuid4().hex}.parquet')
-            schema = STATE_SCHEMA.with_metadata(
-                {_BUCKETS_METADATA: b'%d' % self.files.buckets})
+            self._path = os.path.join(self.files.folder, f'part-{uuid.uuid4().hex}.parquet')
+            schema = STATE_SCHEMA.with_metadata({_BUCKETS_METADATA: b'%d' % self.files.buckets})
             self._writer = pq.ParquetWriter(self._path, schema)
-        rows = [(b,) + row for b in sorted(self._pending)
-                for row in self._pending[b]]
-        self._writer.write_table(pa.Table.from_arrays(
-            [pa.array([r[1] for r in rows], pa.binary()),
-             pa.array([r[2] for r in rows], pa.binary()),
-             pa.array([r[3] for r in rows], pa.int64()),
-             pa.array([r[0] for r in rows], pa.int64())],
-            schema=self._writer.schema), row_group_size=_GROUP_ROWS)
+        rows = [(b,) + row for b in sorted(self._pending) for row in self._pending[b]]
+        self._writer.write_table(
+            pa.Table.from_arrays(
+                [
+                    pa.array([r[1] for r in rows], pa.binary()),
+                    pa.array([r[2] for r in rows], pa.binary()),
+                    pa.array([r[3] for r in rows], pa.int64()),
+                    pa.array([r[0] for r in rows], pa.int64()),
+                ],
+                schema=self._writer.schema,
+            ),
+            row_group_size=_GROUP_ROWS,
+        )
         self._pending.clear()
         self._held = 0
 
@@ -249,15 +249,16 @@ class StateIO:
         buckets = {b: (None, '') for b in self._ran}
         for b, summary in self._summaries.items():
             buckets[b] = (summary.encode(), self._path)
-        forward(CONTROL_TAG, None, pickle.dumps(
-            {'stage': self.files.stage, STATE_REPORT: buckets}))
+        forward(CONTROL_TAG, None, pickle.dumps({'stage': self.files.stage, STATE_REPORT: buckets}))
 
 
 def with_state_io(read: Callable) -> Callable:
     """Wraps a streaming stage's input function (``stage_task``) with its
     task's state reads and writes."""
+
     def elements(task, entry, batches, forward) -> Iterator:
         io = StateIO(task.state_files)
         yield from read(task, entry, io.merged(batches), io.forward(forward))
         io.finish(forward)
+
     return elements

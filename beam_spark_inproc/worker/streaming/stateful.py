@@ -21,6 +21,7 @@ micro-batch that touched it: its user state (the entries of the key's
 Unlike batch, the input is never complete before +inf: timers not yet due wait
 for a later micro-batch.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -49,13 +50,18 @@ from beam_spark_inproc.worker.streaming.grouping import dumps
 
 def _due(queue, watermark: Timestamp, now: float):
     """Pops the earliest due timer as Elements.Timers, or None."""
-    due = [slot for slot, timer in queue._pending.items()
-           if (timer.fire_timestamp <= watermark if queue._event_time[slot[:2]]
-               else float(timer.fire_timestamp) <= now)]
+    due = [
+        slot
+        for slot, timer in queue._pending.items()
+        if (
+            timer.fire_timestamp <= watermark
+            if queue._event_time[slot[:2]]
+            else float(timer.fire_timestamp) <= now
+        )
+    ]
     if not due:
         return None
-    slot = min(due, key=lambda s: (not queue._event_time[s[:2]],
-                                   queue._pending[s].fire_timestamp))
+    slot = min(due, key=lambda s: (not queue._event_time[s[:2]], queue._pending[s].fire_timestamp))
     keep = {s: t for s, t in queue._pending.items() if s != slot}
     queue._pending = {slot: queue._pending[slot]}
     timers = queue.pop()
@@ -70,19 +76,19 @@ def _summary(queue) -> Summary:
         if hold is not None:
             summary.hold = min(summary.hold, Timestamp.of(hold))
         if queue._event_time[slot[:2]]:
-            summary.event_timer = min(summary.event_timer,
-                                      Timestamp.of(timer.fire_timestamp))
+            summary.event_timer = min(summary.event_timer, Timestamp.of(timer.fire_timestamp))
         else:
-            summary.processing_timer = min(summary.processing_timer,
-                                           float(timer.fire_timestamp))
+            summary.processing_timer = min(summary.processing_timer, float(timer.fire_timestamp))
     return summary
 
 
-def renamed(aliases: dict[str, str], state: dict, ordered: dict,
-            pending: dict) -> tuple[dict, dict, dict]:
+def renamed(
+    aliases: dict[str, str], state: dict, ordered: dict, pending: dict
+) -> tuple[dict, dict, dict]:
     """A key's state and timers as written under an earlier transform id of
     the stage's stateful DoFn (``aliases``: old id -> current id; an update
     renamed it), named by the current one."""
+
     def key(k: bytes) -> bytes:
         state_key = beam_fn_api_pb2.StateKey.FromString(k)
         inner = getattr(state_key, state_key.WhichOneof('type'))
@@ -90,22 +96,24 @@ def renamed(aliases: dict[str, str], state: dict, ordered: dict,
             inner.transform_id = aliases[inner.transform_id]
             return state_key.SerializeToString()
         return k
-    return ({key(k): v for k, v in state.items()},
-            {key(k): v for k, v in ordered.items()},
-            {(aliases.get(slot[0], slot[0]),) + tuple(slot[1:]): timer
-             for slot, timer in pending.items()})
+
+    return (
+        {key(k): v for k, v in state.items()},
+        {key(k): v for k, v in ordered.items()},
+        {
+            (aliases.get(slot[0], slot[0]),) + tuple(slot[1:]): timer
+            for slot, timer in pending.items()
+        },
+    )
 
 
-def streaming_keyed_input_elements(task, entry, batches,
-                                   forward: Callable) -> Iterator:
+def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> Iterator:
     """Elements and due timers for a streaming stateful stage (see module doc)."""
     ports = task.stage.inputs
     step = task.streaming
-    buckets = (task.state_files.buckets if task.state_files is not None
-               else STATE_BUCKETS)
+    buckets = task.state_files.buckets if task.state_files is not None else STATE_BUCKETS
     routing = entry.routing_state
-    aliases = (dict(task.state_files.aliases) if task.state_files is not None
-               else {})
+    aliases = dict(task.state_files.aliases) if task.state_files is not None else {}
     queue = entry.timer_queue
     summaries: dict[int, Summary] = {}
     if entry.state_expiry is None:
@@ -137,8 +145,7 @@ def streaming_keyed_input_elements(task, entry, batches,
                 for _, _, data in port_rows:
                     state, ordered, pending = pickle.loads(data)
                     if aliases:
-                        state, ordered, pending = renamed(
-                            aliases, state, ordered, pending)
+                        state, ordered, pending = renamed(aliases, state, ordered, pending)
                     servicer._state.update(state)
                     servicer._ordered_list_keys.update(ordered)
                     if queue is not None:
@@ -146,10 +153,12 @@ def streaming_keyed_input_elements(task, entry, batches,
                 continue
             yield beam_fn_api_pb2.Elements.Data(
                 transform_id=ports[tag].transform_id,
-                data=b''.join(data for _, _, data in port_rows))
-        while queue is not None and (
-                timers := _due(queue, step.next_input_watermark,
-                               step.processing_time)) is not None:
+                data=b''.join(data for _, _, data in port_rows),
+            )
+        while (
+            queue is not None
+            and (timers := _due(queue, step.next_input_watermark, step.processing_time)) is not None
+        ):
             yield timers
         for context in entry.user_state_contexts:
             context.commit()

@@ -11,6 +11,7 @@ afterwards (the rest of the test run keeps Beam's defaults):
 Tests that name a runner themselves (``TestPipeline(runner='DirectRunner')``)
 run on that runner, as they do in Beam. Skips come from ``skips``.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,39 +26,49 @@ from tests.conformance.beam import skips
 RUNNERS = {
     # The runner with the options a user gets (small stages in the driver,
     # the rest handed over to Spark: ``execution.small``).
-    'spark': ('--runner=beam_spark_inproc.InProcessSparkRunner',
-              'beam_spark_inproc.InProcessSparkRunner'),
+    'spark': (
+        '--runner=beam_spark_inproc.InProcessSparkRunner',
+        'beam_spark_inproc.InProcessSparkRunner',
+    ),
     # Beam's FnApiRunner over two SDK worker processes (``reference``): set
     # BEAM_CONFORMANCE_REFERENCE=fnapi-multi to run every test there instead.
-    'fnapi-multi': (reference.OPTIONS,
-                    'tests.conformance.beam.reference.MultiProcessFnApiRunner'),
+    'fnapi-multi': (reference.OPTIONS, 'tests.conformance.beam.reference.MultiProcessFnApiRunner'),
 }
 REFERENCE = os.environ.get('BEAM_CONFORMANCE_REFERENCE', '')
 if REFERENCE and REFERENCE not in RUNNERS:
-    raise ValueError(f'BEAM_CONFORMANCE_REFERENCE={REFERENCE!r}: expected one '
-                     f'of {sorted(RUNNERS)}.')
+    raise ValueError(
+        f'BEAM_CONFORMANCE_REFERENCE={REFERENCE!r}: expected one of {sorted(RUNNERS)}.'
+    )
 
 
 # Beam's integration tests (GCP, expansion services, containers): Beam's unit
 # test runs skip them, they run in its post-commit suites against services.
 INTEGRATION_MARKERS = {
-    'it_postcommit', 'it_validatescontainer',
-    'uses_gcp_java_expansion_service', 'uses_java_expansion_service',
-    'uses_python_expansion_service', 'uses_io_java_expansion_service',
-    'xlang_sql_expansion_service', 'xlang_wrapper_generation',
-    'uses_testcontainer', 'uses_mock_api', 'uses_feast'}
+    'it_postcommit',
+    'it_validatescontainer',
+    'uses_gcp_java_expansion_service',
+    'uses_java_expansion_service',
+    'uses_python_expansion_service',
+    'uses_io_java_expansion_service',
+    'xlang_sql_expansion_service',
+    'xlang_wrapper_generation',
+    'uses_testcontainer',
+    'uses_mock_api',
+    'uses_feast',
+}
 
 
 def pytest_configure(config):
     """Registers the markers Beam's test modules use (pytest runs --strict-markers)."""
     import apache_beam
+
     root = pathlib.Path(apache_beam.__file__).parent
     names = set()
     for area in ('examples', 'transforms', 'dataframe', 'io', 'ml'):
         for path in (root / area).rglob('*_test.py'):
             names.update(re.findall(r'pytest\.mark\.(\w+)', path.read_text()))
     for name in sorted(names):
-        config.addinivalue_line('markers', f'{name}: marker of Beam\'s own tests')
+        config.addinivalue_line('markers', f"{name}: marker of Beam's own tests")
 
 
 @pytest.fixture(scope='session')
@@ -73,6 +84,7 @@ def _beam_runner(request, monkeypatch):
         return
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.testing.test_pipeline import TestPipeline
+
     if engine == 'spark' and not REFERENCE:
         request.getfixturevalue('spark')  # the run's shared session
     test_options, default_runner = RUNNERS[REFERENCE or engine]
@@ -94,7 +106,9 @@ def pytest_collection_modifyitems(config, items):
             reason = skips.STREAMING
         marked = INTEGRATION_MARKERS.intersection(m.name for m in item.iter_markers())
         if marked and not reason:
-            reason = (f'Beam integration test ({", ".join(sorted(marked))}): needs '
-                      'GCP or an expansion service; Beam skips it in unit runs')
+            reason = (
+                f'Beam integration test ({", ".join(sorted(marked))}): needs '
+                'GCP or an expansion service; Beam skips it in unit runs'
+            )
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))

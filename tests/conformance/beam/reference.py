@@ -7,15 +7,18 @@ with ``--direct_num_workers=2 --direct_running_mode=multi_processing``, whose
 ``ParallelBundleManager`` splits each stage's input over two SDK worker
 processes. A measuring tool, not part of the CI run.
 """
+
 from __future__ import annotations
 
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 WORKERS = 2
-OPTIONS = (f'--runner=tests.conformance.beam.reference.MultiProcessFnApiRunner '
-           f'--direct_num_workers={WORKERS} '
-           '--direct_running_mode=multi_processing')
+OPTIONS = (
+    f'--runner=tests.conformance.beam.reference.MultiProcessFnApiRunner '
+    f'--direct_num_workers={WORKERS} '
+    '--direct_running_mode=multi_processing'
+)
 
 
 class MultiProcessFnApiRunner(FnApiRunner):

@@ -5,6 +5,7 @@ CI runs ``convert_test`` (DataFrames to and from PCollections); a full run
 (``BEAM_SPARK_INPROC_FULL_CONFORMANCE=1``) adds every module of
 ``apache_beam.dataframe`` (docs/conformance.md).
 """
+
 from tests.conformance.beam import tier
 
 ENGINE = 'spark'

@@ -16,14 +16,25 @@ tests, 13 of them small pipelines); ``BEAM_SPARK_INPROC_FULL_CONFORMANCE=1``
 adds the rest (about 430 tests, most of them pipelines): CI time
 (docs/conformance.md).
 """
+
 from tests.conformance.beam import tier
 
 ENGINE = 'spark'
 _IO, _ML = 'apache_beam.io.', 'apache_beam.ml.inference.'
 CI = [_IO + 'watch_test', _ML + 'utils_test', _ML + 'sklearn_inference_test']
-FULL = [_IO + m for m in (
-    'textio_test', 'avroio_test', 'parquetio_test', 'tfrecordio_test',
-    'filebasedsource_test', 'filebasedsink_test', 'fileio_test',
-    'sources_test', 'concat_source_test', 'iobase_test')] + [
-    _ML + 'base_test']
+FULL = [
+    _IO + m
+    for m in (
+        'textio_test',
+        'avroio_test',
+        'parquetio_test',
+        'tfrecordio_test',
+        'filebasedsource_test',
+        'filebasedsink_test',
+        'fileio_test',
+        'sources_test',
+        'concat_source_test',
+        'iobase_test',
+    )
+] + [_ML + 'base_test']
 MODULES = tier.load(globals(), *tier.chosen(CI, FULL))

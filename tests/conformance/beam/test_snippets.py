@@ -6,6 +6,7 @@ combiners, GroupByKey, side inputs as users write them); a full run
 (``BEAM_SPARK_INPROC_FULL_CONFORMANCE=1``) adds ``snippets_test`` and the
 other snippet packages (docs/conformance.md).
 """
+
 from tests.conformance.beam import tier
 
 ENGINE = 'spark'

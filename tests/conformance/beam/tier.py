@@ -11,6 +11,7 @@ tests, for GCP: left out). A module that cannot be imported (an optional
 dependency Beam's default runner lacks too) becomes one skipped test naming
 the import error.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -55,11 +56,14 @@ def load(namespace: dict, *names: str) -> list[str]:
         try:
             module = importlib.import_module(module_name)
         except (ImportError, unittest.SkipTest) as e:
-            reason = (f'{module_name} not importable here (nor on Beam\'s '
-                      f'default runner): {type(e).__name__}: {e}')
+            reason = (
+                f"{module_name} not importable here (nor on Beam's "
+                f'default runner): {type(e).__name__}: {e}'
+            )
 
             def not_importable(reason=reason):
                 pytest.skip(reason)
+
             namespace[f'test_{prefix}__not_importable'] = not_importable
             continue
         for name, obj in vars(module).items():
