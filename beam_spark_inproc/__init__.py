@@ -28,11 +28,11 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from beam_spark_inproc.errors import PipelineExecutionError
-    from beam_spark_inproc.errors import SparkMasterError
-    from beam_spark_inproc.errors import UnsupportedPipelineError
-    from beam_spark_inproc.options import SparkRunnerOptions
-    from beam_spark_inproc.runner import InProcessSparkRunner
+    from beam_spark_inproc.errors import PipelineExecutionError as PipelineExecutionError
+    from beam_spark_inproc.errors import SparkMasterError as SparkMasterError
+    from beam_spark_inproc.errors import UnsupportedPipelineError as UnsupportedPipelineError
+    from beam_spark_inproc.options import SparkRunnerOptions as SparkRunnerOptions
+    from beam_spark_inproc.runner import InProcessSparkRunner as InProcessSparkRunner
 
 _EXPORTS = {
     'InProcessSparkRunner': 'beam_spark_inproc.runner',

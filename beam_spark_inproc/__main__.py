@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         'args', nargs=argparse.REMAINDER, help='arguments for the script (pipeline options)'
     )
     args = parser.parse_args(argv)
-    from beam_spark_inproc.runner import EXPLAIN_ENV, Explained
+    from beam_spark_inproc.runner import EXPLAIN_ENV
+    from beam_spark_inproc.runner import Explained
 
     script_args = list(args.args)
     if any(a in ('-h', '--help') for a in script_args):

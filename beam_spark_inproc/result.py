@@ -11,7 +11,6 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.metrics.live import LiveMetrics
 
-
 # After a second Ctrl-C, how long the run's thread may still take to stop.
 STOP_GRACE_SECONDS = 10.0
 

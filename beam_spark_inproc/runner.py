@@ -12,8 +12,8 @@ import time
 import uuid
 from typing import Optional
 
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import PortableOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
@@ -35,8 +35,8 @@ from beam_spark_inproc.options import parse_conf
 from beam_spark_inproc.options import py_files
 from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
-from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.protocol import report
+from beam_spark_inproc.result import SparkPipelineResult
 
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
@@ -183,9 +183,9 @@ class InProcessSparkRunner(PipelineRunner):
             # on a local session, made only if the pipeline has them.
             engine = LocalEngine(parallelism, session=functools.partial(self.session, options))
         else:
+            from beam_spark_inproc.planning.plan import NATIVE_STAGE
             from beam_spark_inproc.spark import session as spark_session
             from beam_spark_inproc.spark.engine import SparkEngine
-            from beam_spark_inproc.planning.plan import NATIVE_STAGE
 
             # Native stages (ReadFromSpark, ...) need DataFrames throughout.
             small = (

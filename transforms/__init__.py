@@ -10,7 +10,8 @@ Spark's Python workers run), ``batches`` (Arrow batches as batched DoFns'
 batches), ``spark_io`` (the PTransforms), ``runtime`` (what
 the executor runs for them, by URN; the runner hands it to the executor),
 ``local`` (their expansion on runners running DoFns in this process),
-``specs`` (what those three share) and ``files`` (local Parquet scans). Exports are lazy, so a worker unpickling a
+``specs`` (what those three share) and ``files`` (local Parquet scans). Exports are lazy, so a
+worker unpickling a
 ``convert`` function loads no driver code.
 """
 

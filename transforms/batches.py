@@ -39,7 +39,12 @@ Imported by workers: pyarrow, and pandas only when a consumer wants DataFrames.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any
+from typing import Callable
+from typing import Iterable
+from typing import Iterator
+from typing import Optional
+from typing import Union
 
 import pyarrow as pa
 

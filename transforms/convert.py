@@ -26,21 +26,23 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Iterable, Iterator, Optional
+from typing import Iterable
+from typing import Iterator
+from typing import Optional
 
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_spark_inproc.transforms import types
-from beam_spark_inproc.transforms.files import BATCH_ROWS
-from beam_spark_inproc.transforms.files import ParquetFiles
 from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.transforms import types
+from beam_spark_inproc.transforms.files import BATCH_ROWS
+from beam_spark_inproc.transforms.files import ParquetFiles
 
 
 def _prefix(windowed_coder, sample) -> bytes | None:

@@ -36,7 +36,8 @@ import dataclasses
 import io
 import os
 import re
-from typing import Iterator, Optional
+from typing import Iterator
+from typing import Optional
 from urllib.parse import unquote
 from urllib.parse import urlparse
 

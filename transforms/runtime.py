@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
-
+from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import READ_STREAM_URN
 from beam_spark_inproc.planning.native import READ_URN
@@ -43,12 +44,11 @@ from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import files
 from beam_spark_inproc.transforms import specs
-from beam_spark_inproc.transforms.specs import write_dataframe as write
 from beam_spark_inproc.transforms import types
-from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.transforms.convert import ArrowRows
 from beam_spark_inproc.transforms.convert import ToArrow
 from beam_spark_inproc.transforms.convert import ToBeamRows
+from beam_spark_inproc.transforms.specs import write_dataframe as write
 
 
 def build(executor, index: int, stage: p.StagePlan) -> Any:

@@ -33,8 +33,8 @@ from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import types
-from beam_spark_inproc.transforms.specs import SparkInteropError
 from beam_spark_inproc.transforms.specs import _DATAFRAMES
+from beam_spark_inproc.transforms.specs import SparkInteropError
 from beam_spark_inproc.transforms.specs import encode_schema
 from beam_spark_inproc.transforms.specs import path_schema
 from beam_spark_inproc.transforms.specs import spark_error
@@ -401,8 +401,9 @@ class WriteToSpark(beam.PTransform):
 
 def _with_window_columns(arrow, columns: dict, what: str):
     """The write's schema: the elements' fields, then the window/pane columns."""
-    from beam_spark_inproc.transforms import stream_convert
     import pyarrow as pa
+
+    from beam_spark_inproc.transforms import stream_convert
 
     if not columns:
         return arrow

@@ -404,8 +404,8 @@ class SparkStreamSource:
 
     def _data(self, ids: list[int]) -> Any:
         """The staged batches' rows as engine data of the stage's outputs."""
-        from beam_spark_inproc.transforms.convert import ToTimestampedRows
         from beam_spark_inproc.planning import plan as p
+        from beam_spark_inproc.transforms.convert import ToTimestampedRows
 
         schema = specs.decode_schema(self._spec['schema'])
         row_type = types.row_type(schema)

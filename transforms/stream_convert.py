@@ -32,11 +32,11 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.convert import ArrowRows
-from beam_spark_inproc.transforms.convert import encoded_batches
 from beam_spark_inproc.transforms.convert import ToArrow
-from beam_spark_inproc.protocol.rows import CHUNK_BYTES
+from beam_spark_inproc.transforms.convert import encoded_batches
 
 # What each window/pane column holds, by its role, and its Arrow type.
 WINDOW_COLUMNS = {

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
-from typing import Any, Callable, Optional
+from typing import Any
+from typing import Callable
+from typing import Optional
 
 import pyarrow as pa
 from apache_beam.portability import common_urns
@@ -176,7 +178,7 @@ def spark_row_type(spark_schema) -> tuple[pa.Schema, RowTypeConstraint]:
     for spark_field, arrow_field in zip(spark_schema.fields, arrow):
         try:
             _beam_field_type(arrow_field, arrow_field.name)
-        except SchemaError as e:
+        except SchemaError:
             raise SchemaError(
                 f'field {spark_field.name!r}: Spark type '
                 f'{spark_field.dataType.simpleString()} (Arrow {arrow_field.type}) '
@@ -238,10 +240,8 @@ def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
     try:
         return atc._arrow_type_from_beam_fieldtype(field_type)
     except (ValueError, NotImplementedError):
-        raise SchemaError(
-            f'field {where!r}: Beam type {schema_pb2.AtomicType.Name(field_type.atomic_type) if kind == "atomic_type" else kind} '
-            'has no Arrow/Spark type'
-        ) from None
+        name = schema_pb2.AtomicType.Name(field_type.atomic_type) if kind == 'atomic_type' else kind
+        raise SchemaError(f'field {where!r}: Beam type {name} has no Arrow/Spark type') from None
 
 
 def _arrow_field(name: str, field_type: schema_pb2.FieldType, where: str) -> pa.Field:

@@ -58,7 +58,10 @@ Spark interop (runner-native stages, ``beam_spark_inproc.transforms.runtime``):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any
+from typing import Callable
+from typing import ContextManager
+from typing import Protocol
 
 GROUP = 'group'
 KEY_SORTED = 'key_sorted'

@@ -43,16 +43,15 @@ from apache_beam.runners.portability.fn_api_runner import translations
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.engine import ArrowOutput
 from beam_spark_inproc.execution.engine import Engine
-from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.execution.progress import Progress
 from beam_spark_inproc.execution.side_inputs import state_entries
-from beam_spark_inproc.worker import logs
+from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol import report
-from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
+from beam_spark_inproc.worker import logs
+from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.worker.stage_task import StageTask
-
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution import initial_split
+from beam_spark_inproc.protocol.buckets import bucket_of
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
-from beam_spark_inproc.protocol.buckets import bucket_of
 
 Partitions = list  # list[list[pa.RecordBatch]]
 

@@ -28,8 +28,8 @@ from functools import partial
 from typing import Iterator
 
 import apache_beam as beam
-from apache_beam.pipeline import PipelineVisitor
 from apache_beam.ml.inference import utils
+from apache_beam.pipeline import PipelineVisitor
 from apache_beam.transforms.userstate import CombiningValueStateSpec
 
 

@@ -2,11 +2,11 @@
 
 Data flow::
 
-    bundle (worker) ──control row──▶ job's reports ──after_job──▶ LiveMetrics ◀── result.metrics()
-        │  (committed: Spark keeps successful attempts' rows only)       ▲   │
-        └─attempt that does not commit──▶ attempt channel (TCP) ─────────┘   └─▶ MetricsPusher ─▶ sinks
-                                          (attempted = committed + these)        (http JSON, Graphite,
-                                                                                  Pushgateway)
+  bundle (worker) ──control row──▶ job's reports ──after_job──▶ LiveMetrics ◀── result.metrics()
+      │  (committed: Spark keeps successful attempts' rows only)       ▲   │
+      └─attempt that does not commit─▶ attempt channel, TCP ───────────┘   └─▶ MetricsPusher ─▶sinks
+                                        (attempted = committed + these)     (http JSON, Graphite,
+                                                                             Pushgateway)
 
 * ``live.LiveMetrics``: thread-safe store; ``results()`` is Beam MetricResults
   with committed and attempted told apart, answering at any time.
@@ -92,6 +92,7 @@ def start(options, pipeline_id: str, attempt_host: str | None = None, clock=None
     """Store and pusher for a run from its options; with ``attempt_host``, an
     attempt channel listening there."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions
+
     from beam_spark_inproc.options import SparkRunnerOptions
 
     opts = options.view_as(SparkRunnerOptions)

@@ -21,8 +21,8 @@ import collections
 import threading
 from typing import Iterable
 
-from apache_beam.metrics.metric import MetricResults
 from apache_beam.metrics.execution import MetricResult
+from apache_beam.metrics.metric import MetricResults
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.runners.portability import portable_metrics
 

@@ -24,7 +24,8 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable
+from typing import Iterable
 
 from beam_spark_inproc.metrics import snapshot as snapshots
 from beam_spark_inproc.metrics.live import LiveMetrics

@@ -26,7 +26,9 @@ import re
 import socket
 import urllib.parse
 import urllib.request
-from typing import Callable, Iterator, Protocol
+from typing import Callable
+from typing import Iterator
+from typing import Protocol
 
 from beam_spark_inproc.metrics.snapshot import Snapshot
 

@@ -34,7 +34,8 @@ range, replayable from a position and splittable anywhere, and
 from __future__ import annotations
 
 import random
-from typing import Iterator, Union
+from typing import Iterator
+from typing import Union
 
 from apache_beam.testing.benchmarks.nexmark.models import nexmark_model
 from apache_beam.utils.timestamp import Duration

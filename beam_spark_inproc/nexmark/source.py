@@ -51,8 +51,8 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.testing.benchmarks.nexmark import nexmark_util
 from apache_beam.transforms import core
 from apache_beam.transforms import window
-from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.timestamp import Duration
 
 from beam_spark_inproc.nexmark import generator
 

@@ -26,7 +26,7 @@ from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 
-LATER = 'Streaming mode does not run this yet (issue #34).'
+LATER = 'Streaming mode does not run this yet.'
 # Formats whose tables are a log over files: renaming files in breaks them.
 TABLE_FORMATS = frozenset(['delta', 'iceberg', 'hudi'])
 

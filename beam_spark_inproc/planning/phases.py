@@ -2,7 +2,8 @@
 
 The list is FnApiRunner's (``fn_runner.FnApiRunner.create_stages``) plus
 ``annotate_stateful_dofns_as_roots``, so a stateful DoFn starts a stage whose input
-is shuffled by key, and ``sdf_reshuffle_main_input_only``. Reshuffle is a runner URN, so Create/Impulse data and SDF
+is shuffled by key, and ``sdf_reshuffle_main_input_only``. Reshuffle is a runner URN, so
+Create/Impulse data and SDF
 restrictions are spread over partitions by a Spark repartition.
 """
 

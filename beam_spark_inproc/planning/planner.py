@@ -14,6 +14,7 @@ from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
+from beam_spark_inproc.io import text_lines
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.native import READ_URN
@@ -22,7 +23,6 @@ from beam_spark_inproc.planning.phases import PANES_BOUNDARY
 from beam_spark_inproc.planning.phases import boundary_before
 from beam_spark_inproc.planning.phases import fuse
 from beam_spark_inproc.planning.ports import input_transform
-from beam_spark_inproc.io import text_lines
 
 DATA_URNS = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
 # A descriptor's ports need a non-empty URL; the worker's data channel factory

@@ -11,7 +11,9 @@ index), the key column's encoding (``key_extractor``) and the batch bounds.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Optional
+from typing import Callable
+from typing import Iterator
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -22,14 +22,14 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.options import INLINE_SIDE_INPUT_BYTES
-from beam_spark_inproc.spark.shipping import Shipper
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
 from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.shipped import ShippedFile
-from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 
 
 def functions_for(session):

@@ -13,7 +13,8 @@ the driver makes too: a DoFn that does not pickle fails as on Spark.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import pyarrow as pa
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-
 import contextlib
 import logging
 import os
@@ -11,7 +10,8 @@ import re
 import sys
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Iterable
+from typing import Optional
 
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.spark import class_archive

@@ -37,7 +37,8 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
-from typing import Iterable, Optional
+from typing import Iterable
+from typing import Optional
 
 from beam_spark_inproc.worker.shipped import ShippedFile
 

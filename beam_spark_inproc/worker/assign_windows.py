@@ -30,7 +30,8 @@ gets Beam's own operation.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
+from typing import Optional
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.common import NameContext

@@ -23,7 +23,9 @@ call (``process``) and no encoding of its own.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterator, Optional
+from typing import Callable
+from typing import Iterator
+from typing import Optional
 
 from apache_beam.coders import coders
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -87,7 +89,8 @@ class _PackedStream(data_plane.ClosableOutputStream):
 
     Elements wait per key (``PACKED_KEYS`` keys, ``PACKED_BYTES`` in all, a row
     of ``PACKED_ROW_BYTES`` at most per key, or one element if larger); a row
-    carries them in the order they were written. ``encode`` is set by the writing operation (its wire coder).
+    carries them in the order they were written. ``encode`` is set by the writing operation (its
+    wire coder).
     """
 
     def __init__(self, tag: int, add_row):

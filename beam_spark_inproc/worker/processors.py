@@ -13,7 +13,9 @@ import contextlib
 import dataclasses
 import pickle
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any
+from typing import Iterator
+from typing import Optional
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners import pipeline_context
@@ -25,15 +27,15 @@ from apache_beam.runners.worker import statesampler
 from apache_beam.runners.worker.statecache import StateCache
 
 from beam_spark_inproc.planning import plan as p
-from beam_spark_inproc.worker import assign_windows  # noqa: F401  (registers its URN)
-from beam_spark_inproc.worker.channel import ChannelFactory
 from beam_spark_inproc.protocol.rows import key_extractor
+from beam_spark_inproc.worker import assign_windows  # noqa: F401  (registers its URN)
 from beam_spark_inproc.worker.batch.grouped_values import GroupedValuesStore
 from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
-from beam_spark_inproc.worker.key_state import KeyStateHandler
 from beam_spark_inproc.worker.batch.stateful import RoutingStateHandler
 from beam_spark_inproc.worker.batch.stateful import TimerQueue
 from beam_spark_inproc.worker.batch.stateful import collect_contexts
+from beam_spark_inproc.worker.channel import ChannelFactory
+from beam_spark_inproc.worker.key_state import KeyStateHandler
 from beam_spark_inproc.worker.shipped import ShippedFile
 from beam_spark_inproc.worker.streaming.grouping import StreamingGroupAlsoByWindow
 

@@ -17,7 +17,8 @@ expand Reshuffle without carrying pane info (its elements come out with
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from typing import Any
+from typing import Iterator
 
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream

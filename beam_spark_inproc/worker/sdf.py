@@ -7,7 +7,8 @@ resume delay the DoFn asked for, until none remains; staying in the task keeps
 them in one Spark task attempt, so a retry re-runs them all.
 
 *Runner-initiated splits*: a bundle whose current element has been running for
-``split_after`` seconds is split with the SDK's ``try_split``: the primary keeps a sliver and finishes
+``split_after`` seconds is split with the SDK's ``try_split``: the primary keeps a sliver and
+finishes
 here; the rest becomes ``ways`` equal residuals that leave (with any input
 elements the split cut off) as ``RESIDUAL_TAG`` rows, and the executor runs them
 as the stage's next round, spread over all partitions.
@@ -24,7 +25,8 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator
+from typing import Optional
 
 from apache_beam.portability.api import beam_fn_api_pb2
 

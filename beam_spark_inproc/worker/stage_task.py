@@ -37,31 +37,31 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
+from beam_spark_inproc.protocol import report
+from beam_spark_inproc.protocol.rows import CONTROL_TAG
+from beam_spark_inproc.protocol.rows import DATA
+from beam_spark_inproc.protocol.rows import KEY
+from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
+from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
+from beam_spark_inproc.protocol.rows import TAG
+from beam_spark_inproc.protocol.rows import BatchBuilder
+from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.protocol.rows import holding_elements
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import StreamingStep
 from beam_spark_inproc.worker import attempts
+from beam_spark_inproc.worker import capture
 from beam_spark_inproc.worker import directory
 from beam_spark_inproc.worker import gc_epochs
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker import processors
 from beam_spark_inproc.worker import profiling
-from beam_spark_inproc.protocol import report
-from beam_spark_inproc.worker import capture
 from beam_spark_inproc.worker import sdf
-from beam_spark_inproc.worker.channel import InProcessDataChannel
 from beam_spark_inproc.worker.batch.stateful import keyed_input_elements
-from beam_spark_inproc.protocol.rows import CONTROL_TAG
-from beam_spark_inproc.protocol.rows import RESIDUAL_TAG
-from beam_spark_inproc.protocol.rows import SCHEDULED_TAG
-from beam_spark_inproc.protocol.rows import BatchBuilder
-from beam_spark_inproc.protocol.rows import DATA
-from beam_spark_inproc.protocol.rows import KEY
-from beam_spark_inproc.protocol.rows import TAG
-from beam_spark_inproc.protocol.rows import column_slices
-from beam_spark_inproc.protocol.rows import holding_elements
-from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.worker.channel import InProcessDataChannel
 from beam_spark_inproc.worker.streaming.grouping import streaming_grouped_input_elements
-from beam_spark_inproc.worker.streaming.stateful import streaming_keyed_input_elements
-from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.worker.streaming.state_io import with_state_io
+from beam_spark_inproc.worker.streaming.stateful import streaming_keyed_input_elements
 
 _QUEUE_BATCHES = 2
 _POLL_SECONDS = 0.5

@@ -43,7 +43,9 @@ def assign_step(args) -> None:
         beam_assign = windowfn.assign
         context = window.WindowFn.AssignContext
         fast = assigner(windowfn)
-        beam_us = _per_element(lambda t: beam_assign(context(t)), timestamps)
+        beam_us = _per_element(
+            lambda t, assign=beam_assign, context=context: assign(context(t)), timestamps
+        )
         fast_us = _per_element(fast, micros)
         print(
             f'assign {windowfn.__class__.__name__:14s}: Beam {beam_us:.2f} us, '

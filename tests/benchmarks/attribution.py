@@ -93,7 +93,7 @@ def task_table(records: list, t0: float) -> list[str]:
 
 def _own_times(stats: pstats.Stats) -> dict:
     out: dict = {}
-    for (filename, line, function), row in stats.stats.items():
+    for (filename, _, function), row in stats.stats.items():
         short = '%s:%s' % (filename.split('site-packages/')[-1], function)
         out[short] = out.get(short, 0.0) + row[2]
     return out
@@ -117,7 +117,8 @@ def compare_profiles(harness, bench, n: int, top: int) -> list[str]:
         :top
     ]
     lines = [
-        f"cProfile own CPU time (tottime, thread CPU clock), this runner's bundle threads (all tasks) "
+        'cProfile own CPU time (tottime, thread CPU clock), '
+        "this runner's bundle threads (all tasks) "
         f"vs FnApiRunner's whole run: total {sum(ours.values()):.2f} s vs "
         f'{sum(theirs.values()):.2f} s',
         '',

@@ -74,8 +74,8 @@ from beam_spark_inproc.nexmark.generator import events  # noqa: E402
 from tests.integration.test_semantics import run_on  # noqa: E402
 from tests.nexmark import queries  # noqa: E402
 from tests.nexmark import test_nexmark_streaming as streaming  # noqa: E402
-from tests.nexmark.test_nexmark import MovingMeanSellingPrice  # noqa: E402
 from tests.nexmark.test_nexmark import OPTIONS  # noqa: E402
+from tests.nexmark.test_nexmark import MovingMeanSellingPrice  # noqa: E402
 
 QUERIES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
 # FnApiRunner cannot merge AuctionOrBidWindowFn (4, 6, 9) and has no clock
@@ -150,6 +150,7 @@ def _query12_stream(runner, n: int, rate: float, period: float, folder: str) -> 
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
     from beam_spark_inproc.nexmark import ReadEvents
 
     bids = _bids(n)
@@ -221,18 +222,17 @@ class Bench:
         self.micro_batches = _MicroBatches()
 
     def batch(self, q, n, runner, folder):
-        run = lambda: run_on(
-            runner,
-            queries.pipeline(q, n),  # noqa: E731
-            folder,
-            OPTIONS.get(q),
-        )
+        def run():
+            return run_on(runner, queries.pipeline(q, n), folder, OPTIONS.get(q))
+
         if q == 10:
             return _files(run, folder + '-files')
         return run()
 
     def stream(self, q, n, runner, build, folder):
-        run = lambda: queries.run_stream(runner, build, OPTIONS.get(q))  # noqa: E731
+        def run():
+            return queries.run_stream(runner, build, OPTIONS.get(q))
+
         if q == 10:
             return _files(run, folder + '-files')
         return run()

@@ -107,6 +107,7 @@ def _work(kind: str, n: int, workdir: str, chunks: int) -> bool:
             )
     else:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
         from tests.benchmarks import run as bench_run
 
         bench = bench_run.BENCHMARKS[kind]

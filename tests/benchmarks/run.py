@@ -937,6 +937,7 @@ class Harness:
 
     def run_beam(self, bench: Benchmark, n: int, engine: str, extra_args=()) -> tuple:
         import apache_beam as beam
+
         from beam_spark_inproc.execution import small
 
         runner, options = self.beam_runner(engine, extra_args)

@@ -73,7 +73,8 @@ def hot_key(p, scale):
     )
     expected_total = sum(j % 7 for j in range(hot // blocks)) * blocks
     check = out | beam.Filter(lambda t: t[0] == 'hot') | beam.Map(lambda t: (t[1], t[2]))
-    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
 
     assert_that(check, equal_to([(expected_total, hot // blocks * blocks)]))
     return hot + cold_keys
@@ -102,7 +103,8 @@ def fan_out(p, scale):
         | beam.ParDo(Count())
         | beam.combiners.Count.Globally()
     )
-    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
 
     assert_that(counted, equal_to([n]))
     return n
@@ -136,7 +138,8 @@ def side_input(p, scale):
         | beam.ParDo(Look(), table=beam.pvalue.AsDict(table))
         | beam.CombineGlobally(sum)
     )
-    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
 
     assert_that(looked, equal_to([sum(2 * (x % entries) for x in range(lookups))]))
     return lookups
@@ -164,10 +167,11 @@ def run_one(name: str, scale: float, worker_memory: str) -> dict:
     import pyarrow as pa
 
     def floor(batches):
-        import apache_beam  # noqa: F401
         import resource
 
-        for b in batches:
+        import apache_beam  # noqa: F401
+
+        for _ in batches:
             yield pa.RecordBatch.from_pydict(
                 {'mb': [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]}
             )

@@ -5,7 +5,7 @@ Run by hand, never by pytest::
     python tests/benchmarks/small.py                 # 15 runs each, medians
     python tests/benchmarks/small.py --repeats 30 --profile
 
-The pipeline of issue #15: ``Create`` of 10 elements, ``Map``, ``GroupByKey``,
+The small pipeline: ``Create`` of 10 elements, ``Map``, ``GroupByKey``,
 ``Map``, ``Count.Globally``, checked with ``assert_that`` (as a test would). Engines,
 interleaved, after one warm-up run each:
 

@@ -1,4 +1,4 @@
-"""A stream run for a long time, then stopped and restarted (issue #33, item 5).
+"""A stream run for a long time, then stopped and restarted.
 
 A stateful DoFn counts per key (``--keys`` keys) in fixed event-time windows
 of ``--window`` seconds, fed at a steady rate by an endless splittable DoFn

@@ -1,4 +1,4 @@
-"""Benchmark (issue 16): read N rows of Parquet into a pipeline and count per key.
+"""Benchmark: read N rows of Parquet into a pipeline and count per key.
 
 Run by hand, never by pytest::
 
@@ -49,7 +49,8 @@ Spark's Arrow batches of 10,000 rows (joined for batched consumers):
 
 For each ``--rows``, Spark writes the input, then one warm-up run of each engine
 on a 50,000-row file, then ``--repeats`` runs with the engines interleaved
-(several sizes run one after the other in one run); medians are printed, and the ratio of ReadFromParquet on
+(several sizes run one after the other in one run); medians are printed, and the ratio of
+ReadFromParquet on
 this runner to ReadFromSpark (target: at least 3x), and of each other engine
 to the columnar ReadFromSpark variants. ``--cpu`` adds each run's CPU seconds
 per process kind (driver, JVM, Python workers).
@@ -206,6 +207,7 @@ def _frame_counts(frame, expected):
 
 def run_spark_frame(spark, path, expected):
     from apache_beam.dataframe.convert import to_dataframe
+
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import ReadFromSpark
 
@@ -303,10 +305,11 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
 
+    import pyspark
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark import session as spark_session
-    import pyspark
 
     conf = dict(c.split('=', 1) for c in args.conf)
     spark, _ = spark_session.get_or_create('local[2]', None, conf)

@@ -1,4 +1,4 @@
-"""Where spark_read.py's time goes: CPU per row of each part (issue 16).
+"""Where spark_read.py's time goes: CPU per row of each part.
 
 Run by hand, never by pytest::
 
@@ -73,6 +73,7 @@ class _CountPerKey(beam.DoFn):
 def pipelines(spark, path: str) -> dict:
     from apache_beam.dataframe.convert import to_dataframe
     from apache_beam.dataframe.convert import to_pcollection
+
     from beam_spark_inproc.transforms import ReadFromSpark
 
     def spark_read(p):
@@ -131,6 +132,7 @@ def direct_parts(spark, path: str) -> dict:
     """CPU seconds of the read and of the element making, done directly."""
     from apache_beam.io.parquetio import _ArrowTableToRowDictionaries
     from apache_beam.io.parquetio import _ParquetSource
+
     from beam_spark_inproc.transforms import files
     from beam_spark_inproc.transforms import types
     from beam_spark_inproc.transforms.convert import ArrowRows

@@ -1,4 +1,4 @@
-"""Streaming throughput, latency and micro-batch overhead (issue #13, item 12).
+"""Streaming throughput, latency and micro-batch overhead.
 
 Two pipelines over the same TestStream, on this runner (Spark, and the debug
 engine if asked) and on Beam's BundleBasedDirectRunner, in one run:

@@ -1,4 +1,4 @@
-"""A long stream with many keys of state on ``local-cluster`` (issue #14, item 5).
+"""A long stream with many keys of state on ``local-cluster``.
 
 A stateful DoFn keeps a running count per key (``--keys`` keys, 1M by
 default) in fixed windows of ``--window`` seconds of event time; each

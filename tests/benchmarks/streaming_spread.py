@@ -69,7 +69,7 @@ def main() -> None:
     )
     results: dict = {}
     for name in [n for n in args.pipelines.split(',') if n]:
-        for round_ in range(args.rounds):
+        for _ in range(args.rounds):
             for kb in spreads:
                 before = set(_stages(url, app))
                 with Sampler(interval=0.5) as sampler:

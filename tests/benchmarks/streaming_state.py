@@ -1,4 +1,4 @@
-"""Micro-batch cost with N keys of GroupByKey state (issue #13, item 12 in part).
+"""Micro-batch cost with N keys of GroupByKey state.
 
 A TestStream adds N keys in its first event (their panes stay buffered: fixed
 windows of 1000 s, the watermark stays at 0), then ``--touch`` events of one

@@ -356,6 +356,7 @@ def main() -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if args.fixed_cost_rounds:
         from pyspark.sql import SparkSession
+
         from tests.benchmarks import streaming
 
         streaming._instrument()

@@ -230,7 +230,8 @@ def main() -> None:
                 f'{between:.2f}; gc during tasks: {_gc_text(_sum_gc(records, "gc_during"))}; '
                 f'between: {_gc_text(_sum_gc(records, "gc_before"))}; epochs begun '
                 f'{len(begun)} (of {begun} tasks); '
-                f'calibration {calibrated * 1000:.0f} ms, canary {canary.median_ms():.2f} ms, steal {steal:.2f} s; fresh '
+                f'calibration {calibrated * 1000:.0f} ms, '
+                f'canary {canary.median_ms():.2f} ms, steal {steal:.2f} s; fresh '
                 f'workers {len(sampler.fresh_spark_workers)}  '
                 f'[load {os.getloadavg()[0]:.1f}]',
                 flush=True,

@@ -14,7 +14,6 @@ from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
 
-
 # What executors import: every stage on Spark, none of these tiny stages in
 # the driver (``execution.small``), which has the driver's modules.
 ON_SPARK = ['--spark_small_data_kb=0']

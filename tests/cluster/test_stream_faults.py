@@ -10,7 +10,7 @@ per attempt (``worker.streaming.state_io``); only the attempt Spark committed
 reports its file, so a dead attempt's writes are never read, and the records
 are written by a stage of their own after a Reshuffle (a result stage whose
 tasks run after the fault, once). The duplicates once seen here (one
-micro-batch's records twice, issue #14) were recorded on the loop before that
+micro-batch's records twice) were recorded on the loop before that
 design (a persisted stateful result read by separate jobs: one collected its
 summaries, one wrote its state, later stages read its output, each able to
 recompute it after the fault); on this design they did not come back in 15

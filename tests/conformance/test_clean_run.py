@@ -1,5 +1,5 @@
 """A user's first run: what ``python examples/wordcount.py`` prints, and what
-Spark's Python workers log (issue #18, item 8).
+Spark's Python workers log.
 
 Each test runs a fresh Python process (Spark's JVM and its Python workers write
 to that process's stderr, which an in-process capture cannot see). The stderr a

@@ -14,11 +14,11 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from receivers import GraphiteReceiver
+from receivers import HttpReceiver
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.spark.session import get_or_create
-from receivers import GraphiteReceiver
-from receivers import HttpReceiver
 
 N = 1000
 

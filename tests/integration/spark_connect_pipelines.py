@@ -300,6 +300,7 @@ def attempt_metrics(session) -> dict:
     """A pipeline whose task fails (no retries on ``local[2]``): its attempt's
     counts reach ``attempted`` over the attempt channel, ``committed`` stays 0."""
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_spark_inproc import InProcessSparkRunner
 
     p = beam.Pipeline(
@@ -337,6 +338,7 @@ def runtime_settings(session, streaming: bool = False) -> dict:
     before and after the run (classic Spark and Connect alike); ``streaming``:
     the same pipeline fed by a TestStream, run as a stream."""
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.spark.engine import SparkEngine
 
@@ -411,6 +413,7 @@ def main(argv=None):
     names = args.names or sorted(PIPELINES)
 
     from pyspark.sql import SparkSession
+
     from beam_spark_inproc import InProcessSparkRunner
 
     status = {'pipelines': {}}
@@ -449,22 +452,22 @@ def main(argv=None):
             save()
         try:
             status['runtime_settings'] = runtime_settings(session)
-        except Exception as e:
+        except Exception:
             status['runtime_settings'] = {'error': traceback.format_exc()[-4000:]}
         save()
         try:
             status['attempt_metrics'] = attempt_metrics(session)
-        except Exception as e:
+        except Exception:
             status['attempt_metrics'] = {'error': traceback.format_exc()[-4000:]}
         save()
         if not args.names:
-            # Spark interop cases (issue 16) on the same session; checked by the
+            # Spark interop cases on the same session; checked by the
             # interop tests at the end of test_spark_connect.py.
             import spark_interop_pipelines
 
             status['interop'] = spark_interop_pipelines.run_all(session, args.out)
             save()
-            # Streaming (issue 13): the micro-batch loop in this client.
+            # Streaming: the micro-batch loop in this client.
             import spark_connect_streaming
 
             status['streaming'] = spark_connect_streaming.run_all(session)

@@ -1,4 +1,4 @@
-"""Streaming pipelines over Spark Connect (issue #13, item 9): the micro-batch
+"""Streaming pipelines over Spark Connect: the micro-batch
 loop runs in the Connect client, each micro-batch Spark jobs on the server
 through DataFrame APIs only; keyed state is written and read by the server's
 Python workers under the client's checkpoint location (one machine here).
@@ -40,14 +40,16 @@ CASES = {
 
 
 def spark_file_stream(session) -> int:
-    """ReadFromSpark over a streaming DataFrame (issue #34): Spark's file
+    """ReadFromSpark over a streaming DataFrame: Spark's file
     source read by the staging query on the server (its ``foreachBatch``
     function in the server's Python workers), the loop in this client; the
     windowed sums must equal the same sums over the rows read as a batch on
     FnApiRunner (``spark_source_pipelines``)."""
     import tempfile
+
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_spark_inproc import InProcessSparkRunner
     from tests.streaming import spark_source_pipelines as cases
 
@@ -69,13 +71,14 @@ def spark_file_stream(session) -> int:
 
 
 def spark_stream_writes(session) -> int:
-    """WriteToSpark in a stream (issue #34) to a path and to an external
+    """WriteToSpark in a stream to a path and to an external
     Parquet catalog table partitioned by key, and SparkSql per fired pane,
     the micro-batches' Spark work on the server: the rows written equal
     those from Beam's BundleBasedDirectRunner's panes, the query's result
     the count and sum per window and pane computed from them
     (``tests.streaming.spark_sink_pipeline``)."""
     import tempfile
+
     from beam_spark_inproc import InProcessSparkRunner
     from beam_spark_inproc.transforms import WriteToSpark
     from tests.streaming import spark_sink_pipeline as sink

@@ -1,4 +1,4 @@
-"""Spark interop cases (issue 16), run on classic Spark and over Spark Connect.
+"""Spark interop cases, run on classic Spark and over Spark Connect.
 
 Each case is ``case(spark, runner, workdir)``: it makes its input with Spark,
 runs a pipeline with ReadFromSpark / WriteToSpark / SparkSql on ``runner`` and
@@ -242,10 +242,12 @@ def read_into_batched_dofns(spark, runner, workdir):
     sizes reach the metrics). Each read has one reader, so on
     InProcessSparkRunner its stage takes the Arrow batches itself."""
     import typing
+
     import pandas as pd
     import pyarrow as pa
     from apache_beam.dataframe.convert import to_dataframe
     from apache_beam.dataframe.convert import to_pcollection
+
     from beam_spark_inproc.transforms import ReadFromSpark
 
     data = _batch_rows()
@@ -439,6 +441,7 @@ def sql_join_keeps_metrics(spark, runner, workdir):
 def run_all(spark, workdir, names=None) -> dict:
     """Runs the cases on ``spark`` with InProcessSparkRunner: {name: status}."""
     import time
+
     from beam_spark_inproc import InProcessSparkRunner
 
     status = {}

@@ -1,4 +1,4 @@
-"""Issue #18: batch semantics Beam's own tests and Nexmark found missing.
+"""Batch semantics Beam's own tests and Nexmark found missing.
 
 Each test runs on the debug engine and on Spark (``engine``), against
 FnApiRunner where it can run the pipeline, else against results computed by
@@ -344,7 +344,7 @@ class TaggedWindow(IntervalWindow):
 
     def __eq__(self, other):
         return (
-            type(self) == type(other)
+            type(self) is type(other)
             and self.start == other.start
             and self.end == other.end
             and self.tag == other.tag

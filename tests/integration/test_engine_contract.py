@@ -325,6 +325,7 @@ def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
     """Without PySpark's private collect API (``_load_from_socket``) the
     leaves' control rows come by ``toArrow``, ``started`` still called once."""
     import pyspark.util
+
     from beam_spark_inproc.spark import engine as spark_engine
 
     monkeypatch.delattr(pyspark.util, '_load_from_socket')
@@ -345,6 +346,7 @@ def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
     then their order (4.3's yields them in order): the control rows are the
     same either way."""
     import pyspark.sql.pandas.serializers as serializers
+
     from beam_spark_inproc.spark import engine as spark_engine
 
     current = serializers.ArrowCollectSerializer

@@ -12,11 +12,11 @@ import random
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.io.restriction_trackers import OffsetRange
-from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms.core import RestrictionProvider
 

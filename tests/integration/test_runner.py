@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import collections
-import re
 import pathlib
+import re
 import subprocess
 import sys
 

@@ -8,7 +8,8 @@ cross what Connect changes: shuffles, side inputs, custom coders and windows)
 in ``test_spark_connect.py``, whose one server serves the whole module. Tests
 that measure Spark's own splitting and scale stay on classic Spark.
 
-Every test builds one pipeline twice, once on the backend and once on FnApiRunner, writes its output with
+Every test builds one pipeline twice, once on the backend and once on FnApiRunner, writes its
+output with
 ``WriteToText`` into the test's ``tmp_path`` (DoFns run in Spark's Python worker
 processes, so nothing can be appended to a list of the test process) and
 compares the sorted lines.

@@ -120,6 +120,7 @@ class ConnectRun:
 
     def start(self) -> 'ConnectRun':
         import pyspark
+
         from beam_spark_inproc.spark.session import LOCAL_DEFAULTS
 
         spark_home = os.path.dirname(pyspark.__file__)
@@ -347,7 +348,7 @@ def test_connect_client_had_no_jvm_and_server_stopped(connect_run):
         time.sleep(0.2)
 
 
-# --- Spark interop over Connect (issue 16) ---------------------------------------
+# --- Spark interop over Connect ---------------------------------------
 # The client runs spark_interop_pipelines' cases after its own pipelines, on the
 # same session (see ``main`` there); each case checks its own results.
 
@@ -365,7 +366,7 @@ def test_interop_case_over_connect(connect_run, name):
     )
 
 
-# --- Streaming over Connect (issue 13) --------------------------------------------
+# --- Streaming over Connect --------------------------------------------
 # The client runs spark_connect_streaming's cases last: the micro-batch loop in
 # the client, records compared with BundleBasedDirectRunner there.
 

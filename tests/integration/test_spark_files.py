@@ -1,4 +1,4 @@
-"""ReadFromSpark of local Parquet files read by pyarrow in the tasks (issue 16).
+"""ReadFromSpark of local Parquet files read by pyarrow in the tasks.
 
 ``transforms.files`` decides in the driver whether a DataFrame is a bare scan
 of local Parquet files; then the reading stage's tasks read the files with

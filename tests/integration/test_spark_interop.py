@@ -1,4 +1,4 @@
-"""ReadFromSpark, WriteToSpark and SparkSql on classic Spark (issue 16).
+"""ReadFromSpark, WriteToSpark and SparkSql on classic Spark.
 
 The cases themselves (``spark_interop_pipelines``) also run over Spark Connect
 (``test_spark_connect.py``). Here too: the errors for bad input, raised while
@@ -158,6 +158,7 @@ def test_case_on_direct_runner(spark, tmp_path, name):
 def test_other_runners_expand_to_beam_transforms(spark):
     """Off InProcessSparkRunner no runner-native URN reaches the proto."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     from beam_spark_inproc.planning.native import NATIVE_URNS
 
     p = beam.Pipeline(runner=FnApiRunner())
@@ -227,7 +228,8 @@ def test_a_read_with_one_plain_reader_feeds_it_arrow(spark):
 
 def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
     """The first stage after a ReadFromSpark hands a batched DoFn (also one
-    that takes elements too) and Beam's DataFrame API each Arrow batch as one batch (6,000 rows: Beam's own
+    that takes elements too) and Beam's DataFrame API each Arrow batch as one batch (6,000 rows:
+    Beam's own
     rebatching of elements stops at 4,096), and makes no row objects for
     them (debug engine: the worker code runs here, where ``data_rows`` is
     patched to fail)."""
@@ -237,6 +239,7 @@ def test_batched_consumers_get_the_arrow_batches_whole(spark, monkeypatch):
     from apache_beam.metrics import MetricsFilter
     from apache_beam.testing.util import assert_that
     from apache_beam.testing.util import equal_to
+
     from beam_spark_inproc.transforms.convert import ArrowRows
 
     def no_rows(*args, **kwargs):
@@ -302,6 +305,7 @@ def test_batched_consumers_get_large_batches_under_the_cap(spark, tmp_path, monk
     from apache_beam.dataframe.convert import to_pcollection
     from apache_beam.testing.util import assert_that
     from apache_beam.testing.util import equal_to
+
     from beam_spark_inproc.transforms import batches
     from beam_spark_inproc.transforms import files
     from beam_spark_inproc.transforms import types
@@ -360,6 +364,7 @@ def test_sql_over_a_read_uses_the_reads_dataframe(spark, monkeypatch):
     through Beam, so the view has the types the pipeline was built with."""
     from apache_beam.testing.util import assert_that
     from apache_beam.testing.util import equal_to
+
     from beam_spark_inproc.transforms import convert
 
     source = spark.range(0, 50, 1, 2).selectExpr('id', "concat('k', cast(id % 3 as string)) AS key")

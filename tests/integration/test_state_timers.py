@@ -6,7 +6,6 @@ compared as sorted lines.
 
 from __future__ import annotations
 
-
 import apache_beam as beam
 from apache_beam.coders import StrUtf8Coder
 from apache_beam.coders import VarIntCoder

@@ -20,9 +20,8 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
-from beam_spark_inproc.spark import session as spark_session
 from beam_spark_inproc.execution import small
-
+from beam_spark_inproc.spark import session as spark_session
 
 # Set by a DoFn running in the driver: the session is ready from then on.
 _READY_NOW = {'flag': False}

@@ -28,14 +28,13 @@ window) are the query's output.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import shutil
 import tempfile
 import uuid
-
-import contextlib
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions

@@ -24,9 +24,9 @@ from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.nexmark.generator import events
 from tests.integration.test_semantics import run_on
 from tests.nexmark import queries
-from beam_spark_inproc.nexmark.generator import events
 
 N = 2000
 EVENTS = list(events(N))

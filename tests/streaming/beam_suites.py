@@ -9,8 +9,8 @@ Beam's test unchanged.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable
 import unittest
+from typing import Iterable
 from unittest import mock
 
 from apache_beam.options.pipeline_options import StandardOptions

@@ -12,7 +12,8 @@ written with Beam's ``WriteToText`` per window, ``parquet``: the same records
 with Beam's ``WriteToParquet`` (both killed when step 7's first element
 arrives). With ``--kill``, the others' driver SIGKILLs itself
 the first time (MARKER absent) the files of window [20, 30) have been moved
-into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is already visible
+into OUT (on Spark: a worker kills the driver), i.e. in the middle of a micro-batch whose output is
+already visible
 and whose commit record is not written. Prints the committed counters as JSON.
 """
 

@@ -145,7 +145,7 @@ def expected_panes() -> list[tuple]:
     from tests.streaming import oracle
 
     found: dict = {}
-    for (key, total, *_), window_, _, timing, index, *_ in oracle.direct(
+    for (_, total, *_), window_, _, timing, index, *_ in oracle.direct(
         lambda p: totals(p) | beam.ParDo(_Rows())
     ):
         n, s = found.get((window_, timing, index), (0, 0))

@@ -96,6 +96,7 @@ def bounded(spark, folder: str) -> list:
     """The reference: the same rows read as a batch, timestamped, the same
     windowed sums on Beam's FnApiRunner."""
     import tempfile
+
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.utils.timestamp import Timestamp
 

@@ -15,12 +15,14 @@ from tests.streaming.beam_suites import spark_runner
 from tests.streaming.beam_suites import suite_on
 
 SKIPS: dict[str, str] = {
-    'test_basic_execution_with_service': 'a TestStream reading its events from a TestStream service is not '
-    'run yet (issue #13): rejected before it runs',
-    'test_windowed_values_interpreted_correctly': "the TestStream's output PCollection is globally windowed, so its "
-    'wire coder (GlobalWindowCoder) cannot carry the IntervalWindow a '
+    'test_basic_execution_with_service': (
+        'a TestStream reading its events from a TestStream service is not '
+        'run yet: rejected before it runs'
+    ),
+    'test_windowed_values_interpreted_correctly': "the TestStream's output PCollection is "
+    'globally windowed, so its wire coder (GlobalWindowCoder) cannot carry the IntervalWindow a '
     'WindowedValueHolder asks for; only a runner that never encodes '
-    'TestStream output (the DirectRunner) can pass it (issue #13)',
+    'TestStream output (the DirectRunner) can pass it',
 }
 
 DebugTestStreamTest = suite_on(

@@ -15,14 +15,14 @@ from tests.streaming.beam_suites import debug_runner
 from tests.streaming.beam_suites import spark_runner
 from tests.streaming.beam_suites import suite_on
 
-
 DebugTriggerPipelineTest = suite_on(
     trigger_test.TriggerPipelineTest, debug_runner, 'DebugTriggerPipelineTest', {}
 )
 DebugTriggerPipelineTest.__module__ = __name__
 TRANSCRIPT_SKIPS = {
     # The second transcript of that name (OUTPUT_AT_EARLIEST_TRANSFORMED).
-    'test_timestamp_combiner_custom_timestamping_earliest_1': "OUTPUT_AT_EARLIEST_TRANSFORMED has no portable form (the proto's "
+    'test_timestamp_combiner_custom_timestamping_earliest_1': 'OUTPUT_AT_EARLIEST_TRANSFORMED '
+    "has no portable form (the proto's "
     'OutputTime has EARLIEST, LATEST and END_OF_WINDOW only), so the '
     "WindowFn's get_transformed_output_time is lost on the way to any "
     'portable runner; Beam marks it broken on its DirectRunner too',

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 
 import apache_beam as beam
-import pytest
 from apache_beam.coders import BytesCoder
 from apache_beam.coders import VarIntCoder
 from apache_beam.portability.api import beam_fn_api_pb2

@@ -1,4 +1,4 @@
-"""What a stream keeps grows with its live state, not with its age (issue #33).
+"""What a stream keeps grows with its live state, not with its age.
 
 On the debug engine, a stream of many micro-batches: its checkpoint holds
 the newest ``CheckpointStore.RETAIN`` commit records and only the state files
@@ -89,7 +89,7 @@ def test_a_long_stream_keeps_only_the_retained_generations(tmp_path):
 
 class _Warns(beam.DoFn):
     def process(self, element):
-        warnings.warn('deprecated thing used', DeprecationWarning)
+        warnings.warn('deprecated thing used', DeprecationWarning, stacklevel=1)
         yield element
 
 

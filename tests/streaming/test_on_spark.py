@@ -42,7 +42,7 @@ def test_same_panes_as_direct_runner_on_spark(spark, build):
     results = []
     assert oracle.run(build, InProcessSparkRunner(spark=spark), results=results) == expected
     # On Spark a micro-batch's time splits into its Spark jobs and the
-    # driver's work (``progress.JobClock``; issue #33).
+    # driver's work (``progress.JobClock``;).
     recent = results[0].recent_progress()
     assert any(r['job_seconds'] > 0 for r in recent)
     assert all(0 <= r['job_seconds'] <= r['duration_seconds'] for r in recent)
@@ -61,6 +61,7 @@ def test_a_leaf_keyed_stage_run_early_is_not_run_again(spark, monkeypatch, debug
     independent branches follows set iteration (the hash seed): the leaf's
     branch is put first, the order in which it happens."""
     from apache_beam.runners.portability.fn_api_runner import translations
+
     from beam_spark_inproc.planning import phases
 
     def leaf_branch_first(stages, context):

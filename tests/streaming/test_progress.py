@@ -1,4 +1,4 @@
-"""A stream's progress (issue #33): ``result.progress()``/``recent_progress()``,
+"""A stream's progress: ``result.progress()``/``recent_progress()``,
 the INFO line per micro-batch, the gauges pushed to a metrics sink, and
 ``python -m beam_spark_inproc status`` on the checkpoint it leaves.
 

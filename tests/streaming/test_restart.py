@@ -1,4 +1,4 @@
-"""Restart from the checkpoint (issue #14): a driver killed mid-micro-batch and
+"""Restart from the checkpoint: a driver killed mid-micro-batch and
 run again resumes from the last commit record; output files and committed
 metrics equal a fault-free run's (nothing lost, nothing doubled); leftovers of
 an uncommitted micro-batch (state without a commit record, a torn commit file)

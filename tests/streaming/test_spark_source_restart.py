@@ -1,4 +1,4 @@
-"""ReadFromSpark over a streaming DataFrame, restarted (issue #34): a driver
+"""ReadFromSpark over a streaming DataFrame, restarted: a driver
 SIGKILLed in the middle of a micro-batch (``spark_source_restart``), after
 Spark's staging query committed batches the loop had not, and run again on
 the same checkpoint location, reads each row exactly once: the committed

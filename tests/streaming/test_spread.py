@@ -168,6 +168,7 @@ def test_prefetched_micro_batches_are_the_same_rows():
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.portability.api import beam_runner_api_pb2
     from apache_beam.runners import pipeline_context
+
     from beam_spark_inproc.execution.streaming.teststream_source import TestStreamSource
     from beam_spark_inproc.planning import plan as p
     from beam_spark_inproc.planning.planner import plan_pipeline

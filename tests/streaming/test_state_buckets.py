@@ -1,4 +1,4 @@
-"""State buckets that follow the state size (issue #13): a keyed stage starts
+"""State buckets that follow the state size: a keyed stage starts
 with ``STATE_BUCKETS`` buckets and doubles them while it holds more than
 ``KEYS_PER_BUCKET`` keys per bucket; a bucket's file written before a split is
 read by both halves, each taking its own keys. Checked on the debug engine
@@ -24,12 +24,12 @@ from beam_spark_inproc.protocol.buckets import KEYS_PER_BUCKET
 from beam_spark_inproc.protocol.buckets import MAX_BUCKETS
 from beam_spark_inproc.protocol.buckets import bucket_count
 from beam_spark_inproc.protocol.buckets import bucket_of
-from beam_spark_inproc.worker.streaming import state_io
+from beam_spark_inproc.protocol.buckets import marker_rows
 from beam_spark_inproc.protocol.rows import STATE_TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
 from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.worker.streaming import state_io
 from beam_spark_inproc.worker.streaming.state_io import StateIO
-from beam_spark_inproc.protocol.buckets import marker_rows
 from tests.streaming import oracle
 from tests.streaming.test_triggers import BufferUntilTimer
 

@@ -9,6 +9,7 @@ import contextlib
 import sys
 
 import apache_beam as beam
+import pytest
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
@@ -21,7 +22,6 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo
 from apache_beam.utils.windowed_value import PaneInfoTiming
 from apache_beam.utils.windowed_value import WindowedValue
-import pytest
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution.streaming import teststream_source as ts
@@ -155,7 +155,7 @@ def test_values_reach_the_encoder_one_at_a_time(same_coder):
     for source in _sources(_many, same_coder):
         given, kept = [], []
 
-        def spy(encode):
+        def spy(encode, given=given, kept=kept):
             def counted(tag, values):
                 def each():
                     probe = object()  # held by this frame alone

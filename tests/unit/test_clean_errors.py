@@ -16,8 +16,8 @@ from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.options import SparkRunnerOptions
 from beam_spark_inproc.planning.plan import StagePlan
-from beam_spark_inproc.spark.session import check_master
 from beam_spark_inproc.protocol.report import Failure
+from beam_spark_inproc.spark.session import check_master
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_interruption_found_behind_a_chained_error():
         try:
             raise interrupt
         except KeyboardInterrupt:
-            raise RuntimeError('job cancelled')  # as pyspark's getResult() does
+            raise RuntimeError('job cancelled')  # noqa: B904 (as pyspark's getResult() does)
     except RuntimeError as e:
         chained = e
     assert runner.interruption(chained) is interrupt

@@ -17,8 +17,8 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
-from beam_spark_inproc.worker import channel
 from beam_spark_inproc.protocol.rows import key_extractor
+from beam_spark_inproc.worker import channel
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,10 +12,10 @@ from apache_beam.utils import windowed_value
 
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
-from beam_spark_inproc.runner import RESHUFFLE_PANES_VERSION
-from beam_spark_inproc.worker.recode import Recode
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import SCHEMA
+from beam_spark_inproc.runner import RESHUFFLE_PANES_VERSION
+from beam_spark_inproc.worker.recode import Recode
 
 PANE = windowed_value.PaneInfo(True, True, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
 

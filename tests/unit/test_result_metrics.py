@@ -35,7 +35,10 @@ def test_every_kind_merges_across_bundles():
     ]
     metrics = SparkPipelineResult('DONE', [_report(*bundle_a), _report(*bundle_b)]).metrics()
     result = metrics.query()
-    key = lambda name: MetricKey('t', MetricName('ns', name))
+
+    def key(name):
+        return MetricKey('t', MetricName('ns', name))
+
     [counter] = result['counters']
     assert counter.key == key('c') and counter.committed == 5
     [gauge] = result['gauges']

@@ -1,5 +1,5 @@
 """A streaming key's state pickles with plain pickle, and with cloudpickle only
-where plain pickle refuses; ``pickle.loads`` reads both (issue #13)."""
+where plain pickle refuses; ``pickle.loads`` reads both."""
 
 from __future__ import annotations
 

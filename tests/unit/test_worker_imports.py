@@ -45,7 +45,7 @@ def test_package_face_is_lazy_and_complete():
         assert getattr(beam_spark_inproc, name).__name__ == name
     assert set(beam_spark_inproc.__all__) <= set(dir(beam_spark_inproc))
     try:
-        beam_spark_inproc.NoSuchThing
+        _ = beam_spark_inproc.NoSuchThing
     except AttributeError as e:
         assert 'NoSuchThing' in str(e)
     else:

@@ -30,9 +30,9 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
-from beam_spark_inproc.protocol.state import Summary
 from beam_spark_inproc.protocol.buckets import bucket_count
 from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import Summary
 from beam_spark_inproc.protocol.state import decode_report
 
 

@@ -54,7 +54,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.planning import plan as p
 

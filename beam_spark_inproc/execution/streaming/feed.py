@@ -40,7 +40,8 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.execution.streaming.prebuild import Prebuilder
 from beam_spark_inproc.execution.streaming.source import StreamSource

@@ -26,7 +26,8 @@ import logging
 import os
 import shutil
 import zlib
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from apache_beam.internal import pickler
 from apache_beam.io import fileio

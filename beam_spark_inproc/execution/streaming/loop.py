@@ -55,7 +55,8 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context

@@ -6,7 +6,8 @@ takes the control rows that reach the driver. The rules kept here:
 
 * **Control rows go on once.** A result's control rows (bundles' reports:
   metrics, warnings) travel with its first reader only (``carry``, the batch
-  executor's ``CarryOnce``), never with a second one (they would count twice); a keyed stage's result holds
+  executor's ``CarryOnce``), never with a second one (they would count twice); a keyed stage's
+  result holds
   state reports and summaries besides, which the driver takes when it runs
   (``harvested``), so its readers carry nothing.
 * **Control rows taken** (``take``) are bundles' reports (to the run's

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.execution.streaming.store import stage_key
+from beam_spark_inproc.metrics.consolidate import consolidate
 from beam_spark_inproc.protocol.state import Summary
 
 

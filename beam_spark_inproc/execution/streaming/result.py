@@ -26,8 +26,8 @@ from typing import Callable
 
 from apache_beam.runners.runner import PipelineState
 
-from beam_spark_inproc.result import SparkPipelineResult
 from beam_spark_inproc.protocol import report
+from beam_spark_inproc.result import SparkPipelineResult
 
 _LOGGER = logging.getLogger(__name__)
 

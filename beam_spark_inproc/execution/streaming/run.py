@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart

@@ -51,7 +51,9 @@ rejects what still would).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any
+from typing import Iterable
+from typing import Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream

@@ -37,7 +37,10 @@ does nothing in ``prefetch`` and returns None from ``take_made``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any
+from typing import Callable
+from typing import Protocol
+from typing import runtime_checkable
 
 from apache_beam.utils.timestamp import Timestamp
 

@@ -19,7 +19,8 @@ What a stream cannot run is refused before it starts (``problem``, from
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from beam_spark_inproc.errors import Problem
 from beam_spark_inproc.execution.streaming.store import stage_key

@@ -30,7 +30,8 @@ micro-batch (``cache``).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from apache_beam.runners.portability.fn_api_runner import translations
 

@@ -11,7 +11,7 @@ from beam_spark_inproc.errors import UnsupportedPipelineError
 from beam_spark_inproc.execution.streaming import spark_sinks
 from beam_spark_inproc.planning import plan as p
 
-_LATER = 'Streaming mode does not run this yet (issue #13).'
+_LATER = 'Streaming mode does not run this yet.'
 
 
 def is_streaming(proto: beam_runner_api_pb2.Pipeline, streaming_flag: bool) -> bool:

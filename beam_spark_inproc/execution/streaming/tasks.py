@@ -19,16 +19,15 @@ micro-batch, the processing time) and, for a keyed stage, of its state files
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
 from beam_spark_inproc.execution.streaming.store import CheckpointStore
 from beam_spark_inproc.planning import plan as p
+from beam_spark_inproc.protocol.state import StateFiles
+from beam_spark_inproc.protocol.state import StreamingStep
 from beam_spark_inproc.worker import logs
 from beam_spark_inproc.worker.stage_task import StageTask
-from beam_spark_inproc.protocol.state import StreamingStep
-from beam_spark_inproc.protocol.state import StateFiles
 
 
 class StageTasks:

@@ -42,13 +42,13 @@ from typing import Callable
 from typing import Iterable
 from typing import Iterator
 
-from apache_beam.coders.coders import LengthPrefixCoder
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coders import LengthPrefixCoder
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.pvalue import Row
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger
-from apache_beam.pvalue import Row
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP

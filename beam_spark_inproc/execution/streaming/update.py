@@ -303,7 +303,7 @@ def describe(plan: p.SparkPlan, stages: list) -> dict:
             'stages': stages,
             'holders': [],
             'roots': [],
-            'labels': sorted({l for stage in plan.stages for l in stage.labels}),
+            'labels': sorted({label for stage in plan.stages for label in stage.labels}),
         }
     components = beam_runner_api_pb2.Components.FromString(plan.components)
     return {
@@ -311,13 +311,13 @@ def describe(plan: p.SparkPlan, stages: list) -> dict:
         'holders': holders(plan),
         'labels': sorted(
             {t.unique_name for t in components.transforms.values()}
-            | {l for stage in plan.stages for l in stage.labels}
+            | {label for stage in plan.stages for label in stage.labels}
         ),
         'roots': sorted(
             {
-                l
+                label
                 for stage in plan.stages
-                for l in stage.labels
+                for label in stage.labels
                 if any(port.buffer_id == translations.IMPULSE_BUFFER for port in stage.inputs)
             }
         ),
@@ -404,7 +404,7 @@ class Update:
             {i: s.split_input for i, s in enumerate(plan.stages) if s.split_input}
         )
         watermarks = executor.watermarks
-        for i, stage in enumerate(plan.stages):
+        for i in range(len(plan.stages)):
             if i in restored or i in executor.sources:
                 continue
             wm = watermarks.next_input(i)

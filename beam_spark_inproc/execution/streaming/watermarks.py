@@ -26,7 +26,9 @@ A source's stage settles at its source's watermarks (``settle_source``).
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Callable
+from typing import Iterator
+from typing import Mapping
 
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.utils.timestamp import MAX_TIMESTAMP

@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from typing import Iterator, Optional
+from typing import Iterator
+from typing import Optional
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.runners.worker import sdk_worker

@@ -20,11 +20,12 @@ group is decoded, row by row in C, into the stage's ``GroupedValuesStore``.
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Iterator
+from typing import Iterable
+from typing import Iterator
 
+from apache_beam.coders import coder_impl
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
-from apache_beam.coders import coder_impl
 from apache_beam.coders.coders import BytesCoder
 from apache_beam.coders.coders import WindowedValueCoder
 from apache_beam.transforms import trigger

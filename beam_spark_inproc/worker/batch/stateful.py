@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Callable, Iterator, Optional
+from typing import Callable
+from typing import Iterator
+from typing import Optional
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2

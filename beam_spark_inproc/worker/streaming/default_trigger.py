@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import logging
 import pickle
-from typing import Callable, Optional
+from typing import Callable
+from typing import Optional
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms import trigger

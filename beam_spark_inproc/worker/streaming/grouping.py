@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from typing import Callable, Iterator, Optional
+from typing import Callable
+from typing import Iterator
+from typing import Optional
 
 import cloudpickle
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -41,12 +43,6 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 from beam_spark_inproc.protocol.buckets import bucket_of
-from beam_spark_inproc.protocol.state import StreamingStep
-from beam_spark_inproc.protocol.state import Summary
-from beam_spark_inproc.worker.streaming import default_trigger
-from beam_spark_inproc.worker.streaming.default_trigger import DefaultTriggerPanes
-from beam_spark_inproc.worker.batch.grouping import GROUPS_BYTES
-from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
@@ -54,6 +50,12 @@ from beam_spark_inproc.protocol.rows import STATE_TAG
 from beam_spark_inproc.protocol.rows import SUMMARY_TAG
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
+from beam_spark_inproc.protocol.state import StreamingStep
+from beam_spark_inproc.protocol.state import Summary
+from beam_spark_inproc.worker.batch.grouping import GROUPS_BYTES
+from beam_spark_inproc.worker.batch.grouping import GroupAlsoByWindow
+from beam_spark_inproc.worker.streaming import default_trigger
+from beam_spark_inproc.worker.streaming.default_trigger import DefaultTriggerPanes
 
 # A key firing timers that set due timers again this many times is a bug.
 _MAX_TIMER_ROUNDS = 100_000

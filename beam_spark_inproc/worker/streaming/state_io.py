@@ -42,12 +42,15 @@ import os
 import pickle
 import uuid
 import zlib
-from typing import Callable, Iterator
+from typing import Callable
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.buckets import bucket_of
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
@@ -57,11 +60,9 @@ from beam_spark_inproc.protocol.rows import SUMMARY_TAG
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import BatchBuilder
 from beam_spark_inproc.protocol.rows import column_slices
-from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 from beam_spark_inproc.protocol.state import STATE_REPORT
 from beam_spark_inproc.protocol.state import StateFiles
 from beam_spark_inproc.protocol.state import Summary
-from beam_spark_inproc.protocol.buckets import bucket_of
 
 STATE_SCHEMA = pa.schema(
     [('key', pa.binary()), ('data', pa.binary()), ('hash', pa.int64()), ('bucket', pa.int64())]

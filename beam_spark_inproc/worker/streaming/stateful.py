@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from typing import Callable, Iterator
+from typing import Callable
+from typing import Iterator
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_spark_inproc.worker.batch.stateful import release_user_state
+from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
+from beam_spark_inproc.protocol.buckets import bucket_of
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import DATA
 from beam_spark_inproc.protocol.rows import KEY
@@ -41,11 +43,10 @@ from beam_spark_inproc.protocol.rows import STATE_TAG
 from beam_spark_inproc.protocol.rows import SUMMARY_TAG
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.protocol.rows import column_slices
-from beam_spark_inproc.worker.streaming.state_expiry import StateExpiry
-from beam_spark_inproc.protocol.buckets import STATE_BUCKETS
 from beam_spark_inproc.protocol.state import Summary
-from beam_spark_inproc.protocol.buckets import bucket_of
+from beam_spark_inproc.worker.batch.stateful import release_user_state
 from beam_spark_inproc.worker.streaming.grouping import dumps
+from beam_spark_inproc.worker.streaming.state_expiry import StateExpiry
 
 
 def _due(queue, watermark: Timestamp, now: float):

@@ -75,13 +75,15 @@ MULTI_PROCESS: dict[str, str] = _proven(
         'ptransform_test__PTransformTest::test_do_fn_with_finish': _ONE_BUNDLE,
         'ptransform_test__PTransformTest::test_do_fn_with_start': _ONE_BUNDLE,
         'ptransform_test__PTransformTest::test_combine_with_side_input_as_arg': _PARTIAL_COMBINE,
-        'ptransform_test__PTransformTest::test_combine_per_key_with_side_input_as_arg': _PARTIAL_COMBINE,
-        'combiners_test__CombineTest::test_combining_with_session_windows_and_fanout': _ORDER.format(
-            what='of the list ToListCombineFn builds with fanout'
-        ),
-        'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout': _ORDER.format(
-            what='of the list ToListCombineFn builds with fanout'
-        ),
+        (
+            'ptransform_test__PTransformTest::test_combine_per_key_with_side_input_as_arg'
+        ): _PARTIAL_COMBINE,
+        (
+            'combiners_test__CombineTest::test_combining_with_session_windows_and_fanout'
+        ): _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
+        (
+            'combiners_test__CombineTest::test_combining_with_sliding_windows_and_fanout'
+        ): _ORDER.format(what='of the list ToListCombineFn builds with fanout'),
         'ptransform_test__PTransformTypeCheckTestCase::'
         'test_combine_runtime_type_check_violation_using_decorators': (
             'expects the return-type check to fire first; with more than one bundle '
@@ -179,11 +181,11 @@ MULTI_PROCESS: dict[str, str] = _proven(
     }
 )
 
-# Runner gaps (issue #18): error and reason.
+# Runner gaps: error and reason.
 RUNNER_GAPS: dict[str, str] = {
     **{
         f'util_test__ReshuffleTest::{name}': (
-            'runner gap (issue #18): a runner-executed Reshuffle moves elements in '
+            'runner gap: a runner-executed Reshuffle moves elements in '
             "Beam's portable encoding, whose timestamps have millisecond "
             "precision, while Beam's expansion carries them inside the value: "
             'GlobalWindow().max_timestamp() (...454.774999) arrives as ...454.774000. '
@@ -232,7 +234,7 @@ MULTI_PROCESS.update(
 
 
 def uses_test_stream(function) -> bool:
-    """The test's own source builds a TestStream (streaming, issue #13)."""
+    """The test's own source builds a TestStream (streaming)."""
     try:
         return 'TestStream' in inspect.getsource(function)
     except (OSError, TypeError):
