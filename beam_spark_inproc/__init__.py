@@ -34,6 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from beam_spark_inproc.options import SparkRunnerOptions as SparkRunnerOptions
     from beam_spark_inproc.runner import InProcessSparkRunner as InProcessSparkRunner
 
+# The package's version: setup.cfg reads it from here, and CHANGELOG.md's top
+# entry names it (tests/unit/test_version.py).
+__version__ = '0.2.0'
+
 _EXPORTS = {
     'InProcessSparkRunner': 'beam_spark_inproc.runner',
     'PipelineExecutionError': 'beam_spark_inproc.errors',

@@ -42,7 +42,8 @@ class SparkRunnerOptions(PipelineOptions):
             '--spark_master',
             default=None,
             help='Spark master URL for a session the runner creates '
-            '(default local[*]); ignored when a SparkSession is already active.',
+            "(default local[*]; under spark-submit, spark-submit's --master); "
+            'ignored when a SparkSession is already active.',
         )
         parser.add_argument(
             '--spark_remote',

@@ -6,7 +6,7 @@ plain column selection) does not need Spark's reader: handed over through
 ``mapInArrow``, Spark decodes the columnar Parquet batches into rows
 (``ColumnarToRow``) and writes them back into Arrow for the Python worker, a
 JVM cost per value that made ReadFromSpark slower than Beam's own
-ReadFromParquet (docs/spark-interop.md, "Where the read's time goes": 2M rows,
+ReadFromParquet (docs/performance.md, "Where ReadFromSpark's time goes": 2M rows,
 a no-op ``mapInArrow`` 6.7-7.2 s against 1.0-1.2 s for pyarrow in the task).
 
 ``file_units`` decides in the driver, conservatively: only a plan of

