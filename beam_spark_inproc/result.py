@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineResult
@@ -38,7 +39,7 @@ class SparkPipelineResult(PipelineResult):
         self._error = error
         self._live = live if live is not None else LiveMetrics(reports or [])
         self._thread: threading.Thread | None = None
-        self._cancel = None
+        self._cancel: Callable[[], None] | None = None
         # Set by cancel(); the run stops at the end of its current Spark job.
         self.cancel_requested = threading.Event()
         # Set when the run has ended (``finished``; ``_wait``).

@@ -10,7 +10,11 @@ import sys
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
+from typing import Callable
+from typing import ContextManager
 from typing import Optional
+from typing import cast
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -37,6 +41,9 @@ from beam_spark_inproc.planning.native import NATIVE_URNS
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.protocol import report
 from beam_spark_inproc.result import SparkPipelineResult
+
+if TYPE_CHECKING:
+    from beam_spark_inproc.execution.engine import Engine
 
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
@@ -118,7 +125,7 @@ class InProcessSparkRunner(PipelineRunner):
         (``io.watch_file_pattern``)."""
         from beam_spark_inproc.execution.streaming.teststream_source import elements_aside
 
-        pinned = contextlib.nullcontext()
+        pinned: ContextManager = contextlib.nullcontext()
         if 'apache_beam.ml.inference.utils' in sys.modules:
             # Only a pipeline that imported it can have WatchFilePattern.
             from beam_spark_inproc.io.watch_file_pattern import start_pinned
@@ -172,8 +179,13 @@ class InProcessSparkRunner(PipelineRunner):
 
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
-        attempt_host = cancel = settle = diagnose = spark = None
-        settings = contextlib.nullcontext
+        attempt_host = cancel = settle = spark = None
+        engine: Engine
+        parallelism: int
+        # A failure's clear error where Spark's workers cannot run the tasks
+        # (none in debug mode).
+        diagnose: Optional[Callable[[Exception], Optional[Exception]]] = None
+        settings: Callable[[], ContextManager] = contextlib.nullcontext
         debug = self._debug or opts.inproc_debug
         if debug:
             from beam_spark_inproc.debug.engine import LocalEngine
@@ -210,9 +222,9 @@ class InProcessSparkRunner(PipelineRunner):
             else:
                 # A local session the runner creates, once a stage needs
                 # Spark: its cores and callback address are known up front.
-                parallelism = opts.spark_parallelism or spark_session.local_parallelism(
-                    opts.spark_master
-                )
+                cores = spark_session.local_parallelism(opts.spark_master)
+                assert cores is not None  # a lazy session is a local master's
+                parallelism = opts.spark_parallelism or cores
                 get_spark = lazy.get
                 attempt_host = '127.0.0.1'
 
@@ -243,11 +255,16 @@ class InProcessSparkRunner(PipelineRunner):
                 from beam_spark_inproc.execution.small import SmallDataEngine
                 from beam_spark_inproc.spark.hand_over import SparkHandOver
 
-                engine = SmallDataEngine(
-                    SparkHandOver(get_spark, make_engine, parallelism),
-                    max_bytes=int(opts.spark_small_data_kb * 1024),
-                    settings=settings,
-                    spark_start=lazy,
+                # The engine contract but for what only native stages and
+                # streams use, which never run on it (``small``).
+                engine = cast(
+                    'Engine',
+                    SmallDataEngine(
+                        SparkHandOver(get_spark, make_engine, parallelism),
+                        max_bytes=int(opts.spark_small_data_kb * 1024),
+                        settings=settings,
+                        spark_start=lazy,
+                    ),
                 )
                 settings = contextlib.nullcontext  # entered by the engine
             else:
@@ -451,11 +468,12 @@ def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
     action raises it in pyspark's signal handler, and the action then fails
     with a Py4J error (the cancelled job) chained to it."""
     seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    link: Optional[BaseException] = error
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
     return None
 
 
@@ -493,7 +511,7 @@ def _remedy(worker_error: str) -> str:
     return line + '\n' if line else ''
 
 
-def translate_error(error: Exception, plan) -> Exception:
+def translate_error(error: BaseException, plan) -> BaseException:
     """A Spark-wrapped worker failure -> PipelineExecutionError naming the transform.
 
     Rendered from the failure record the bundle sent (``protocol.report.Failure``):
@@ -507,12 +525,13 @@ def translate_error(error: Exception, plan) -> Exception:
         from pyspark.errors import PythonException
     except ImportError:  # pragma: no cover
         return error
+    notes = getattr(error, '__notes__', None)  # Python 3.11's, or set on 3.10
     if isinstance(error, PythonException):
         text = str(error)
-    elif getattr(error, '__notes__', None):
+    elif notes:
         # A stage run in the driver (``execution.small``): the same record, on the
         # exception itself.
-        text = '\n'.join(error.__notes__)
+        text = '\n'.join(notes)
     else:
         return error
     failure = report.Failure.find(text)

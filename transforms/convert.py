@@ -33,7 +33,10 @@ from typing import Optional
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coders import Coder
+from apache_beam.coders.coders import WindowedValueCoder
 from apache_beam.transforms.window import GlobalWindows
+from apache_beam.typehints.row_type import RowTypeConstraint
 
 from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
@@ -61,7 +64,7 @@ class ArrowRows:
     With ``files``, a source batch holds task numbers and the data batches are
     the files those tasks read with pyarrow (``files.ParquetFiles``)."""
 
-    row_type: object  # the Beam row type (RowTypeConstraint)
+    row_type: RowTypeConstraint  # the Beam row type
     names: tuple[str, ...]  # the source's columns, in the row type's order
     files: Optional[ParquetFiles] = None
 
@@ -149,8 +152,8 @@ def encoded_batches(rows: Iterator[tuple[int, None, bytes]]) -> Iterator[pa.Reco
 class ToBeamRows:
     """mapInArrow function: Spark rows -> encoded Beam rows (``protocol.rows``)."""
 
-    windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
-    row_type: object  # the Beam row type (RowTypeConstraint)
+    windowed_coder: WindowedValueCoder  # (RowCoder) of the PCollection
+    row_type: RowTypeConstraint  # the Beam row type
     names: tuple[str, ...]  # the DataFrame's columns, in the row type's order
     files: Optional[ParquetFiles] = None  # see ArrowRows
 
@@ -187,7 +190,7 @@ class ToArrow:
     them from the same input separately.
     """
 
-    windowed_coder: object  # the wire coder of the PCollection
+    windowed_coder: Coder  # the wire coder of the PCollection
     schema: pa.Schema
     max_rows: int = 8192
 
@@ -230,8 +233,8 @@ class ToTimestampedRows:
     (``spark_stream``), in the global window. ``one_per_row``: one element a
     row (an ``ELEMENTS`` output port, read by a Reshuffle), else chunks."""
 
-    windowed_coder: object  # WindowedValueCoder(RowCoder) of the PCollection
-    row_type: object  # the Beam row type (RowTypeConstraint)
+    windowed_coder: WindowedValueCoder  # (RowCoder) of the PCollection
+    row_type: RowTypeConstraint  # the Beam row type
     names: tuple[str, ...]  # the staged columns, in the row type's order
     event_time: str  # the column giving each element's timestamp
     label: str  # the transform, for errors

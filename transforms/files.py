@@ -96,10 +96,11 @@ def file_units(dataframe, schema: pa.Schema, parallelism: int) -> Optional[Parqu
     try:
         if not _bare_parquet_scan(_plan(dataframe), schema.names):
             return None
-        paths = [_local_path(f) for f in dataframe.inputFiles()]
+        local = [_local_path(f) for f in dataframe.inputFiles()]
     except Exception:  # anything unexpected: Spark's reader, as before
         return None
-    if not paths or None in paths:
+    paths = [path for path in local if path is not None]
+    if not paths or len(paths) < len(local):
         return None
     import pyarrow.parquet as pq
 
@@ -118,8 +119,9 @@ def file_units(dataframe, schema: pa.Schema, parallelism: int) -> Optional[Parqu
         units = []
         for path in paths:
             meta = pq.ParquetFile(path).metadata
-            groups = range(meta.num_row_groups)
-            units.extend((path, (g,), meta.row_group(g).total_byte_size) for g in groups)
+            units.extend(
+                (path, (g,), meta.row_group(g).total_byte_size) for g in range(meta.num_row_groups)
+            )
     tasks: list[list] = [[] for _ in range(max(1, min(parallelism, len(units))))]
     loads = [0] * len(tasks)
     for path, groups, size in sorted(units, key=lambda u: -u[2]):
@@ -159,7 +161,7 @@ def _bare_parquet_scan(plan: str, names: list[str]) -> bool:
             return False
     columns = (project or scan).group('columns')
     parsed = [_COLUMN.match(c.strip()) for c in columns.split(',')]
-    return None not in parsed and [m.group('name') for m in parsed] == list(names)
+    return [m.group('name') if m else None for m in parsed] == list(names)
 
 
 def _local_path(uri: str) -> Optional[str]:

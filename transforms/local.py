@@ -90,7 +90,7 @@ def dataframe_of(session, elements: list, arrow_schema: pa.Schema):
 
 
 class _Read(beam.DoFn):
-    def __init__(self, token: str, schema: bytes, what: str):
+    def __init__(self, token: str, schema: str, what: str):
         self._token, self._schema, self._what = token, schema, what
 
     def process(self, unused_impulse):
@@ -115,7 +115,9 @@ class _Sql(beam.DoFn):
     def __init__(self, token: str, spec: dict, what: str):
         self._token, self._spec, self._what = token, spec, what
 
-    def process(self, unused_impulse, **views):
+    # The views arrive as keyword side inputs, which DoFn.process's
+    # ``(element, *args, **kwargs)`` does not spell out.
+    def process(self, unused_impulse, **views):  # type: ignore[override]
         session = live(self._token, self._what)
         for name, elements in views.items():
             dataframe_of(

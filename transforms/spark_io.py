@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 from typing import Optional
 
 import apache_beam as beam
@@ -49,7 +50,7 @@ def active_session(spark=None):
         return spark
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
+    session: Any = SparkSession.getActiveSession()  # classic, else Spark Connect's
     if session is None:
         try:
             from pyspark.sql.connect.session import SparkSession as Connect
@@ -226,6 +227,7 @@ class ReadFromSpark(beam.PTransform):
             )
         from beam_spark_inproc.transforms import spark_stream
 
+        assert format is not None  # exactly one of format= and dataframe=
         dataframe, identity = spark_stream.reader(session, what, format, path, options, schema)
         return cls(
             dataframe=dataframe,
@@ -322,7 +324,7 @@ class WriteToSpark(beam.PTransform):
             else f'WriteToSpark(path={path!r})'
         )
         self._session = spark
-        self._spec = {
+        self._spec: dict[str, Any] = {
             'table': table,
             'path': path,
             'format': format,
@@ -452,7 +454,7 @@ class SparkSql(beam.PTransform):
         self._session = spark
         self._what = f'SparkSql({query!r})'
         self._columns = {'window_start': window_start, 'window_end': window_end}
-        self._windowing = None  # the input's, in a stream
+        self._windowing: Optional[Windowing] = None  # the input's, in a stream
 
     def expand(self, pcolls):
         if isinstance(pcolls, pvalue.PCollection):
@@ -466,7 +468,7 @@ class SparkSql(beam.PTransform):
         stream = any(pc.is_bounded is False for pc in pcolls.values())
         if stream:
             self._windowing = _stream_sql_windowing(pcolls, self._what)
-        seen = {}
+        seen: dict[int, str] = {}
         views = {}
         for name, pcoll in pcolls.items():
             if id(pcoll) in seen:
@@ -499,7 +501,7 @@ class SparkSql(beam.PTransform):
                 'spark=session, or create one first.'
             )
         output, self._row_type = analyse(session, self._query, views, self._what)
-        self._spec = {
+        self._spec: dict[str, Any] = {
             'query': self._query,
             'schema': encode_schema(output),
             'views': {n: encode_schema(s) for n, s in views.items()},
@@ -507,6 +509,7 @@ class SparkSql(beam.PTransform):
         if stream:
             _check_window_output(output, self._columns, self._what)
             self._spec['window_columns'] = self._columns
+            assert self._windowing is not None  # set above for a stream
             self._spec['global_window'] = isinstance(self._windowing.windowfn, GlobalWindows)
         if not native:
             if stream:

@@ -222,7 +222,7 @@ class SparkStreamSource:
         self._watermark = MIN_TIMESTAMP
         self._exhausted = False
         self._drained = False  # ``drain``: the next step ends the source
-        self._query = None
+        self._query: Any = None  # a StreamingQuery, classic or Spark Connect
         self._made = None
         self._taken = None
 
@@ -376,7 +376,7 @@ class SparkStreamSource:
         start = time.monotonic()
         looked = start
         while True:
-            ids = []
+            ids: list[int] = []
             while len(ids) < MAX_BATCHES and os.path.exists(
                 self._marker(self.next_batch + len(ids))
             ):

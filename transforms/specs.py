@@ -9,13 +9,15 @@ imports another for them.
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pyarrow as pa
 
 from beam_spark_inproc.transforms import types
 
-# DataFrames given to ReadFromSpark, by token, for the runner in this process.
-_DATAFRAMES: dict[str, object] = {}
+# DataFrames given to ReadFromSpark, by token, for the runner in this process
+# (classic or Spark Connect ones: typed Any).
+_DATAFRAMES: dict[str, Any] = {}
 
 
 class SparkInteropError(ValueError):

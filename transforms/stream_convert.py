@@ -26,8 +26,10 @@ from typing import Iterator
 
 import pyarrow as pa
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coders import WindowedValueCoder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.transforms.window import IntervalWindow
+from apache_beam.typehints.row_type import RowTypeConstraint
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
 from apache_beam.utils.windowed_value import WindowedValue
@@ -105,8 +107,8 @@ class WindowedToBeamRows:
     rows (``protocol.rows``), each in the window its ``start``/``end``
     columns name."""
 
-    windowed_coder: object  # WindowedValueCoder(RowCoder) of the output
-    row_type: object
+    windowed_coder: WindowedValueCoder  # (RowCoder) of the output
+    row_type: RowTypeConstraint
     names: tuple[str, ...]
     start: str
     end: str

@@ -121,7 +121,9 @@ def beam_schema(fields, where: str = '') -> schema_pb2.Schema:
 def row_type(arrow_schema: pa.Schema) -> RowTypeConstraint:
     """The Beam row type (a generated NamedTuple with RowCoder) of an Arrow schema."""
     schema = beam_schema(list(arrow_schema))
-    return schemas.typing_from_runner_api(
+    # Beam annotates ``typing_from_runner_api`` as returning ``type``; for a
+    # row type it returns a RowTypeConstraint.
+    return schemas.typing_from_runner_api(  # type: ignore[return-value]
         schema_pb2.FieldType(row_type=schema_pb2.RowType(schema=schema))
     )
 
@@ -279,12 +281,12 @@ def to_beam(arrow_type: pa.DataType, beam_type) -> Convert:
     if pa.types.is_struct(arrow_type):
         user_type = beam_type.user_type if isinstance(beam_type, RowTypeConstraint) else beam_type
         names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
-        inner = [
+        fields = [
             to_beam(arrow_type.field(i).type, t) for i, (_, t) in enumerate(_fields_of(user_type))
         ]
         return _optional(
             lambda v: user_type(
-                *[v[n] if c is None or v[n] is None else c(v[n]) for n, c in zip(names, inner)]
+                *[v[n] if c is None or v[n] is None else c(v[n]) for n, c in zip(names, fields)]
             )
         )
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):

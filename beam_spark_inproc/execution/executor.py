@@ -35,6 +35,7 @@ import logging
 import os
 import uuid
 from typing import Any
+from typing import Callable
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
@@ -207,9 +208,9 @@ class Executor:
         self.native_frames: dict[int, tuple] = {}
         self._ran: set[int] = set()  # stages whose results earlier jobs computed
         self.progress = Progress(plan, job_id)
-        self.after_job = None
+        self.after_job: Callable[[list[dict]], None] | None = None
         self.attempt_channel: tuple = ()
-        self.native = None  # runs NATIVE_STAGEs: see ``execute``
+        self.native: Callable | None = None  # runs NATIVE_STAGEs: see ``execute``
 
     def run(self) -> list[dict]:
         try:

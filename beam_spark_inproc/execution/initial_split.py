@@ -151,9 +151,9 @@ def _spread(stage, rows, ways):
     for i, values_of_part in enumerate(parts):
         encoded = []
         for value in values_of_part:
-            stream = create_OutputStream()
-            coder_impl.encode_to_stream(value, stream, True)
-            encoded.append((0, None, stream.get()))
+            out_stream = create_OutputStream()
+            coder_impl.encode_to_stream(value, out_stream, True)
+            encoded.append((0, None, out_stream.get()))
         out.append((control if i == 0 else []) + encoded)
     return out, balanced
 

@@ -39,7 +39,7 @@ Partitions = list  # list[list[pa.RecordBatch]]
 
 
 def partition_rows(partition: list) -> list[tuple]:
-    rows = []
+    rows: list[tuple] = []
     for batch in partition:
         rows.extend(
             zip(

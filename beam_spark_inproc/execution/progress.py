@@ -53,7 +53,7 @@ def elements_read(plan: p.SparkPlan, reports: list[dict]) -> dict[str, int]:
     inputs = {s.name: _input_pcollections(s) for s in plan.stages}
     counts: dict[str, int] = collections.Counter()
     for r in reports:
-        wanted = inputs.get(r.get('stage'), set())
+        wanted = inputs.get(r.get('stage', ''), set())
         for data in r.get('monitoring_infos', ()):
             info = metrics_pb2.MonitoringInfo.FromString(data)
             if (

@@ -78,6 +78,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from typing import Any
 from typing import Iterator
@@ -553,7 +554,10 @@ _BEAM_LOGGER = logging.getLogger('apache_beam.runners.common')
 
 
 def _not_a_bundle_failure(record: logging.LogRecord) -> bool:
-    return not (record.exc_info and record.threadName.startswith('beam-bundle-'))
+    # The thread that logs it, which runs its logger's filters: records carry
+    # no thread name when ``logging.logThreads`` is off.
+    thread = threading.current_thread().name
+    return not (record.exc_info and thread.startswith('beam-bundle-'))
 
 
 def _may_run_here(task, cold: bool = False) -> bool:

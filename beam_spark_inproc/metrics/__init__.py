@@ -40,9 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from beam_spark_inproc.metrics.live import LiveMetrics
 from beam_spark_inproc.metrics.pusher import MetricsPusher
+
+if TYPE_CHECKING:
+    from beam_spark_inproc.metrics.attempts import AttemptReceiver
 
 __all__ = ['LiveMetrics', 'MetricsPusher', 'RunMetrics', 'start']
 
@@ -53,7 +58,7 @@ class RunMetrics:
 
     live: LiveMetrics
     pusher: MetricsPusher
-    receiver: object = None  # attempts.AttemptReceiver, or None
+    receiver: Optional[AttemptReceiver] = None
 
     @property
     def channel(self) -> tuple:

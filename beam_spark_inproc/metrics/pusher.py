@@ -140,10 +140,12 @@ class MetricsPusher:
                         self._push_locked('RUNNING')
                         break
                     wait = None
-                    if self._pending:
+                    if self._pending and self._last is not None:  # not due: pushed before
                         wait = max(0.05, self.period - (self._clock() - self._last))
                     self._cond.wait(wait)
-                item, self._next, self._sending = self._next, None, True
+                item = self._next
+                assert item is not None  # the wait above ends with one
+                self._next, self._sending = None, True
             try:
                 self._send(item)
             finally:

@@ -209,9 +209,10 @@ class ReadEvents(beam.PTransform):
     def expand(self, pbegin):
         nexmark_util.setup_coder()  # Beam's coders for the model classes
         if self._rate is None:
+            assert self._num_events is not None  # __init__ refuses a bounded read without
             fn = _BoundedEvents(self._num_events, self._seed, self._inter, self._split_size)
         else:
-            fn = _PacedEvents(
+            paced = _PacedEvents(
                 self._num_events,
                 self._seed,
                 self._inter,
@@ -223,6 +224,6 @@ class ReadEvents(beam.PTransform):
                 pbegin
                 | 'Impulse' >> beam.Impulse()
                 | 'Start' >> beam.Map(lambda _: time.time())
-                | 'Events' >> beam.ParDo(fn)
+                | 'Events' >> beam.ParDo(paced)
             )
         return pbegin | 'Impulse' >> beam.Impulse() | 'Events' >> beam.ParDo(fn)

@@ -60,10 +60,10 @@ def describe(plan: p.SparkPlan) -> str:
                 f'    side input {si.tag!r} of {si.transform_id!r}: '
                 f'{_buffer(si.buffer_id)} collected once on the driver'
             )
-        for port in stage.outputs:
-            uses = readers.get(port.buffer_id, 0)
+        for output in stage.outputs:
+            uses = readers.get(output.buffer_id, 0)
             lines.append(
-                f'    writes {_buffer(port.buffer_id)} ({port.layout}, '
+                f'    writes {_buffer(output.buffer_id)} ({output.layout}, '
                 f'{uses} reader{"s" if uses != 1 else ""})'
             )
         if not stage.outputs:

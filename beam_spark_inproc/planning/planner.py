@@ -87,26 +87,26 @@ def _arrow_inputs(stages: tuple[p.StagePlan, ...]) -> tuple[p.StagePlan, ...]:
             si.buffer_id for si in stage.side_inputs
         ]:
             readers.setdefault(buffer_id, []).append(i)
-    stages = list(stages)
-    for i, stage in enumerate(stages):
+    planned = list(stages)
+    for i, stage in enumerate(planned):
         if stage.native_urn not in (READ_URN, SQL_URN) or len(stage.outputs) != 1:
             continue
         out = stage.outputs[0]
         reading = readers.get(out.buffer_id, [])
         if len(reading) != 1:
             continue
-        consumer = stages[reading[0]]
+        consumer = planned[reading[0]]
         if (
             consumer.kind != p.SDK_STAGE
             or consumer.input_mode != p.PLAIN
             or len(consumer.inputs) != 1
         ):
             continue
-        stages[i] = dataclasses.replace(
+        planned[i] = dataclasses.replace(
             stage, outputs=(dataclasses.replace(out, layout=p.ARROW_LAYOUT),)
         )
-        stages[reading[0]] = dataclasses.replace(consumer, input_mode=p.ARROW)
-    return tuple(stages)
+        planned[reading[0]] = dataclasses.replace(consumer, input_mode=p.ARROW)
+    return tuple(planned)
 
 
 def _is_reshuffle(stage: translations.Stage) -> bool:

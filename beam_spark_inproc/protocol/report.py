@@ -29,6 +29,7 @@ import re
 import traceback
 import warnings
 from typing import Optional
+from typing import Sequence
 
 FAILURE_START = '[beam failure record '
 FAILURE_END = ']'
@@ -96,7 +97,7 @@ def drop_failure_note(error: BaseException) -> None:
         notes[:] = [n for n in notes if not n.startswith(FAILURE_START)]
 
 
-def encode(stage: str, warnings: list, monitoring_infos: list, logs: list = ()) -> bytes:
+def encode(stage: str, warnings: list, monitoring_infos: list, logs: Sequence = ()) -> bytes:
     """The report's bytes, or b'' when there is nothing to report."""
     if not warnings and not monitoring_infos and not logs:
         return b''

@@ -116,7 +116,7 @@ def holding_elements(batches) -> tuple[Optional[Iterator], list]:
         held.append(batch)
         if batch.num_rows and pc.any(pc.not_equal(batch.column(TAG), CONTROL_TAG)).as_py():
             return itertools.chain(held, batches), []
-    control = []
+    control: list = []
     for batch in held:
         control.extend(zip(*(batch.column(c).to_pylist() for c in (TAG, KEY, DATA))))
     return None, control

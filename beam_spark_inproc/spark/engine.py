@@ -36,9 +36,11 @@ def functions_for(session):
     """``pyspark.sql.functions`` builds classic or Connect columns from a
     process-wide flag, not from the session: pick the module the session needs."""
     if is_connect(session):
-        from pyspark.sql.connect import functions
-    else:
-        from pyspark.sql import functions
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
     return functions
 
 
@@ -133,7 +135,7 @@ class _Parts:
             # defaultParallelism partitions, each a task (and, before empty
             # partitions ran no bundle, a bundle) of the stage reading it.
             self._impulse = (
-                self._session()
+                self._spark()
                 .createDataFrame([(0, None, ENCODED_IMPULSE_VALUE)], self.schema)
                 .coalesce(1)
             )
@@ -141,8 +143,13 @@ class _Parts:
 
     def empty(self):
         if self._empty is None:
-            self._empty = self._session().createDataFrame([], self.schema)
+            self._empty = self._spark().createDataFrame([], self.schema)
         return self._empty
+
+    def _spark(self):
+        session = self._session()
+        assert session is not None  # alive: its engine holds it
+        return session
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:
@@ -357,7 +364,9 @@ class SparkEngine:
                 self._jvm_udfs = _JvmUdfs(data.sparkSession, parts)
             column = self._jvm_udfs.column(task)
             if column is None:
-                udf = pandas_udf(
+                # PySpark's overloads of pandas_udf omit its Arrow iterator
+                # function type (SQL_MAP_ARROW_ITER_UDF, as mapInArrow's).
+                udf = pandas_udf(  # type: ignore[call-overload]
                     task,
                     returnType=parts.schema,
                     functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
@@ -528,7 +537,7 @@ class SparkEngine:
         finally:
             if pushed:
                 descriptions.pop()
-            if described:
+            if described and context is not None:
                 context.setLocalProperty('spark.job.description', previous)
             for t in added:
                 held.discard(t)

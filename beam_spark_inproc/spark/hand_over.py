@@ -33,10 +33,10 @@ class SparkHandOver:
     ):
         self._get_session = get_session
         self._make_engine = make_engine
-        self._engine = None
+        self._engine: Any = None  # a SparkEngine, made on first use
         self._parallelism = parallelism
-        self._schema = None
-        self._serializer = None
+        self._schema: Any = None  # Spark's StructType of the rows, made once
+        self._serializer: Any = None  # PySpark's CloudPickleSerializer, made once
 
     @property
     def engine(self):
@@ -106,7 +106,7 @@ class SparkHandOver:
         master). Elsewhere the cut still holds, only its balance may not."""
         parts = [part for part in data.partitions if any(b.num_rows for b in part)]
         counts = [sum(b.num_rows for b in part) for part in parts]
-        batches = []
+        batches: list[pa.RecordBatch] = []
         for part, count in zip(parts, counts):
             batches.extend(b for b in part if b.num_rows)
             if count < max(counts):

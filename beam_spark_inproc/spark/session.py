@@ -10,6 +10,7 @@ import re
 import sys
 import threading
 import time
+from typing import Any
 from typing import Iterable
 from typing import Optional
 
@@ -231,7 +232,7 @@ def submitted() -> bool:
 
 def get_or_create(
     master: Optional[str], remote: Optional[str], conf: dict[str, str]
-) -> tuple[object, bool]:
+) -> tuple[Any, bool]:
     """Returns (session, created): an active session is used as it is."""
     from pyspark.sql import SparkSession
 
@@ -277,7 +278,7 @@ def get_or_create(
         # Spark warn that the hostname resolves to it ("Set SPARK_LOCAL_IP").
         os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
     archived = archive.java_options() if archive is not None else ''
-    if not archived:
+    if archive is None or not archived:
         return _start(builder, master), True
     try:
         spark = _start(

@@ -37,6 +37,7 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
+from typing import Callable
 from typing import Iterable
 from typing import Optional
 
@@ -124,12 +125,12 @@ def driver_only_modules() -> dict[str, pathlib.Path]:
             local_tops.add(name)
     files: dict[str, pathlib.Path] = {}
     for name in sorted(n for n in list(sys.modules) if n.split('.')[0] in local_tops):
-        module = sys.modules.get(name)
-        if module is None or (
-            name != name.split('.')[0] and getattr(module, '__path__', None) is None
+        loaded = sys.modules.get(name)
+        if loaded is None or (
+            name != name.split('.')[0] and getattr(loaded, '__path__', None) is None
         ):
             continue  # modules of a package come with the package's folders
-        files.update(_module_files(name, module))
+        files.update(_module_files(name, loaded))
     return {
         arc: path
         for arc, path in files.items()
@@ -212,7 +213,9 @@ class Shipper:
         path. Returns the names of the files shipped."""
         modules = driver_only_modules()
         # (name, its bytes made only when the session lacks it)
-        payloads = [('beam-code-%s.zip' % _digest(modules), lambda: _zip(modules))]
+        payloads: list[tuple[str, Callable[..., bytes]]] = [
+            ('beam-code-%s.zip' % _digest(modules), lambda: _zip(modules))
+        ]
         for given in py_files:
             base = os.path.basename(given)
             if given.endswith('.py'):  # zipped, to keep its module name

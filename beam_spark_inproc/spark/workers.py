@@ -48,7 +48,8 @@ def known_problem(session) -> Optional[WorkerEnvironmentError]:
 def explain_missing_modules(error: BaseException, session) -> Optional[WorkerEnvironmentError]:
     """For a run that failed because workers miss a module Beam needs: the
     error to raise instead (also remembered for the session), else None."""
-    if not _MISSING.search(str(error)):
+    named = _MISSING.search(str(error))
+    if named is None:
         return None
     try:
         found = _probe(session)
@@ -59,7 +60,7 @@ def explain_missing_modules(error: BaseException, session) -> Optional[WorkerEnv
             'missing': [],
             'error': str(probe_error).strip().splitlines()[0][:300],
         }
-    missing = found['missing'] or [_MISSING.search(str(error)).group(1)]
+    missing = found['missing'] or [named.group(1)]
     where = (
         f"Spark's Python workers run {found['executable']} (Python {found['version']})"
         if found['executable']

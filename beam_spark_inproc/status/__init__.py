@@ -133,7 +133,7 @@ def lag(watermark: str, now: float) -> float | None:
     return None if at is None else now - at
 
 
-def human_bytes(n: int | None) -> str:
+def human_bytes(n: float | None) -> str:
     if n is None:
         return '?'
     for unit in ('B', 'KB', 'MB', 'GB'):
@@ -209,6 +209,7 @@ def render(
     now = time.time() if now is None else now
     if record is None:
         return f'{location}: a stream checkpoint with no committed micro-batch yet\n'
+    written = now if written is None else written  # ``read`` gives both or neither
     latest, recent = progress_of(record)
     head = (
         f'Stream {latest.get("stream", "?")} at {location}: micro-batch '

@@ -192,6 +192,7 @@ def page(
     )
     if record is None:
         return head + '<p>No micro-batch committed yet.</p></body></html>'
+    written = time.time() if written is None else written  # ``read`` gives both or neither
     latest, recent = progress_of(record)
     facts = [
         ('micro-batch', latest['micro_batch']),

@@ -80,7 +80,7 @@ class SlidingAssigner:
         self.size = windowfn.size.micros
         self.period = windowfn.period.micros
         self.offset = windowfn.offset.micros
-        self._windows: dict[int, tuple] = {}
+        self._windows: dict[tuple[int, int], tuple] = {}
 
     def __call__(self, micros: int) -> list:
         start = micros - (micros - self.offset) % self.period

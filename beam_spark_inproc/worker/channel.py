@@ -23,6 +23,7 @@ call (``process``) and no encoding of its own.
 from __future__ import annotations
 
 import functools
+from typing import Any
 from typing import Callable
 from typing import Iterator
 from typing import Optional
@@ -93,13 +94,14 @@ class _PackedStream(data_plane.ClosableOutputStream):
     wire coder).
     """
 
+    encode: Callable[[Any, create_OutputStream, bool], None]
+
     def __init__(self, tag: int, add_row):
         super().__init__()
         self._tag = tag
         self._add_row = add_row
-        self._pending: dict[bytes, object] = {}
+        self._pending: dict[bytes, create_OutputStream] = {}
         self._bytes = 0
-        self.encode = None
 
     def write_keyed(self, key: bytes, windowed_value) -> None:
         out = self._pending.get(key)
@@ -181,6 +183,10 @@ def key_encoder(wire_key_coder, safe_key_coder) -> Callable[[object], bytes]:
 class PackedOutputOperation(bundle_processor.DataOutputOperation):
     """A DATA_OUTPUT bound for a GroupByKey: hands each element with its key's
     bytes to the bundle's ``_PackedStream``, without decoding what it encoded."""
+
+    # Beam types these as any Coder and stream; a packed port's are these.
+    windowed_coder: coders.WindowedValueCoder
+    output_stream: _PackedStream
 
     def __init__(self, *args, safe_coder, **kwargs):
         super().__init__(*args, **kwargs)
@@ -326,12 +332,13 @@ class InProcessDataChannel(data_plane.DataChannel):
         return _OutputStream(tag, layout, self._add_row, key_of)
 
     def output_timer_stream(self, instruction_id, transform_id, timer_family_id):
-        if self._on_timer is None:
+        on_timer = self._on_timer
+        if on_timer is None:
             raise NotImplementedError(
                 f'Transform {transform_id!r} sets timers ({timer_family_id!r}) '
                 'in a stage that was not planned as stateful.'
             )
-        return _TimerStream(lambda data: self._on_timer(transform_id, timer_family_id, data))
+        return _TimerStream(lambda data: on_timer(transform_id, timer_family_id, data))
 
     def close(self) -> None:
         pass

@@ -53,7 +53,7 @@ def driver_level() -> tuple[int, int]:
     return os.getpid(), level
 
 
-def apply(driver: tuple[int, int]) -> None:
+def apply(driver: tuple[int, int] | tuple[()]) -> None:
     """Sets the driver's level in this worker process (not in the driver)."""
     if not driver:
         return

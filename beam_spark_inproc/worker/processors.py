@@ -62,11 +62,12 @@ def _sampling_period(ms: int) -> Iterator[None]:
         def __init__(self, prefix, counter_factory, sampling_period_ms=ms):
             super().__init__(prefix, counter_factory, sampling_period_ms)
 
-    statesampler.StateSampler = StateSampler
+    # mypy refuses assigning to a class; swapping Beam's is the point here.
+    statesampler.StateSampler = StateSampler  # type: ignore[misc]
     try:
         yield
     finally:
-        statesampler.StateSampler = original
+        statesampler.StateSampler = original  # type: ignore[misc]
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def _build(task) -> Entry:
     context = pipeline_context.PipelineContext(
         descriptor, iterable_state_write=grouped_values.write
     )
-    state_handler = sdk_worker.GlobalCachingStateHandler(
+    state_handler: sdk_worker.CachingStateHandler = sdk_worker.GlobalCachingStateHandler(
         StateCache(_STATE_CACHE_BYTES), grouped_values
     )
     if routing is not None:
@@ -139,6 +140,7 @@ def _build(task) -> Entry:
     for tag, port in enumerate(stage.outputs):
         key_of = None
         if port.layout == p.KEYED_ELEMENTS:
+            assert port.key_coder_id is not None  # the planner sets it for this layout
             coder = context.coders[port.key_coder_id]
             key_of = key_extractor(coder, coder.key_coder())
         outputs[port.transform_id] = (tag, port.layout, key_of)

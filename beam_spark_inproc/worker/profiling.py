@@ -60,21 +60,22 @@ class Profile(cProfile.Profile):
 
     def snapshot_stats(self) -> None:
         entries = self.getstats()
-        self.stats = {}
-        callers_of = {}  # id(code) -> the callers' dict of its label's row
+        stats: dict = {}  # typeshed has the times as int; they are floats
+        self.stats = stats
+        callers_of: dict[int, dict] = {}  # id(code) -> the callers' dict of its label's row
         for entry in entries:
             func = cProfile.label(entry.code)
-            row = (
+            row: tuple = (
                 entry.callcount - entry.reccallcount,
                 entry.callcount,
                 entry.inlinetime,
                 entry.totaltime,
             )
-            before = self.stats.get(func)
+            before = stats.get(func)
             callers = {} if before is None else before[4]
             if before is not None:
                 row = tuple(a + b for a, b in zip(before[:4], row))
-            self.stats[func] = (*row, callers)
+            stats[func] = (*row, callers)
             callers_of[id(entry.code)] = callers
         for entry in entries:
             func = cProfile.label(entry.code)
@@ -149,7 +150,8 @@ def summarize(directory: str) -> dict:
                 stats.add(path)
     by_category: dict[str, float] = {}
     if stats is not None:
-        for (filename, _, function), row in stats.stats.items():
+        # pstats.Stats sets ``stats`` in its constructor; typeshed omits it.
+        for (filename, _, function), row in stats.stats.items():  # type: ignore[attr-defined]
             own = row[2]  # tottime
             key = category(filename, function)
             by_category[key] = by_category.get(key, 0.0) + own

@@ -23,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from typing import Any
 from typing import Iterator
 from typing import Optional
 
@@ -100,8 +101,9 @@ class StageTask:
     # (driver pid, level): workers log at the driver's level (``logs``).
     log_level: tuple = ()
     # ``plan.ARROW`` stages: ``arrow_input.rows(batch, row_type)`` makes a
-    # source batch's columns into Beam rows (``transforms.convert.ArrowRows``).
-    arrow_input: Optional[object] = None
+    # source batch's columns into Beam rows (``transforms.convert.ArrowRows``,
+    # which the worker does not import).
+    arrow_input: Any = None
     # A streaming keyed stage: where its task reads and writes its state
     # (``worker.streaming.state_io``); None: the state comes and goes as rows.
     state_files: Optional[StateFiles] = None
@@ -199,7 +201,8 @@ def _arrow_input_elements(task: StageTask, entry, batches, forward) -> Iterator:
         # ``op.output(wv)`` is ``receivers[0].receive(wv)``; the loop runs in
         # C (map, deque): no Python frame per element.
         receive, create = receiver.receive, windowed_value.create  # 4x WindowedValue(...)
-        drain = collections.deque(maxlen=0).extend
+        sink: collections.deque = collections.deque(maxlen=0)
+        drain = sink.extend
         for batch in batches:
             rows = source.rows(batch, row_type)
             drain(
@@ -325,8 +328,9 @@ def _run_task(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     times = profiling.task_times(task.stage.name)
     if times is not None:
         batches = _counted(batches, times)
+    control: list = []
     if task.stage.input_mode == p.ARROW:  # a source's batches: no control rows
-        batches, control = _holding_rows(batches), []
+        batches = _holding_rows(batches)
     else:
         batches, control = holding_elements(batches)
     if batches is None:  # no elements: no bundle, control rows go on
@@ -420,7 +424,8 @@ class _Bundles:
         attempt = self.attempt
         if entry.routing_state is not None:
             entry.routing_state.new_bundle()
-        splitter, fed = None, []
+        splitter = None
+        fed: list = []
         if task.stage.split_input and task.split_after > 0:
             splitter = sdf.RunnerSplitter(
                 entry.processor, task.stage.split_input, task.split_after, task.split_ways

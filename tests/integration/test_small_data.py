@@ -276,6 +276,28 @@ def test_user_error_names_transform_as_on_spark(spark):
     assert info.value.transform == 'Explode'
 
 
+def test_user_error_as_on_spark_without_thread_names_in_logs(spark, monkeypatch, caplog):
+    """With ``logging.logThreads`` off log records carry no thread name: a
+    driver bundle's failure still reaches the caller naming its transform,
+    and Beam's log of it stays quiet (a Spark worker's stays in its task)."""
+    monkeypatch.setattr(logging, 'logThreads', False)
+
+    def fail(x):
+        if x == 3:
+            raise ValueError('bad element %d' % x)
+        return x
+
+    def build(p):
+        p | beam.Create([1, 2, 3]) | 'Explode' >> beam.Map(fail)
+
+    with caplog.at_level(logging.ERROR, logger='apache_beam'):
+        with pytest.raises(PipelineExecutionError) as info:
+            _jobs(spark, build)
+    assert info.value.transform == 'Explode'
+    assert 'ValueError: bad element 3' in str(info.value)
+    assert not [r for r in caplog.records if r.name == 'apache_beam.runners.common'], caplog.text
+
+
 def _heavy_total(p):
     """``_heavy``'s work, then CombineGlobally: its default is injected by a
     1-element stage (DoOnce) reading the combined value as a side input."""

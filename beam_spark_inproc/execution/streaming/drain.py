@@ -229,7 +229,9 @@ def _ports(stage: p.StagePlan) -> tuple:
 def refuse_drained(record: dict | None, root: str) -> None:
     """Raises ``StreamDrainedError`` when commit ``record`` (the one a
     restart would resume from) says its stream was drained."""
-    drain = (record or {}).get('drain') or {}
+    if record is None:
+        return
+    drain = record.get('drain') or {}
     if drain.get('drained'):
         raise StreamDrainedError(
             f'--checkpoint_location {root!r} holds a stream that was drained '

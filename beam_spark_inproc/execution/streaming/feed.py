@@ -104,11 +104,14 @@ class Feed:
         prefetched; a source whose rows never reach the driver makes all of
         it)."""
         made = self.sources[index].take_made()
-        data = None
-        if rows or made is not None:
-            data = self.rows(rows) if made is None else made
-            if self.prebuilder is not None:
-                self.prebuilder.source(index, data)
+        if made is not None:
+            data = made
+        elif rows:
+            data = self.rows(rows)
+        else:
+            return None, False
+        if self.prebuilder is not None:
+            self.prebuilder.source(index, data)
         return data, made is not None
 
     def rows(self, rows: list, always: bool = False) -> Any:
@@ -160,7 +163,9 @@ class Feed:
         """Source ``index``'s rows for ``micro_batch`` as engine data, and
         the last micro-batch's steps from them (``prebuild``): in the
         prefetch thread."""
-        return self.prebuilder.prebuild(index, self.rows(rows), micro_batch)
+        prebuilder = self.prebuilder
+        assert prebuilder is not None  # a source's ``make`` only with one (``prefetch``)
+        return prebuilder.prebuild(index, self.rows(rows), micro_batch)
 
 
 def _sources(

@@ -68,6 +68,7 @@ from beam_spark_inproc.execution.streaming.buckets import BucketTable
 from beam_spark_inproc.execution.streaming.drain import Drain
 from beam_spark_inproc.execution.streaming.feed import Feed
 from beam_spark_inproc.execution.streaming.micro_batch import MicroBatch
+from beam_spark_inproc.execution.streaming.progress import StreamProgress
 from beam_spark_inproc.execution.streaming.residuals import ResidualSchedule
 from beam_spark_inproc.execution.streaming.restart import CommittedMetrics
 from beam_spark_inproc.execution.streaming.side_inputs import SideInputGate
@@ -87,6 +88,8 @@ class StreamingExecutor:
     """Runs a streaming plan as micro-batches on an engine (see the module
     doc): steps the sources, builds and runs each micro-batch's stages,
     settles the watermarks, commits."""
+
+    progress: StreamProgress  # the stream's published progress (set by ``run``)
 
     def __init__(
         self,
@@ -311,8 +314,10 @@ class StreamingExecutor:
     def _waits_for_pending(self, index: int) -> bool:
         """Whether a stage's input watermark depends on a keyed stage built
         in this micro-batch and not run yet."""
+        batch = self._batch
+        assert batch is not None  # asked while a micro-batch is built
         for _, writer, _ in self.watermarks.writers(index, side=True):
-            if writer in self._batch.pending:
+            if writer in batch.pending:
                 return True
             w = self.plan.stages[writer]
             if (
@@ -329,6 +334,7 @@ class StreamingExecutor:
         buckets' new summaries and files. ``started``: called when the job
         is about to run (at once if there is none)."""
         batch = self._batch
+        assert batch is not None  # a harvest is of the running micro-batch
         datas = [batch.produced[i] for i in batch.pending]
         if final:  # a leaf already run (an earlier harvest, a splittable
             # stage's job) is not run again: its side effects, its reports

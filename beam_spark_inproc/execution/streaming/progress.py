@@ -208,10 +208,11 @@ class StreamProgress:
             if stage.kind == p.TEST_STREAM_STAGE:
                 self._source_outputs[i] = [
                     [
-                        (j, ports[j][0][k])
+                        (j, pcoll)
                         for j, reader in enumerate(stages)
                         for k, port in enumerate(reader.inputs)
-                        if reads.get((j, port.buffer_id)) == [(i, tag)] and ports[j][0][k]
+                        if reads.get((j, port.buffer_id)) == [(i, tag)]
+                        and (pcoll := ports[j][0][k])
                     ]
                     for tag in range(len(stage.outputs))
                 ]
@@ -311,9 +312,9 @@ class StreamProgress:
         before = self._totals or ([0] * len(ins), [0] * len(outs))
         self._totals = (ins, outs)
         live: set[str] = set()
-        stages = []
+        stages: list[dict[str, Any]] = []
         for i, stage in enumerate(plan.stages):
-            entry = {
+            entry: dict[str, Any] = {
                 'stage': i + 1,
                 'name': self._names[i],
                 'reads': [r + 1 for r in self._reads[i]],

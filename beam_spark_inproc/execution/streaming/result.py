@@ -22,12 +22,16 @@ import logging
 import os
 import signal
 import threading
+from typing import TYPE_CHECKING
 from typing import Callable
 
 from apache_beam.runners.runner import PipelineState
 
 from beam_spark_inproc.protocol import report
 from beam_spark_inproc.result import SparkPipelineResult
+
+if TYPE_CHECKING:
+    from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -41,7 +45,7 @@ class StreamingPipelineResult(SparkPipelineResult):
         # stream ends (``report.rewarn``): a stream keeps no micro-batch's
         # reports after taking them, or its driver would grow with its age.
         self._warnings: dict[tuple, tuple] = {}
-        self.executor = None  # the loop's ``StreamingExecutor`` (``run``)
+        self.executor: StreamingExecutor | None = None  # the loop's (set by ``run``)
 
     def start(
         self,
@@ -104,6 +108,7 @@ class StreamingPipelineResult(SparkPipelineResult):
         ended is left as it is: its final state is returned."""
         if self.ended:
             return self._state
+        assert self.executor is not None  # set before the result is returned
         self.executor.drain.request('result.drain()')
         self.wait_until_finish(duration)
         return self.state
@@ -124,12 +129,12 @@ class StreamingPipelineResult(SparkPipelineResult):
         first): per stage its watermarks, their lag, elements, state; the
         micro-batch's duration and backlog (``progress``). As Spark's
         ``StreamingQuery.lastProgress``."""
-        return self.executor.progress.latest()
+        return self.executor.progress.latest() if self.executor is not None else None
 
     def recent_progress(self) -> list[dict]:
         """The progress of the recent micro-batches, oldest first (as
         ``recentProgress``; up to ``progress.RECENT``)."""
-        return self.executor.progress.recent()
+        return self.executor.progress.recent() if self.executor is not None else []
 
     @property
     def reports(self) -> list[dict]:

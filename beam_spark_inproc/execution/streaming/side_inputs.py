@@ -54,6 +54,7 @@ from __future__ import annotations
 from typing import Any
 from typing import Iterable
 from typing import Iterator
+from typing import Optional
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -195,7 +196,7 @@ def _main_input_lateness(transform, components) -> Duration:
 
 
 def _in(wv, windows: list):
-    return WindowedValue(wv.value, wv.timestamp, windows, wv.pane_info)
+    return WindowedValue(wv.value, wv.timestamp, tuple(windows), wv.pane_info)
 
 
 class SideInputGate:
@@ -233,9 +234,11 @@ class SideInputGate:
     def add_main(self, port: int, chunks: list[bytes]) -> None:
         self.pending.extend((port, wv) for wv in decode_all(self._main[port], chunks))
 
-    def release(self, watermarks: list[Timestamp]) -> list[tuple[int, None, bytes]]:
-        """Rows (port, None, encoded elements) of the elements now ready."""
-        waiting, ready = [], {}
+    def release(self, watermarks: list[Timestamp]) -> list[tuple[int, Optional[bytes], bytes]]:
+        """Rows (port, key or None, encoded elements) of the elements now ready:
+        a keyed port's a row per element with its key."""
+        waiting: list[tuple[int, Any]] = []
+        ready: dict[int, list] = {}
         for port, wv in self.pending:
             if all(
                 side.ready(window, wm)
@@ -246,7 +249,7 @@ class SideInputGate:
             else:
                 waiting.append((port, wv))
         self.pending = waiting
-        rows = []
+        rows: list[tuple[int, Optional[bytes], bytes]] = []
         for port, values in sorted(ready.items()):
             key_of = self._key_of.get(port)
             if key_of is not None:  # one keyed row per element

@@ -54,7 +54,7 @@ class SparkStages:
         native: Callable | None,
     ):
         self._engine = engine
-        self._handler = None
+        self._handler: Any = None  # ``native``'s, when the plan has such stages
         if any(s.kind == p.NATIVE_STAGE for s in plan.stages):
             if native is None:
                 raise ValueError(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 from typing import Callable
+from typing import Mapping
 
 from apache_beam.runners.portability.fn_api_runner import translations
 
@@ -74,7 +75,7 @@ class StageSteps:
         plan: p.SparkPlan,
         context,
         reads: dict,
-        uses: list,
+        uses: Mapping[int, int],
         job: Callable,
         *,
         engine: Any,
@@ -115,15 +116,17 @@ class StageSteps:
             if port.buffer_id == translations.IMPULSE_BUFFER:
                 if impulse:
                     parts.append((tag, self.engine.select(self.engine.impulse(), 0, tag, False)))
-        for tag, writer, writer_tag in self.watermarks.writers(index):
+        for port_tag, writer, writer_tag in self.watermarks.writers(index):
             if writer not in produced:
                 continue
-            new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else tag
+            assert port_tag is not None  # main inputs only (no ``side``)
+            new_tag = 0 if stage.kind == p.RESHUFFLE_STAGE else port_tag
             carry = self.carry(batch, writer)
             if self._whole(writer, writer_tag, new_tag, carry):
-                parts.append((tag, produced[writer]))
+                parts.append((port_tag, produced[writer]))
                 continue
-            parts.append((tag, self.engine.select(produced[writer], writer_tag, new_tag, carry)))
+            data = self.engine.select(produced[writer], writer_tag, new_tag, carry)
+            parts.append((port_tag, data))
         return parts
 
     def _whole(self, writer: int, tag: int, new_tag: int, carry: bool) -> bool:

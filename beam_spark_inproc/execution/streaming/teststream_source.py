@@ -176,7 +176,8 @@ class TestStreamSource:
 
     def _element_events(self, coalesce_elements: bool) -> list[int]:
         """The positions of the element events the next micro-batch takes."""
-        position, taken = self.position, []
+        position = self.position
+        taken: list[int] = []
         while self._next_is(position, 'element_event') and (
             not taken or (coalesce_elements and len(taken) < MAX_COALESCED_EVENTS)
         ):
@@ -300,7 +301,8 @@ class TestStreamSource:
         for element in element_event.elements:
             value = decode(element.encoded_element)
             if isinstance(value, Row) and isinstance(value, test_stream.WindowedValueHolder):
-                yield value.windowed_value
+                # A Row's fields are attributes mypy does not see.
+                yield value.windowed_value  # type: ignore[attr-defined]
             else:  # as GlobalWindows.windowed_value, without a Timestamp
                 yield create(value, 1000 * element.timestamp, _GLOBAL)
 
@@ -317,7 +319,7 @@ class TestStreamSource:
             if coder is not None:
                 value = coder[0](coder[1](value))
             if isinstance(value, Row) and isinstance(value, test_stream.WindowedValueHolder):
-                yield value.windowed_value
+                yield value.windowed_value  # type: ignore[attr-defined]  # a Row's field
             else:  # the payload's milliseconds
                 yield create(value, tv.timestamp.micros // 1000 * 1000, _GLOBAL)
 

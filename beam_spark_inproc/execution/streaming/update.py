@@ -390,7 +390,8 @@ class Update:
         restored = set()
         for stage in record['stages']:
             key = stage_key(stage['name'])
-            key = key if key in index_of else self.moved.get(key)
+            if key not in index_of:
+                key = self.moved.get(key, key)
             if key in index_of:
                 restored.add(index_of[key])
         for key, renames in self.renamed.items():

@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from typing import Iterator
+from typing import BinaryIO
+from typing import Iterable
 from typing import Optional
 
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -41,12 +42,12 @@ class GroupedValuesStore(sdk_worker.StateHandler):
         self._page_bytes = page_bytes
         self._groups: dict[bytes, list] = {}
         self._in_memory = 0
-        self._spill = None  # an open, already unlinked temporary file
+        self._spill: Optional[BinaryIO] = None  # an open, already unlinked temporary file
         self._tokens = itertools.count()
         self.spilled_bytes = 0
 
     # -- the coder's IterableStateWriter ------------------------------------
-    def write(self, values: Iterator, element_coder_impl) -> bytes:
+    def write(self, values: Iterable, element_coder_impl) -> bytes:
         pages = []
         out = create_OutputStream()
         encode = element_coder_impl.encode_to_stream
@@ -80,8 +81,10 @@ class GroupedValuesStore(sdk_worker.StateHandler):
         if isinstance(page, bytes):
             return page
         offset, length = page
-        self._spill.flush()
-        return os.pread(self._spill.fileno(), length, offset)
+        spill = self._spill
+        assert spill is not None  # a page kept as (offset, length) was spilled
+        spill.flush()
+        return os.pread(spill.fileno(), length, offset)
 
     def reset(self) -> None:
         """Drops the bundle's groups (and the spill file)."""

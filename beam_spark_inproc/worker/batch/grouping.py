@@ -239,7 +239,10 @@ class GroupAlsoByWindow:
             yield from (self._spliced(rows) if self._values_only else self._streamed(rows))
             return
         out = create_OutputStream()
-        current, datas = None, []
+        # No group is open before the first row (``datas`` empty), whatever
+        # its key: ``current`` needs no sentinel.
+        current: bytes = b''
+        datas: list[bytes] = []
         for key, data in rows:
             if key != current:
                 if datas:

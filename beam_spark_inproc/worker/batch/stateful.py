@@ -162,9 +162,10 @@ def collect_contexts() -> Iterator[list]:
     collected: list = []
     TrackedUserStateContext._collector = collected
     original = bundle_processor.FnApiUserStateContext
-    bundle_processor.FnApiUserStateContext = TrackedUserStateContext
+    # mypy refuses assigning to a class; swapping Beam's is the point here.
+    bundle_processor.FnApiUserStateContext = TrackedUserStateContext  # type: ignore[misc]
     try:
         yield collected
     finally:
-        bundle_processor.FnApiUserStateContext = original
+        bundle_processor.FnApiUserStateContext = original  # type: ignore[misc]
         TrackedUserStateContext._collector = None

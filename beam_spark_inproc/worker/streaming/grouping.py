@@ -259,7 +259,8 @@ def streaming_grouped_input_elements(task, entry, batches, forward: Callable) ->
                         transform_id=ports[tag].transform_id, data=data
                     )
             continue
-        state_data, by_port = None, {}
+        state_data = None
+        by_port: dict[int, list[bytes]] = {}
         for _, tag, data in key_rows:
             if tag == STATE_TAG:
                 state_data = data
@@ -285,7 +286,9 @@ def streaming_grouped_input_elements(task, entry, batches, forward: Callable) ->
             )
             out = create_OutputStream()
     if out.size():
-        grouped = [p for p in ports if p.grouping is not None]
-        yield beam_fn_api_pb2.Elements.Data(transform_id=grouped[0].transform_id, data=out.get())
+        grouped_ports = [p for p in ports if p.grouping is not None]
+        yield beam_fn_api_pb2.Elements.Data(
+            transform_id=grouped_ports[0].transform_id, data=out.get()
+        )
     for bucket, summary in summaries.items():
         forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())

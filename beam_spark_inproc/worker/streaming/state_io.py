@@ -44,6 +44,7 @@ import uuid
 import zlib
 from typing import Callable
 from typing import Iterator
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -133,7 +134,7 @@ class StateIO:
         self._ran: set[int] = set()
         self._summaries: dict[int, Summary] = {}
         self._path = ''
-        self._writer = None
+        self._writer: Optional[pq.ParquetWriter] = None
         self._pending: dict[int, list[tuple[bytes, bytes, int]]] = {}
         self._held = 0
 
@@ -247,7 +248,7 @@ class StateIO:
             self._writer.close()
         if not self._ran and not self._summaries:
             return
-        buckets = {b: (None, '') for b in self._ran}
+        buckets: dict[int, tuple[Optional[bytes], str]] = {b: (None, '') for b in self._ran}
         for b, summary in self._summaries.items():
             buckets[b] = (summary.encode(), self._path)
         forward(CONTROL_TAG, None, pickle.dumps({'stage': self.files.stage, STATE_REPORT: buckets}))

@@ -28,6 +28,7 @@ import itertools
 import pickle
 from typing import Callable
 from typing import Iterator
+from typing import cast
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
@@ -124,6 +125,9 @@ def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> I
     # One servicer for the task's keys, emptied per key (``worker.key_state``
     # reads the current key's entries from it).
     servicer = StateServicer()
+    # Never checkpointed, so Beam's ``_state`` is its plain dict (Beam types it
+    # as that or a CopyOnWriteState).
+    user_state = cast(dict, servicer._state)
 
     def rows():
         for columns in column_slices(batches, KEY, TAG, DATA):
@@ -136,7 +140,7 @@ def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> I
                     forward(CONTROL_TAG, None, data)
             continue
         # What the last key kept was copied out (``state``, ``ordered``).
-        servicer._state.clear()
+        user_state.clear()
         servicer._ordered_list_keys.clear()
         routing._user = servicer
         if queue is not None:
@@ -147,7 +151,7 @@ def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> I
                     state, ordered, pending = pickle.loads(data)
                     if aliases:
                         state, ordered, pending = renamed(aliases, state, ordered, pending)
-                    servicer._state.update(state)
+                    user_state.update(state)
                     servicer._ordered_list_keys.update(ordered)
                     if queue is not None:
                         queue._pending.update(pending)
@@ -165,7 +169,7 @@ def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> I
             context.commit()
         release_user_state(entry.user_state_contexts)
         pending = dict(queue._pending) if queue is not None else {}
-        state = {k: v for k, v in servicer._state.items() if v}
+        state = {k: v for k, v in user_state.items() if v}
         if step.next_input_watermark >= MAX_TIMESTAMP:
             continue  # the end of time: nothing is kept
         ordered = dict(servicer._ordered_list_keys)
@@ -185,5 +189,5 @@ def streaming_keyed_input_elements(task, entry, batches, forward: Callable) -> I
         summary = _summary(queue)
         summary.event_timer = min(summary.event_timer, expires)
         bucket.add(summary)
-    for bucket, summary in summaries.items():
-        forward(SUMMARY_TAG, b'%d' % bucket, summary.encode())
+    for number, summary in summaries.items():
+        forward(SUMMARY_TAG, b'%d' % number, summary.encode())
