@@ -243,6 +243,31 @@ class SparkStreamSource:
             'drained': self._drained,
         }
 
+    def backlog(self) -> tuple[dict, bool]:
+        """What Spark's query staged and the loop has not read (batches and
+        rows, from their markers), what the query is doing (its status
+        message), and whether the stream has caught up: nothing staged is
+        left and the query found no new data at its last look (``backlog``
+        of the loop)."""
+        batches = rows = 0
+        n = self.next_batch
+        while os.path.exists(self._marker(n)):
+            batches += 1
+            rows += int(self._stats(n).get('rows') or 0)
+            n += 1
+        if self._query is None:
+            state, idle = ('stopped' if self._exhausted else 'not started'), self._exhausted
+        elif not self._query.isActive:
+            state, idle = 'ended', True
+        else:
+            status = self._query.status
+            state = status.get('message', '?')
+            idle = not status.get('isDataAvailable') and not status.get('isTriggerActive')
+        return (
+            {'staged_batches': batches, 'staged_rows': rows, 'spark_query': state},
+            batches == 0 and idle,
+        )
+
     def describe_position(self) -> str:
         """Where the source stands, for a person (``restart.describe``)."""
         if self._drained:

@@ -10,7 +10,10 @@ written to a temporary name and renamed; an older one may be collected while
 it is being read, then the next older is read). It shows:
 
 * a **table** (``render``): the micro-batch, its duration split into Spark
-  jobs and driver work, its input, state and backlog, and per stage its
+  jobs and driver work, its input, state and backlog; whether the stream has
+  **caught up** and, per read (a source, a splittable DoFn, by its label), the
+  elements it emitted, its position and what it has left
+  (``execution.streaming.backlog``); and per stage its
   input and output watermarks, their lag behind the wall clock, elements in
   and out, state keys and bytes; then a sparkline of the recent
   micro-batches' durations; a stream draining or drained says so (the
@@ -177,6 +180,54 @@ def drain_state(record: dict) -> str:
     )
 
 
+def describe_read(read: dict) -> str:
+    """A read's backlog (``execution.streaming.backlog``) in a few words."""
+    b = read.get('backlog') or {}
+    if read['kind'] == 'splittable DoFn':
+        due, waiting = b.get('due_restrictions', 0), b.get('waiting_restrictions', 0)
+        if due:
+            return f'{due} restriction{"s" if due != 1 else ""} due now'
+        if waiting and b.get('next_due_in_seconds') is not None:
+            return f'next read {b["next_due_in_seconds"]:.1f} s after that commit'
+        return 'nothing left to read' if not waiting else f'{waiting} waiting'
+    if 'events' in b:
+        return f'{b["events"]} events left' if b['events'] else 'every event read'
+    if 'staged_batches' in b:
+        staged = (
+            f'{b["staged_batches"]} Spark batches ({b.get("staged_rows", "?")} rows) '
+            'staged, not read'
+            if b['staged_batches']
+            else 'every staged batch read'
+        )
+        return f'{staged}; Spark query: {b.get("spark_query", "?")}'
+    if 'unknown' in b:
+        return f'backlog unknown ({b["unknown"]})'
+    return ''
+
+
+def reads_lines(latest: dict) -> list[str]:
+    """The progress's reads: whether the stream caught up, then each read."""
+    reads = latest.get('sources')
+    if not reads:
+        return []
+    caught = latest.get('caught_up')
+    lines = [
+        '  caught up: every read has read what there was when it last looked'
+        if caught
+        else '  catching up: '
+        + ', '.join(repr(r['source']) for r in reads if not r['caught_up'])
+        + ' still behind'
+    ]
+    for r in reads:
+        lines.append(
+            f'    {r["source"]!r} ({r["kind"]}, stage {r["stage"]}): '
+            f'{"caught up" if r["caught_up"] else "behind"}; {r["elements"]} elements read'
+            + (f', at {r["position"]}' if r.get('position') else '')
+            + (f'; {describe_read(r)}' if describe_read(r) else '')
+        )
+    return lines
+
+
 def scale(values: list[float]) -> float:
     """The top of a chart of ``values``: their largest, but at most four
     times their median, so that one slow micro-batch (the first one, which
@@ -236,6 +287,7 @@ def render(
             f'{b["due_residuals"]} of {b["pending_residuals"]} residuals due, '
             f'{b["held_side_input_elements"]} elements held behind side inputs'
         )
+    lines += reads_lines(latest)
     lines.append('')
     columns = [
         ('#', 3),

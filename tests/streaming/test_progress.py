@@ -215,6 +215,10 @@ def test_metrics_sink_receives_the_progress_as_gauges(stream):
         progress = by_id[gauges['stream', 'micro_batch']]
         assert gauges['stream', 'elements_in'] == progress['elements_in']
         assert gauges['stream', 'timer_buckets'] == progress['backlog']['timer_buckets']
+        assert gauges['stream', 'caught_up'] == int(progress['caught_up'])
+        [read] = progress['sources']
+        assert gauges['source:TestStream', 'events'] == read['backlog']['events']
+        assert gauges['source:TestStream', 'elements'] == read['elements']
         for stage in progress['stages']:
             step = f'{stage["stage"]}:{stage["name"]}'
             for which in ('input', 'output'):
@@ -429,3 +433,127 @@ def test_status_says_when_a_stream_drains(stream, tmp_path, capsys):
         newest.write_text(json.dumps(record))
         assert main(['status', str(copy)]) == 0
         assert said in capsys.readouterr().out
+
+
+def test_progress_says_what_each_read_has_left(stream, capsys):
+    """The TestStream (6 events, 3 elements): per commit, the events it has
+    not replayed, the elements it emitted so far, and caught up only once
+    every event is read; ``status`` says so, naming the read by its label."""
+    result, checkpoint, _, _ = stream
+    total = 6
+    before = total
+    for progress in result.recent_progress():
+        [read] = progress['sources']
+        left = read['backlog']['events']
+        assert (read['source'], read['kind'], read['stage']) == ('TestStream', 'TestStream', 1)
+        assert read['position'] in (f'event {total - left} of {total}', f'all {total} events read')
+        assert left <= before
+        before = left
+        assert read['caught_up'] is (left == 0) and progress['caught_up'] is (left == 0)
+    assert left == 0 and read['elements'] == len(ELEMENTS)
+    assert main(['status', checkpoint]) == 0
+    out = capsys.readouterr().out
+    assert '  caught up: every read has read what there was when it last looked\n' in out
+    assert (
+        "    'TestStream' (TestStream, stage 1): caught up; 3 elements read, at all 6 events "
+        'read; every event read\n'
+    ) in out
+
+
+def test_a_splittable_dofns_backlog_is_its_due_restrictions():
+    """``Ticks`` (12 ticks, 3 per bundle, each residual due 10 ms later): the
+    read is the DoFn's label; its elements are the ticks emitted so far; it is
+    caught up exactly when no restriction is due at the commit, and at the
+    end nothing is left."""
+    results = []
+    oracle.run(test_sources._ticks, InProcessSparkRunner(debug=True), results=results)
+    emitted = 0
+    for progress in results[0].recent_progress():
+        [read] = progress['sources']
+        sdf = next(s for s in progress['stages'] if s['name'].startswith('ParDo(Ticks)/Process'))
+        assert (read['source'], read['kind'], read['stage']) == (
+            'ParDo(Ticks)',
+            'splittable DoFn',
+            sdf['stage'],
+        )
+        emitted += sdf['elements_out']
+        assert read['elements'] == emitted
+        b = read['backlog']
+        assert b['due_restrictions'] == sdf['due_residuals']
+        assert b['due_restrictions'] + b['waiting_restrictions'] == sdf['pending_residuals']
+        assert read['caught_up'] is (b['due_restrictions'] == 0)
+    assert emitted == 12
+    assert b == {'due_restrictions': 0, 'waiting_restrictions': 0, 'next_due_in_seconds': None}
+
+
+class _SlowBundles(beam.DoFn):
+    """300 ms per bundle (one per micro-batch), whatever it holds."""
+
+    def start_bundle(self):
+        self._slept = False
+
+    def process(self, tick):
+        if not self._slept:
+            import time
+
+            time.sleep(0.3)
+            self._slept = True
+        yield tick
+
+
+def test_a_read_slower_than_its_polls_is_behind():
+    """PeriodicImpulse every 50 ms, each micro-batch taking 300 ms downstream
+    in the same stage: at each commit its next tick is already due, so the
+    stream is never caught up."""
+    import time
+
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    options = PipelineOptions(['--streaming'])
+    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
+    _ = (
+        p
+        | 'Ticks' >> PeriodicImpulse(start_timestamp=time.time(), fire_interval=0.05)
+        | beam.ParDo(_SlowBundles())
+    )
+    result = p.run()
+    while len(result.recent_progress()) < 3:
+        assert result.wait_until_finish(200) == 'RUNNING'
+    result.cancel()
+    for progress in result.recent_progress()[1:]:
+        [read] = progress['sources']
+        assert read['source'] == 'Ticks' and read['backlog']['due_restrictions'] == 1, read
+        assert read['caught_up'] is False and progress['caught_up'] is False
+
+
+def test_a_file_stream_says_when_it_has_read_every_file(tmp_path):
+    """``fileio.MatchContinuously`` over a folder holding three files: the
+    progress names the read by its label, counts the files it matched, and
+    says caught up once it has matched all three (what docs/streaming.md
+    tells a user to watch)."""
+    from apache_beam.io import fileio
+
+    inbox = tmp_path / 'inbox'
+    inbox.mkdir()
+    for i in range(3):
+        (inbox / f'f{i}.txt').write_text(f'line {i}\n')
+    options = PipelineOptions(['--streaming'])
+    p = beam.Pipeline(runner=InProcessSparkRunner(debug=True), options=options)
+    _ = (
+        p
+        | 'Watch inbox' >> fileio.MatchContinuously(str(inbox / '*.txt'), interval=0.2)
+        | fileio.ReadMatches()
+        | beam.Map(lambda f: f.read_utf8())
+    )
+    result = p.run()
+    try:
+        while True:
+            progress = result.progress()
+            if progress and progress['caught_up'] and progress['sources'][0]['elements'] == 3:
+                break
+            assert result.wait_until_finish(200) == 'RUNNING'
+    finally:
+        result.cancel()
+    [read] = progress['sources']
+    assert (read['source'], read['kind']) == ('Watch inbox', 'splittable DoFn')
+    assert read['backlog']['waiting_restrictions'] == 1  # the next poll

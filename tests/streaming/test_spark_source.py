@@ -48,6 +48,17 @@ def test_file_stream_equals_bounded_read(spark, tmp_path):
     assert len(got) == 3 * cases.KEYS  # windows [0,10) [10,20) [20,30)
     staged = os.listdir(tmp_path / 'ck' / 'sources')
     assert len(staged) == 1
+    # The read's own progress (``status``): every row it staged was read,
+    # Spark's query ended (available_now), so the stream has caught up.
+    from beam_spark_inproc import status
+
+    record, _ = status.read(str(tmp_path / 'ck'))
+    latest, _ = status.progress_of(record)
+    [read] = latest['sources']
+    assert read['kind'] == 'Spark stream' and read['source'].startswith('ReadFromSpark')
+    assert read['elements'] == cases.FILES * cases.PER_FILE
+    assert read['backlog']['staged_batches'] == 0 and read['caught_up'] is True
+    assert latest['caught_up'] is True
 
 
 def test_python_data_source_with_offsets(spark, tmp_path):

@@ -21,7 +21,11 @@ dict (``StreamProgress.take``)::
                  'input_watermark_lag_seconds': ..., 'output_watermark_lag_seconds': ...,
                  'elements_in': 2, 'elements_out': 2,
                  'total_elements_in': 3, 'total_elements_out': 3,
-                 'state_keys': 2, 'state_bytes': 1830, 'timer_buckets': 2, ...}, ...]}
+                 'state_keys': 2, 'state_bytes': 1830, 'timer_buckets': 2, ...}, ...],
+     'sources': [{'source': 'Read events', 'stage': 1, 'kind': 'TestStream',
+                  'elements': 12, 'backlog': {'events': 28}, 'caught_up': False,
+                  'position': 'event 12 of 40'}],
+     'caught_up': False}               # every read has read what there was
 
 Everything comes from what the loop already holds after the micro-batch: no
 Spark job, no state read. Its cost is a pass over the stages' consolidated
@@ -51,6 +55,10 @@ the same buckets.
   every timer: a GroupByKey's waiting windows count here too) with the
   earliest of them; main-input elements pushed back behind side inputs
   (``side_inputs``).
+* **Reads** (``backlog``): per source and splittable DoFn, by the user's
+  label, what it emitted so far, what it has left to read as far as it knows,
+  and whether it has **caught up** (read everything there was when it last
+  looked); the stream has caught up when every read has.
 * **Duration**: from the micro-batch's start (``MicroBatch.started``) to its
   commit (the sources' step before it, and any wait for a splittable DoFn's
   resume delay, are not in it); **job seconds** are the time spent inside the engine's ``collect``
@@ -85,6 +93,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.executor import wire
+from beam_spark_inproc.execution.streaming import backlog as reads_backlog
 from beam_spark_inproc.execution.streaming.store import stage_key
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.status import human_bytes
@@ -198,6 +207,8 @@ class StreamProgress:
         self._inputs = [set(pc for pc in ins if pc) for ins, _ in ports]
         self._outputs = [outs for _, outs in ports]
         reads, _ = wire(plan)
+        self._wire, self._port_pcolls = reads, ports
+        self._read_entries = reads_backlog.Reads(plan)  # ``backlog``
         self._reads = [
             sorted({w for (j, _), ws in reads.items() if j == i for w, _ in ws})
             for i in range(len(stages))
@@ -206,16 +217,7 @@ class StreamProgress:
         self._source_outputs: dict[int, list[list[tuple[int, str]]]] = {}
         for i, stage in enumerate(stages):
             if stage.kind == p.TEST_STREAM_STAGE:
-                self._source_outputs[i] = [
-                    [
-                        (j, pcoll)
-                        for j, reader in enumerate(stages)
-                        for k, port in enumerate(reader.inputs)
-                        if reads.get((j, port.buffer_id)) == [(i, tag)]
-                        and (pcoll := ports[j][0][k])
-                    ]
-                    for tag in range(len(stage.outputs))
-                ]
+                self._add_source(i)
         self._keyed = [s.grouped or s.stateful for s in stages]
         # Where elements enter the stream: its sources and splittable DoFns
         # (each a read), else the stages reading no other stage.
@@ -232,6 +234,19 @@ class StreamProgress:
         self._history: collections.deque = collections.deque(maxlen=RECENT)
         self._taken: dict | None = None
         self.clock: JobClock | None = None
+
+    def _add_source(self, i: int) -> None:
+        """Counts source ``i``'s output as what its readers read of it."""
+        stages, reads, ports = self._plan.stages, self._wire, self._port_pcolls
+        self._source_outputs[i] = [
+            [
+                (j, pcoll)
+                for j, reader in enumerate(stages)
+                for k, port in enumerate(reader.inputs)
+                if reads.get((j, port.buffer_id)) == [(i, tag)] and (pcoll := ports[j][0][k])
+            ]
+            for tag in range(len(stages[i].outputs))
+        ]
 
     # -- wiring into the loop ----------------------------------------------
     def time_jobs(self, engine: Any) -> JobClock:
@@ -308,6 +323,10 @@ class StreamProgress:
         wall = time.time()
         clock = executor.now()
         plan, wm, buckets = self._plan, executor.watermarks, executor.buckets
+        for i in executor.sources:  # a runner-native source (ReadFromSpark)
+            if i not in self._source_outputs:
+                self._add_source(i)
+                self._entries = sorted(set(self._entries) | {i})
         ins, outs = self._element_totals(executor.committed_metrics)
         before = self._totals or ([0] * len(ins), [0] * len(outs))
         self._totals = (ins, outs)
@@ -374,6 +393,8 @@ class StreamProgress:
             },
             'stages': stages,
         }
+        progress['sources'] = self._read_entries.take(executor, outs, clock)
+        progress['caught_up'] = reads_backlog.caught_up(progress['sources'])
         lowest = min(wm.output, default=MAX_TIMESTAMP)
         self._taken = progress
         self._history.append(
@@ -385,6 +406,7 @@ class StreamProgress:
                 'elements_in': elements,
                 'lowest_output_watermark': instant(lowest),
                 'lag_seconds': _lag(wall, lowest),
+                'caught_up': progress['caught_up'],
             }
         )
         return progress
@@ -477,6 +499,9 @@ def line(progress: dict) -> str:
         where = 'output watermarks +inf'
     backlog = progress['backlog']
     parts = [f'{backlog["timer_buckets"]} timer buckets']
+    caught = progress.get('caught_up')
+    if caught is not None:
+        parts.insert(0, 'caught up' if caught else 'catching up')
     if backlog['pending_residuals']:
         parts.append(f'{backlog["due_residuals"]}/{backlog["pending_residuals"]} residuals due')
     if backlog['held_side_input_elements']:
@@ -521,6 +546,15 @@ def gauges(progress: dict) -> list:
         add('stream', name, progress[name])
     for name, value in backlog.items():
         add('stream', name, value)
+    if progress.get('caught_up') is not None:
+        add('stream', 'caught_up', int(progress['caught_up']))
+    for read in progress.get('sources', ()):
+        step = f'source:{read["source"]}'
+        add(step, 'elements', read['elements'])
+        add(step, 'caught_up', int(read['caught_up']))
+        for name, value in read['backlog'].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                add(step, name, value)
     for s in progress['stages']:
         step = f'{s["stage"]}:{s["name"]}'
         for which in ('input', 'output'):

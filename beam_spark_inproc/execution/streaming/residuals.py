@@ -82,6 +82,10 @@ class ResidualSchedule:
     def next_due(self) -> float:
         return min((r.due for rs in self._pending.values() for r in rs), default=float('inf'))
 
+    def next_due_of(self, stage: int) -> float:
+        """When the stage's earliest pending residual is due (inf: none)."""
+        return min((r.due for r in self._pending.get(stage, [])), default=float('inf'))
+
     def waiting(self, stage: int, now: float) -> tuple[int, int]:
         """(pending, of which due at ``now``) residuals of a stage."""
         pending = self._pending.get(stage, [])

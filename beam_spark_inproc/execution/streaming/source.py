@@ -89,6 +89,11 @@ class StreamSource(Protocol):
         """Back to a ``checkpoint()``: the next ``step_micro_batch`` yields
         what the step after that checkpoint yielded."""
 
+    def backlog(self) -> tuple[dict, bool]:
+        """What is left to read as far as it knows (JSON-able), and whether
+        it has caught up: read everything there was when it last looked
+        (``backlog``)."""
+
     def describe_position(self) -> str:
         """Where it stands, in a few words for a person (a restart's line:
         ``event 12 of 40``, ``next Spark batch 7``)."""

@@ -154,6 +154,12 @@ class TestStreamSource:
             'watermarks': {t: w.micros for t, w in self.watermarks.items()},
         }
 
+    def backlog(self) -> tuple[dict, bool]:
+        """The events not replayed yet, and whether none is left
+        (``backlog``)."""
+        left = max(len(self.events) - self.position, 0)
+        return {'events': left}, left == 0
+
     def describe_position(self) -> str:
         """Where the replay stands, for a person (``restart.describe``)."""
         if self.exhausted:
