@@ -88,8 +88,13 @@ class Watermarks:
         return all(wm >= MAX_TIMESTAMP for wm in self.output)
 
     def held(self) -> list[str]:
-        """The names of the stages whose output watermark is below +inf."""
-        return [s.name for s, wm in zip(self._plan.stages, self.output) if wm < MAX_TIMESTAMP]
+        """The stages whose output watermark is below +inf, by their
+        transforms' labels."""
+        from beam_spark_inproc.execution.streaming.progress import display_name
+
+        return [
+            display_name(s) for s, wm in zip(self._plan.stages, self.output) if wm < MAX_TIMESTAMP
+        ]
 
     # -- wiring -----------------------------------------------------------
     def writers(self, index: int, side: bool = False) -> Iterator[tuple[int | None, int, int]]:
