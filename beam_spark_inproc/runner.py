@@ -16,6 +16,9 @@ from typing import ContextManager
 from typing import Optional
 from typing import cast
 
+# First: a Beam outside the supported range stops here, in one line, before any
+# of its internals are imported (compat.beam.SUPPORTED).
+from beam_spark_inproc.compat import beam as beam_compat  # isort: skip
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import PortableOptions
@@ -152,7 +155,9 @@ class InProcessSparkRunner(PipelineRunner):
         plan = plan_pipeline(
             pipeline,
             self._is_drain,
-            reshuffle_keeps_panes=not options.is_compat_version_prior_to(RESHUFFLE_PANES_VERSION),
+            reshuffle_keeps_panes=not beam_compat.is_compat_version_prior_to(
+                options, RESHUFFLE_PANES_VERSION
+            ),
             streaming=streaming,
         )
         if streaming:
@@ -416,8 +421,8 @@ class InProcessSparkRunner(PipelineRunner):
                 plan_pipeline,
                 pipeline,
                 True,
-                reshuffle_keeps_panes=not options.is_compat_version_prior_to(
-                    RESHUFFLE_PANES_VERSION
+                reshuffle_keeps_panes=not beam_compat.is_compat_version_prior_to(
+                    options, RESHUFFLE_PANES_VERSION
                 ),
                 streaming=True,
             ),

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils import windowed_value
 
+from beam_spark_inproc.compat import beam as beam_compat
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
@@ -68,5 +69,5 @@ def test_planner_marks_reshuffles_of_old_pipelines():
         ]
         assert reshuffles and all(s.reset_panes != keeps for s in reshuffles)
     old = PipelineOptions(update_compatibility_version='2.60.0')
-    assert old.is_compat_version_prior_to(RESHUFFLE_PANES_VERSION)
-    assert not PipelineOptions().is_compat_version_prior_to(RESHUFFLE_PANES_VERSION)
+    assert beam_compat.is_compat_version_prior_to(old, RESHUFFLE_PANES_VERSION)
+    assert not beam_compat.is_compat_version_prior_to(PipelineOptions(), RESHUFFLE_PANES_VERSION)
