@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
-# Beam's Reshuffle carries pane info from this update_compatibility_version on.
-RESHUFFLE_PANES_VERSION = '2.65.0'
 # Environments that run DoFns in the runner's own Python process (URN prefix).
 EMBEDDED_PYTHON_PREFIX = 'beam:env:embedded_python'
 # TestStream elements set aside by this thread's ``run_pipeline`` (values).
@@ -155,9 +153,7 @@ class InProcessSparkRunner(PipelineRunner):
         plan = plan_pipeline(
             pipeline,
             self._is_drain,
-            reshuffle_keeps_panes=not beam_compat.is_compat_version_prior_to(
-                options, RESHUFFLE_PANES_VERSION
-            ),
+            reshuffle_keeps_panes=beam_compat.reshuffle_keeps_panes(options),
             streaming=streaming,
         )
         if streaming:
@@ -421,9 +417,7 @@ class InProcessSparkRunner(PipelineRunner):
                 plan_pipeline,
                 pipeline,
                 True,
-                reshuffle_keeps_panes=not beam_compat.is_compat_version_prior_to(
-                    options, RESHUFFLE_PANES_VERSION
-                ),
+                reshuffle_keeps_panes=beam_compat.reshuffle_keeps_panes(options),
                 streaming=True,
             ),
         )

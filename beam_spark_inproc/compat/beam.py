@@ -28,7 +28,9 @@ that decides it (a feature test of the installed Beam where one exists):
   or nanosecond timestamps; ``.micros`` of a finer one raises); before, a
   ``Timestamp`` is an integer of microseconds, ``Timestamp(seconds, micros)``.
 * ``is_compat_version_prior_to`` (2.72): a ``PipelineOptions`` method;
-  before, a function of ``apache_beam.transforms.util``.
+  before, a function of ``apache_beam.transforms.util``. With it,
+  ``reshuffle_keeps_panes``: whether the pipeline's
+  ``update_compatibility_version`` asks for a Reshuffle from before 2.65.
 * ``DATE_URN`` (2.73): Beam's schema logical type for ``datetime.date`` is
   ``date``; before, ``javasdk_date``. Both carry ``datetime.date`` values.
 
@@ -130,6 +132,17 @@ def is_compat_version_prior_to(options: PipelineOptions, version: str) -> bool:
 
     # By name: the type check reads one Beam, and from 2.72 util has no such function.
     return getattr(util, 'is_compat_version_prior_to')(options, version)  # noqa: B009
+
+
+# Beam's Reshuffle carries each element's pane from this release on.
+RESHUFFLE_PANES_VERSION = '2.65.0'
+
+
+def reshuffle_keeps_panes(options: PipelineOptions) -> bool:
+    """Whether a Reshuffle of this pipeline keeps its elements' panes: unless
+    the pipeline asks for the behaviour of a Beam before 2.65 with
+    ``update_compatibility_version`` (``plan.StagePlan.reset_panes``)."""
+    return not is_compat_version_prior_to(options, RESHUFFLE_PANES_VERSION)
 
 
 # --- schema logical types (2.73) ---------------------------------------------
