@@ -260,7 +260,7 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = cast(
                     'Engine',
                     SmallDataEngine(
-                        SparkHandOver(get_spark, make_engine, parallelism),
+                        SparkHandOver(get_spark, make_engine, parallelism, start=lazy),
                         max_bytes=int(opts.spark_small_data_kb * 1024),
                         settings=settings,
                         spark_start=lazy,

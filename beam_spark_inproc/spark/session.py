@@ -447,7 +447,7 @@ def lazy_local_session(
 
         if SparkSession.getActiveSession() is not None:
             return None
-        _SHARED = LazySession(create, warm_up=cores)
+        _SHARED = LazySession(create, warm_up=cores, cores=cores)
         return _SHARED
 
 
@@ -505,9 +505,11 @@ class LazySession:
     starts or warms up runs in the driver meanwhile and hands its work over
     once the session is ready, as the run that started it does."""
 
-    def __init__(self, create, warm_up: int = 0):
+    def __init__(self, create, warm_up: int = 0, cores: Optional[int] = None):
         self._create = create
         self._warm_up = warm_up
+        # A local master's cores (its run's parallelism), known before it starts.
+        self.cores = cores
         self._warmed = threading.Event()
         self._session = None
         self._lock = threading.Lock()
