@@ -11,7 +11,7 @@ conftest made one) is used as it is.
 A master Spark cannot have fails the test asking for it, at its setup, and
 nothing else: a malformed URL or an unreachable standalone master
 (``session.check_master``, before any JVM), or a second master in a process
-whose session already runs (a process holds one SparkContext). A session
+whose session already runs (a process holds one Spark driver). A session
 whose JVM fails to start raises in the test whose pipeline needed it; the
 next test that needs Spark tries again.
 """
