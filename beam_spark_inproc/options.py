@@ -13,7 +13,8 @@ INLINE_SIDE_INPUT_BYTES = int(INLINE_SIDE_INPUT_MB * (1 << 20))
 # (``execution.small``); the environment variable sets another default, 0 turns it
 # off. A stage that grows past the limits is handed to Spark with its rows
 # spread over every core, so a large pipeline starting from tiny data keeps
-# Spark's parallelism and pays at most ``small.MAX_SECONDS`` of driver work.
+# Spark's parallelism and pays about what a Spark job costs in driver work
+# (``small.spark_sooner``).
 SMALL_DATA_KB = 64
 SMALL_DATA_ENV = 'BEAM_SPARK_INPROC_SMALL_DATA_KB'
 # Streaming: a micro-batch's driver-side source rows (TestStream events,
