@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from typing import Callable
@@ -10,6 +12,7 @@ from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineResult
 from apache_beam.runners.runner import PipelineState
 
+from beam_spark_inproc import interrupts
 from beam_spark_inproc.metrics.live import LiveMetrics
 
 # After a second Ctrl-C, how long the run's thread may still take to stop.
@@ -44,6 +47,13 @@ class SparkPipelineResult(PipelineResult):
         self.cancel_requested = threading.Event()
         # Set when the run has ended (``finished``; ``_wait``).
         self.ended_event = threading.Event()
+        # Ctrl-C while the runner owned SIGINT (``interrupts``): set at the
+        # first (the run stops), and at the second (``stop_waiting``: a
+        # batch run's cancelled tasks are not waited for).
+        self.interrupted = threading.Event()
+        self.stop_waiting = threading.Event()
+        # How the run names itself in what Ctrl-C prints (set by the runner).
+        self.label = 'Pipeline'
 
     def running(self, thread: threading.Thread, cancel) -> None:
         """The run goes on in ``thread``; ``cancel()`` interrupts it;
@@ -58,20 +68,23 @@ class SparkPipelineResult(PipelineResult):
     def ended(self) -> bool:
         return self._thread is None or self.ended_event.is_set()
 
-    def _wait(self, timeout: float | None) -> bool:
+    def _wait(self, timeout: float | None, until: threading.Event | None = None) -> bool:
         """Waits up to ``timeout`` seconds for the run's thread to end; True
-        once it has. It waits on an event, never in ``Thread.join`` while
-        the thread may be running: a KeyboardInterrupt raised inside
-        ``join`` (Ctrl-C) marks a live thread as stopped in CPython 3.11,
-        and the interpreter would then exit under it. A thread that ended
-        without ``finished`` counts as ended."""
+        once it has (False at once when ``until`` is set). It waits on an
+        event, never in ``Thread.join`` while the thread may be running: a
+        KeyboardInterrupt raised inside ``join`` (Ctrl-C) marks a live
+        thread as stopped in CPython 3.11, and the interpreter would then
+        exit under it. A thread that ended without ``finished`` counts as
+        ended."""
         if self._thread is None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ended_event.is_set():
             if not self._thread.is_alive():
                 return True
-            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if until is not None and until.is_set():
+                return False
+            wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
             if wait <= 0:
                 return False
             self.ended_event.wait(wait)
@@ -81,25 +94,88 @@ class SparkPipelineResult(PipelineResult):
     def wait_until_finish(self, duration=None) -> str:
         """``duration``: milliseconds to wait at most (Beam's unit).
 
-        Ctrl-C while waiting stops the run before the KeyboardInterrupt goes
-        on (``stop_on_interrupt``): the interpreter never exits under a run
-        thread still inside Spark."""
-        try:
-            ended = self._wait(None if duration is None else duration / 1000)
-        except KeyboardInterrupt:
-            self.stop_on_interrupt()
-            raise
+        Ctrl-C while waiting (on the main thread) is the runner's
+        (``interrupts``): the first stops the run (a stream after its
+        micro-batch under way, a batch run by cancelling its Spark jobs),
+        the second cancels harder (a stream's running Spark jobs; a batch
+        run's wait for its cancelled tasks); once the run has stopped,
+        a KeyboardInterrupt (``interrupts.interrupted``) says where. The
+        interpreter never exits under a run thread still inside Spark: if
+        the run has not stopped ``STOP_GRACE_SECONDS`` after the second
+        Ctrl-C, the process exits at once (status 130)."""
+        if self._thread is None:  # a synchronous run: over when returned
+            if self._error is not None and self._state == PipelineState.FAILED:
+                raise self._error
+            return self._state
+        with interrupts.owned(self._on_interrupt, self._on_second_interrupt) as owner:
+            try:
+                ended = self._wait(
+                    None if duration is None else duration / 1000, until=self.interrupted
+                )
+            except KeyboardInterrupt:  # raised by a handler not the runner's
+                self.stop_on_interrupt()
+                raise
+            if self.interrupted.is_set():
+                self._stop_after_interrupt(owner)
+        if self.interrupted.is_set():
+            raise interrupts.interrupted(self._interrupted_text())
         if not ended:
             return self._state
         if self._error is not None and self._state == PipelineState.FAILED:
             raise self._error
         return self._state
 
+    # -- Ctrl-C (``interrupts``) --------------------------------------------
+    def _on_interrupt(self) -> None:
+        """The first Ctrl-C (from the signal handler: returns at once): a
+        batch run's Spark jobs are cancelled."""
+        self.interrupted.set()
+        self.cancel_requested.set()
+        if self._cancel is not None:
+            interrupts.say(
+                f'{self.label}: Ctrl-C: cancelling its Spark jobs, then waiting up to '
+                f'{STOP_GRACE_SECONDS:.0f} s for their tasks to end; Ctrl-C again to skip the wait'
+            )
+            interrupts.in_thread(self._cancel, 'beam-cancel')
+        else:
+            interrupts.say(
+                f'{self.label}: Ctrl-C: stopping at the end of its current step; '
+                'Ctrl-C again to stop waiting'
+            )
+
+    def _on_second_interrupt(self) -> None:
+        self.stop_waiting.set()
+        interrupts.say(f'{self.label}: not waiting for its cancelled tasks to end')
+
+    def _stop_after_interrupt(self, owner: interrupts.Owned) -> None:
+        """Waits for the interrupted run to stop: without end after the
+        first Ctrl-C, at most ``STOP_GRACE_SECONDS`` after the second, then
+        the process exits at once (a thread still inside Spark must not see
+        the interpreter finalize under it)."""
+        while not owner.second_pressed.is_set():
+            if self._wait(0.25):
+                return
+        if self._wait(STOP_GRACE_SECONDS):
+            return
+        interrupts.say(
+            f'{self.label}: still running {STOP_GRACE_SECONDS:.0f} s after the second Ctrl-C; '
+            'exiting now'
+        )
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+
+    def _interrupted_text(self) -> str:
+        """What the KeyboardInterrupt of an interrupted run says."""
+        return f'{self.label.lower()} cancelled by Ctrl-C ({self._state})'
+
     def cancel(self) -> str:
         """Stops the run at the end of its current Spark job, interrupting
-        that job where Spark allows (``SparkSession.interruptTag``: over Connect;
-        classic PySpark keeps operation tags per thread, so there the job runs
-        to its end); waits for the run to stop and returns its final state."""
+        that job (its tag, ``spark.session.cancel_tag``); waits for the run
+        to stop and returns its final state."""
         self.cancel_requested.set()
         while not self._wait(0.5):
             if self._cancel is not None:

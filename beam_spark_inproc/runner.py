@@ -35,6 +35,7 @@ from apache_beam.transforms import environments
 
 from beam_spark_inproc import capabilities
 from beam_spark_inproc import errors
+from beam_spark_inproc import interrupts
 from beam_spark_inproc import metrics
 from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.options import SparkRunnerOptions
@@ -125,6 +126,9 @@ class InProcessSparkRunner(PipelineRunner):
             self._spark, _ = session.get_or_create(
                 opts.spark_master, opts.spark_remote, parse_conf(opts.spark_conf)
             )
+            # A Spark context made on the main thread installs PySpark's
+            # SIGINT handler: a run waiting now keeps SIGINT its own.
+            interrupts.reclaim()
         return self._spark
 
     def run_pipeline(self, pipeline, options: PipelineOptions):
@@ -190,6 +194,8 @@ class InProcessSparkRunner(PipelineRunner):
         job_id = uuid.uuid4().hex
         metrics.sinks_from(options)  # bad --metrics_sink URLs fail before Spark starts
         attempt_host = cancel = settle = spark = None
+        # Whether the run has Spark jobs to cancel now (Ctrl-C).
+        on_spark: Callable[[], bool] = _never
         engine: Engine
         parallelism: int
         # A failure's clear error where Spark's workers cannot run the tasks
@@ -283,13 +289,19 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = make_engine()
             tag = 'beam-pipeline-' + job_id[:8]
 
-            def cancel():
-                if lazy is None or lazy.created:
-                    get_spark().interruptTag(tag)
+            def has_session(lazy=lazy) -> bool:
+                return lazy is None or lazy.created
 
-            def settle():
-                if lazy is None or lazy.created:
-                    spark_session.wait_for_tasks_to_end(get_spark())
+            on_spark = has_session
+
+            def cancel():
+                if on_spark():
+                    spark_session.cancel_tag(get_spark(), tag)
+
+            def settle(stop: Optional[threading.Event] = None) -> bool:
+                if on_spark():
+                    return spark_session.wait_for_tasks_to_end(get_spark(), stop=stop)
+                return True
 
         if streaming:
             return self._run_stream(
@@ -303,9 +315,40 @@ class InProcessSparkRunner(PipelineRunner):
                 parallelism,
                 spark,
                 cancel,
+                settle,
             )
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING, live=run_metrics.live)
+        result.label = f'Pipeline {job_id[:8]}'
+        # Where a synchronous run is (what a second Ctrl-C does).
+        settling = threading.Event()
+
+        def on_first_interrupt() -> None:
+            """The first Ctrl-C of a synchronous run (``interrupts``): its
+            Spark jobs are cancelled (from another thread); stages running
+            in this process are interrupted as Python does."""
+            result.interrupted.set()
+            result.cancel_requested.set()
+            if cancel is not None and on_spark():
+                interrupts.say(
+                    f'{result.label}: Ctrl-C: cancelling its Spark jobs, then waiting up to '
+                    f'{spark_tasks_end_seconds():.0f} s for their tasks to end; Ctrl-C again '
+                    'to skip the wait'
+                )
+                interrupts.in_thread(cancel, 'beam-cancel')
+                return
+            interrupts.say(
+                f'{result.label}: Ctrl-C: interrupting its stage running in this process'
+            )
+            raise KeyboardInterrupt
+
+        def on_second_interrupt() -> None:
+            result.stop_waiting.set()
+            if settling.is_set():
+                interrupts.say(f'{result.label}: not waiting for its cancelled tasks to end')
+                return
+            # Still inside a Spark call the cancel has not ended.
+            raise KeyboardInterrupt
 
         def after_job(reports: list[dict]) -> None:
             run_metrics.pusher.after_job(reports)
@@ -315,6 +358,8 @@ class InProcessSparkRunner(PipelineRunner):
         def run() -> None:
             start = time.monotonic()
             try:
+                if result.interrupted.is_set():
+                    raise PipelineCancelled(f'Pipeline {job_id[:8]} was cancelled.')
                 with settings():
                     reports = execute(
                         plan,
@@ -331,7 +376,11 @@ class InProcessSparkRunner(PipelineRunner):
                         native=_native_stage,
                     )
             except BaseException as e:
-                interrupt = interruption(e)
+                interrupt: Optional[BaseException] = interruption(e)
+                if interrupt is None and result.interrupted.is_set():
+                    interrupt = interrupts.interrupted(
+                        f'{result.label.lower()} cancelled by Ctrl-C'
+                    )
                 state = (
                     PipelineState.CANCELLED
                     if result.cancel_requested.is_set() or interrupt is not None
@@ -344,8 +393,20 @@ class InProcessSparkRunner(PipelineRunner):
                     # tasks end before it goes on: an interpreter exiting
                     # under them stops the JVM while they end, which prints
                     # Spark's task errors after the interrupt.
+                    settling.set()
                     quietly(cancel)
-                    quietly(settle)
+                    ended = quietly(
+                        None if settle is None else functools.partial(settle, result.stop_waiting)
+                    )
+                    if interrupts.is_interrupted(interrupt):
+                        interrupt = interrupts.interrupted(
+                            f'{result.label.lower()} cancelled by Ctrl-C: its Spark jobs '
+                            + (
+                                'were cancelled and their tasks ended'
+                                if ended is not False
+                                else 'were cancelled (their tasks may still be ending)'
+                            )
+                        )
                     error = interrupt
                 elif isinstance(e, Exception) and state == PipelineState.FAILED:
                     # Workers that cannot import Beam: one clear error.
@@ -364,9 +425,13 @@ class InProcessSparkRunner(PipelineRunner):
             )
             result.finished(PipelineState.DONE)
             run_metrics.finish(PipelineState.DONE)
+            if result.interrupted.is_set():  # Ctrl-C came as it ended
+                raise interrupts.interrupted(f'{result.label.lower()} ended (DONE) as Ctrl-C came')
 
         if not options.view_as(StandardOptions).no_wait_until_finish:
-            run()
+            # Ctrl-C is the run's while it runs (``interrupts``).
+            with interrupts.owned(on_first_interrupt, on_second_interrupt):
+                run()
             return result
 
         def run_quietly() -> None:
@@ -394,6 +459,7 @@ class InProcessSparkRunner(PipelineRunner):
         parallelism: int,
         spark=None,
         cancel=None,
+        settle=None,
     ):
         """A stream: the micro-batch loop on a driver thread (returns at once),
         with the runtime SQL settings the runner relies on (``settings``) while
@@ -421,6 +487,7 @@ class InProcessSparkRunner(PipelineRunner):
             test_stream_values=getattr(_ASIDE, 'values', None),
             stateful_whole=opts.spark_stream_stateful_whole,
             cancel=cancel,
+            settle=settle,
             transform_name_mapping=mapping,
             native=_native_stream,
             native_source=_native_source,
@@ -432,6 +499,10 @@ class InProcessSparkRunner(PipelineRunner):
                 streaming=True,
             ),
         )
+
+
+def _never() -> bool:
+    return False
 
 
 def _native_stage(executor, index: int, stage):
@@ -487,18 +558,27 @@ def interruption(error: BaseException) -> Optional[KeyboardInterrupt]:
     return None
 
 
-def quietly(step) -> None:
+def quietly(step):
     """Runs ``step`` of stopping an interrupted run (cancel its Spark jobs,
-    wait for their tasks to end) if there is one: an interrupt must not turn
-    into a failure to cancel, and another Ctrl-C ends the wait."""
+    wait for their tasks to end) if there is one, and returns what it
+    returns (None when it failed or there is none): an interrupt must not
+    turn into a failure to cancel, and another Ctrl-C ends the wait."""
     if step is None:
-        return
+        return None
     try:
-        step()
+        return step()
     except KeyboardInterrupt:
-        pass
+        return None
     except Exception:
         _LOGGER.debug('Could not stop the Spark jobs', exc_info=True)
+        return None
+
+
+def spark_tasks_end_seconds() -> float:
+    """How long an interrupted run waits for its cancelled tasks to end."""
+    from beam_spark_inproc.spark.session import TASKS_END_SECONDS
+
+    return TASKS_END_SECONDS
 
 
 def runtime_options(options: PipelineOptions) -> tuple:

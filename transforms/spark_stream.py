@@ -243,6 +243,12 @@ class SparkStreamSource:
             'drained': self._drained,
         }
 
+    def describe_position(self) -> str:
+        """Where the source stands, for a person (``restart.describe``)."""
+        if self._drained:
+            return f'stopped at Spark batch {self.next_batch} (drained)'
+        return f'next Spark batch {self.next_batch}'
+
     def restore(self, record: dict) -> None:
         if record.get('identity') != self._spec['identity']:
             raise specs.SparkInteropError(

@@ -524,11 +524,14 @@ class SparkEngine:
     @contextlib.contextmanager
     def job(self, tag: str, description: str):
         """Spark jobs started inside carry the pipeline's tag (for
-        ``SparkSession.interruptTag``) and the Beam description: as the job
+        ``session.cancel_tag``) and the Beam description: as the job
         description on classic Spark, as a second tag over Connect (whose
         server sets descriptions itself); an empty description leaves the
         description alone (a stream's loop holds its tag for the whole
-        stream, each micro-batch's ``job`` then sets only the description)."""
+        stream, each micro-batch's ``job`` then sets only the description).
+        On classic Spark the tag is also the Spark context's job tag: a
+        classic session's ``interruptTag`` finds only the operations of the
+        thread calling it, and a run is cancelled from another (Ctrl-C)."""
         tags = [tag]
         if self._connect and description:
             tags.append(description.replace(',', ';')[:200])
@@ -548,6 +551,8 @@ class SparkEngine:
         described = pushed = False
         if not self._connect:
             context = self._session.sparkContext  # classic-only: job descriptions
+            for t in added:
+                context.addJobTag(t)
             if descriptions:
                 previous = descriptions[-1]
             else:
@@ -567,6 +572,8 @@ class SparkEngine:
             for t in added:
                 held.discard(t)
                 self._session.removeTag(t)
+                if context is not None:
+                    context.removeJobTag(t)
 
     def spread_restrictions(self, data, stage, ways: int):
         """None: the rows are Spark's, not the driver's (``execution.engine``)."""

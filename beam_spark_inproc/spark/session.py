@@ -318,9 +318,26 @@ def _start(builder, master: str):
         ) from None
 
 
-def wait_for_tasks_to_end(session, timeout: float = TASKS_END_SECONDS) -> bool:
-    """Waits up to ``timeout`` seconds until no task runs on the session's
-    executors; True once none does.
+def cancel_tag(session, tag: str) -> None:
+    """Cancels the session's Spark jobs carrying ``tag`` (``SparkEngine.job``),
+    from any thread: over Connect its operations (``interruptTag``), on
+    classic Spark the Spark context's jobs with that job tag (a classic
+    session's ``interruptTag`` looks at the calling thread's operations
+    only)."""
+    from beam_spark_inproc.spark.engine import is_connect
+
+    if is_connect(session):
+        session.interruptTag(tag)
+        return
+    session.sparkContext.cancelJobsWithTag(tag)  # classic-only: tasks ending after a cancel
+
+
+def wait_for_tasks_to_end(
+    session, timeout: float = TASKS_END_SECONDS, stop: Optional[threading.Event] = None
+) -> bool:
+    """Waits up to ``timeout`` seconds (or until ``stop`` is set: a second
+    Ctrl-C) until no task runs on the session's executors; True once none
+    does.
 
     After Ctrl-C has cancelled a run's jobs their tasks still end on the
     executors: a task in a Python worker ends when the worker is killed, up
@@ -335,7 +352,7 @@ def wait_for_tasks_to_end(session, timeout: float = TASKS_END_SECONDS) -> bool:
     tracker = session.sparkContext.statusTracker()  # classic-only: tasks ending after a cancel
     deadline = time.monotonic() + timeout
     while any(e.numRunningTasks for e in tracker.getExecutorInfos()):
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (stop is not None and stop.is_set()):
             return False
         time.sleep(0.1)
     return True

@@ -3,13 +3,12 @@ signal): ``python -m tests.streaming.stop_pipeline OUT CHECKPOINT``.
 
 PeriodicImpulse ticks every 0.2 s (Beam's unbounded splittable DoFn); each
 tick leaves a file in OUT named by its timestamp (a side effect the test
-watches to know the stream is under way). Runs on Spark (``local[2]``) with
-``--checkpoint_location`` until it is stopped.
+watches to know the stream is under way). Runs on the debug engine with
+``--checkpoint_location`` until it is stopped, with the default logging.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -30,13 +29,11 @@ class Mark(beam.DoFn):
 
 
 def main(out: str, checkpoint: str) -> None:
-    logging.getLogger().setLevel(logging.INFO)  # the restart's line
-    logging.getLogger('py4j').setLevel(logging.WARNING)
     options = PipelineOptions(
         [
             '--runner=beam_spark_inproc.InProcessSparkRunner',
             '--streaming',
-            '--spark_master=local[2]',
+            '--inproc_debug',
             f'--checkpoint_location={checkpoint}',
         ]
     )

@@ -121,9 +121,11 @@ class Drain:
         if self.waiting():
             self._begin(executor)
 
-    def finish(self) -> None:
-        """The loop has ended: a drain's request file is done with."""
-        if self.active:
+    def finish(self, micro_batch: int) -> None:
+        """The loop has ended before ``micro_batch``: a drain's request file
+        is done with once a commit record carries the drain (a stop right
+        after the drain began leaves it for the next run)."""
+        if self.active and micro_batch > self.after_micro_batch + 1:
             _remove(self._request_path())
 
     def _begin(self, executor: Any) -> None:
@@ -145,7 +147,7 @@ class Drain:
             'sources stop at %s; splittable DoFns truncate their '
             'restrictions; every window and timer fires, then the stream '
             'ends',
-            executor.job_id[:8],
+            executor.stream_id,
             self.after_micro_batch,
             self._requested_by,
             positions or 'their impulse',
@@ -200,7 +202,7 @@ class Drain:
             ),
         }
 
-    def restore(self, record: dict | None, job_id: str = '') -> None:
+    def restore(self, record: dict | None, stream_id: str = '') -> None:
         """A restart from a commit record written while draining: the drain
         goes on from the first micro-batch."""
         if not record:
@@ -213,7 +215,7 @@ class Drain:
         self.sources_stopped_at = record.get('sources_stopped_at', {})
         _LOGGER.info(
             'Stream %s: continuing the drain begun after micro-batch %d',
-            job_id[:8],
+            stream_id,
             self.after_micro_batch,
         )
 

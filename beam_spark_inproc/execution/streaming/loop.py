@@ -112,6 +112,9 @@ class StreamingExecutor:
     ):
         self.plan = plan
         self.job_id = job_id
+        # How the stream is named to a person: the same on every run of its
+        # checkpoint location (``store.admit``).
+        self.stream_id: str = getattr(store, 'stream_id', None) or job_id[:8]
         self.store = store
         self.cancelled = cancelled
         self.on_reports = on_reports
@@ -171,6 +174,9 @@ class StreamingExecutor:
         self._impulse_done = False
         self.committed_metrics = CommittedMetrics()  # restart.py
         self._batch: MicroBatch | None = None  # the one running
+        # Whether a micro-batch runs now (``micro_batch``: its number), or
+        # the loop is between two (what a stop says, ``result``).
+        self.in_micro_batch = False
 
     def resume_after(self, micro_batch: int) -> None:
         """The next micro-batch follows committed ``micro_batch`` (the
@@ -209,7 +215,14 @@ class StreamingExecutor:
     def _loop(self) -> None:
         while not self.cancelled.is_set():
             self.drain.check(self)  # at the micro-batch boundary (``drain``)
-            moved = self._run_micro_batch(self.feed.step())
+            rows = self.feed.step()
+            if self.cancelled.is_set():  # a stop while the sources stepped:
+                return  # nothing of it is committed, a restart steps again
+            self.in_micro_batch = True
+            try:
+                moved = self._run_micro_batch(rows)
+            finally:
+                self.in_micro_batch = False
             exhausted = self.feed.exhausted
             if exhausted and not moved and self.residuals.pending:
                 self._wait_for_residuals()
@@ -221,7 +234,7 @@ class StreamingExecutor:
                 _LOGGER.warning(
                     'Stream %s: sources exhausted, stages %s hold their output '
                     'watermarks below +inf; stopping.',
-                    self.job_id[:8],
+                    self.stream_id,
                     self.watermarks.held(),
                 )
                 return
@@ -307,7 +320,7 @@ class StreamingExecutor:
     @contextlib.contextmanager
     def _job(self):
         with self.engine.job(
-            self._tag, f'Beam stream {self.job_id[:8]} micro-batch {self.micro_batch}'
+            self._tag, f'Beam stream {self.stream_id} micro-batch {self.micro_batch}'
         ):
             yield
 

@@ -47,8 +47,6 @@ import pickle
 from typing import Any
 
 from apache_beam.portability.api import metrics_pb2
-from apache_beam.utils.timestamp import MAX_TIMESTAMP
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_spark_inproc.execution.streaming.store import stage_key
@@ -122,26 +120,62 @@ def _restore_driver_state(executor: Any, index_of: dict, path: str) -> None:
             executor.residuals.restore(i, kept['residuals'])
 
 
-def describe(record: dict, root: str) -> str:
-    """One line: where a restart resumes (the commit record's micro-batch,
-    the stages' output watermarks, the sources' positions)."""
-    watermarks = ', '.join(
-        f'{stage["name"][-40:]}={_instant(stage["output_watermark"])}' for stage in record['stages']
+def describe(executor: Any, record: dict, committed_at: float | None, now: float) -> str:
+    """One line, in the user's transform labels: where a restarted stream
+    resumes (after ``restore``): the stream's id, the micro-batch it resumes
+    after and when that was committed, its sources' positions, splittable
+    DoFns' pending restrictions, and the lowest output watermark with its
+    stage."""
+    from beam_spark_inproc.execution.streaming.progress import display_name
+    from beam_spark_inproc.execution.streaming.progress import instant
+    from beam_spark_inproc.status import human_seconds
+
+    plan = executor.plan
+    when = ''
+    if committed_at is not None:
+        moment = Timestamp(seconds=int(committed_at)).to_rfc3339()
+        when = f', committed {moment} ({human_seconds(max(now - committed_at, 0.0))} ago)'
+    places = [
+        f'{_label(plan.stages[i])!r} at {_position(source)}'
+        for i, source in sorted(executor.sources.items())
+    ]
+    places += [
+        f'{_label(stage)!r} {n} restriction{"s" if n != 1 else ""} pending'
+        for i, stage in enumerate(plan.stages)
+        if stage.split_input
+        for n in [executor.residuals.waiting(i, float('inf'))[0]]
+    ]
+    if len(places) > _SHOWN:
+        places = places[:_SHOWN] + [f'{len(places) - _SHOWN} more']
+    lowest = min(range(len(plan.stages)), key=lambda i: executor.watermarks.output[i], default=None)
+    watermark = (
+        f'lowest output watermark {instant(executor.watermarks.output[lowest])} '
+        f'({_short(display_name(plan.stages[lowest]))!r})'
+        if lowest is not None
+        else 'no stages'
     )
     return (
-        f'resuming after committed micro-batch {record["micro_batch"]} '
-        f'in {root}: output watermarks {watermarks}; sources '
-        f'{record["sources"]}'
+        f'Stream {executor.stream_id} resumes after micro-batch {record["micro_batch"]}'
+        f'{when}: {"; ".join(places) or "no sources"}; {watermark}'
     )
 
 
-def _instant(micros: int) -> str:
-    ts = Timestamp(micros=micros)
-    if ts >= MAX_TIMESTAMP:
-        return '+inf'
-    if ts <= MIN_TIMESTAMP:
-        return '-inf'
-    return ts.to_rfc3339()
+_SHOWN = 3  # sources named in a restart's line (then "N more")
+
+
+def _label(stage: Any) -> str:
+    return _short(stage.labels[0] if stage.labels else stage.name)
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + '…'
+
+
+def _position(source: Any) -> str:
+    describe = getattr(source, 'describe_position', None)
+    if describe is not None:
+        return describe()
+    return _short(str(source.checkpoint()), 80)
 
 
 def commit(executor: Any) -> None:
@@ -230,7 +264,7 @@ def restore(executor: Any, record: dict) -> None:
             executor.sources[i].restore(position)
     if record.get('driver_state'):
         _restore_driver_state(executor, index_of, executor.store.absolute(record['driver_state']))
-    executor.drain.restore(record.get('drain'), executor.job_id)
+    executor.drain.restore(record.get('drain'), executor.stream_id)
     if update is not None:
         update.after_restore(executor, record)
     executor.resume_after(record['micro_batch'])

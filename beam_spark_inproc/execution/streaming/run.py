@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 from typing import Callable
 
-from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import restart
 from beam_spark_inproc.execution.streaming.loop import StreamingExecutor
 from beam_spark_inproc.execution.streaming.progress import StreamProgress
@@ -36,6 +36,7 @@ def run_stream(
     test_stream_values: dict | None = None,
     stateful_whole: bool = False,
     cancel: Callable[[], None] | None = None,
+    settle: Callable[..., Any] | None = None,
     transform_name_mapping: dict[str, str] | None = None,
     drained_plan: Callable[[], p.SparkPlan] | None = None,
     native=None,
@@ -54,7 +55,8 @@ def run_stream(
     micro-batch while one runs (``StreamingExecutor``).
     ``test_stream_values``: TestStreams' Python events by label, their
     element events empty in the plan (``teststream_source.elements_aside``).
-    ``cancel``: interrupts the stream's running Spark jobs (a stop).
+    ``cancel``: interrupts the stream's running Spark jobs (a stop);
+    ``settle``: waits for their tasks to end (before the process exits).
     ``drained_plan``: the pipeline planned with ``is_drain`` (``drain``).
     ``transform_name_mapping``: old -> new labels of stateful transforms an
     update renamed (``update``).
@@ -62,17 +64,19 @@ def run_stream(
     ``native_source``: the source of a runner-native stage that is one
     (``StreamingExecutor``)."""
     try:
+        # Refusals (another pipeline's state, a drained stream) first,
+        # with the folder untouched (``store.admit``).
         store = CheckpointStore(
             plan, checkpoint_location, Owner(plan, transform_name_mapping or {})
         )
-        drain.refuse_drained(store.resume, store.root)
     except BaseException:
         run_metrics.close()
         engine.release()
         raise
     result = StreamingPipelineResult(run_metrics)
+    result.label = f'Stream {store.stream_id}'
     # Taken at each commit, published after it (``progress``).
-    progress = StreamProgress(plan, job_id, run_metrics.pusher.set_gauges)
+    progress = StreamProgress(plan, store.stream_id, run_metrics.pusher.set_gauges)
     executor = StreamingExecutor(
         plan,
         progress.time_jobs(engine),
@@ -103,19 +107,26 @@ def run_stream(
                     executor.committed_metrics.restore(store.resume.get('metrics', {}))
                 )
                 progress.resume(executor, store.resume)
-                _LOGGER.info(
-                    'Stream %s: %s', job_id[:8], restart.describe(store.resume, store.root)
+                # Said at WARNING: a restart is news to whoever runs it.
+                _LOGGER.warning(
+                    '%s',
+                    restart.describe(
+                        executor,
+                        store.resume,
+                        store.committed_at(store.resume['micro_batch']),
+                        time.time(),
+                    ),
                 )
             with settings():
                 executor.run()
-            executor.drain.finish()
+            executor.drain.finish(executor.micro_batch)
         finally:
             try:
                 engine.release()
             finally:
                 store.close()
         report.rewarn(result.reports)
-        _LOGGER.info('Stream %s: %d micro-batches', job_id[:8], executor.micro_batch)
+        _LOGGER.info('Stream %s: %d micro-batches', store.stream_id, executor.micro_batch)
 
-    result.start(body, translate, cancel)
+    result.start(body, translate, cancel, settle)
     return result

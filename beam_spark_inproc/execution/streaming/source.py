@@ -88,3 +88,7 @@ class StreamSource(Protocol):
     def restore(self, record: dict) -> None:
         """Back to a ``checkpoint()``: the next ``step_micro_batch`` yields
         what the step after that checkpoint yielded."""
+
+    def describe_position(self) -> str:
+        """Where it stands, in a few words for a person (a restart's line:
+        ``event 12 of 40``, ``next Spark batch 7``)."""

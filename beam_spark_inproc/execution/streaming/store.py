@@ -6,7 +6,8 @@ removed when the pipeline ends)::
     pipeline.json              which pipeline owns the folder: its stages and
                                transforms, those holding state with their
                                coders (``update``); a pipeline that cannot
-                               take that state over is refused
+                               take that state over is refused; the stream's
+                               id (``stream``: the same on every run here)
     sinks.json                 file sinks' temporary folders of every run
                                (``file_sinks``: a restart removes what
                                uncommitted micro-batches wrote there)
@@ -52,7 +53,9 @@ torn or unreadable commit file) was never committed and is removed first, so
 the replayed micro-batch writes where its dead attempt did. A pipeline whose
 stages differ is an update: it resumes if it keeps every transform holding
 state with its label and coders (``update.check``), else it is refused with
-every problem named, before anything in the folder is touched.
+every problem named. Refusals (that one, another pipeline's folder, a drained
+stream) are read from the folder alone (``admit``), before anything in it is
+touched.
 
 **Garbage.** After commit N, commit records older than the newest ``RETAIN``
 are deleted, and state folders none of the retained records refers to (the
@@ -64,14 +67,17 @@ the same at once for every folder up to the commit it resumes from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
+import uuid
 from typing import Any
 
+from beam_spark_inproc.execution.streaming import drain
 from beam_spark_inproc.execution.streaming import file_sinks
 from beam_spark_inproc.planning import plan as p
 
@@ -125,41 +131,74 @@ def _stage(entry) -> str:
 _MB = re.compile(r'mb-(\d+)$')
 
 
+@dataclasses.dataclass
+class Admission:
+    """What a checkpoint location says of a pipeline about to run on it,
+    read without writing (``admit``)."""
+
+    root: str
+    theirs: dict | None  # its pipeline.json (None: a new location)
+    mine: dict  # what this pipeline's pipeline.json says
+    update: Any  # how this pipeline takes the state over (``update.Update``)
+    stream_id: str  # the stream's id: the same on every run of the location
+
+
+def admit(plan: p.SparkPlan, location: str, owner: Any = None) -> Admission:
+    """Reads the checkpoint location a stream is about to run on and raises
+    its refusals, writing nothing (the runner calls it before Spark starts,
+    ``CheckpointStore`` again before it touches anything): another
+    pipeline's state that this one cannot take over
+    (``CheckpointOwnedError``, ``update.IncompatibleUpdateError``), a drained
+    stream (``drain.StreamDrainedError``)."""
+    root = os.path.abspath(location)
+    path = os.path.join(root, 'pipeline.json')
+    mine = dict(owner.description if owner is not None else {'stages': fingerprint(plan)})
+    theirs, update = None, None
+    if os.path.exists(path):
+        with open(path) as f:
+            theirs = json.load(f)
+        if owner is not None and 'holders' in theirs:
+            update = owner.take_over(theirs, root)
+        elif sorted(theirs.get('stages', [])) != mine['stages']:
+            raise CheckpointOwnedError(
+                f'--checkpoint_location {root!r} holds the state of '
+                'another pipeline (or of an earlier version of this one): '
+                f'{describe_changes(theirs.get("stages", []), mine["stages"])}'
+                '. Its state cannot be restored into this pipeline and '
+                'nothing was overwritten. Run the pipeline as it was to '
+                'resume, or give this one its own checkpoint location.'
+            )
+    record = drain.newest_record(root)
+    drain.refuse_drained(record, root)
+    stream_id = (theirs or {}).get('stream') or (
+        ((record or {}).get('progress') or {}).get('latest') or {}
+    ).get('stream')
+    mine['stream'] = stream_id or uuid.uuid4().hex[:8]
+    return Admission(root, theirs, mine, update, mine['stream'])
+
+
 class CheckpointStore:
     RETAIN = 2  # commit records kept (Spark's minBatchesToRetain is 100)
 
     def __init__(self, plan: p.SparkPlan, location: str | None, owner: Any = None):
         """``owner``: what ``pipeline.json`` says of ``plan`` and how it takes
         another pipeline's state over (``update.Owner``); None: the stages
-        only, and another pipeline's state is refused."""
+        only, and another pipeline's state is refused. Refusals come before
+        anything in the folder is touched (``admit``)."""
         self.temporary = not location
         self.root = os.path.abspath(location or tempfile.mkdtemp(prefix='beam-spark-stream-'))
         path = os.path.join(self.root, 'pipeline.json')
-        mine = owner.description if owner is not None else {'stages': fingerprint(plan)}
+        admitted = admit(plan, self.root, owner)
+        theirs, mine = admitted.theirs, admitted.mine
+        self.stream_id = admitted.stream_id
         self.resume: dict | None = None
         # How this pipeline takes over the state of another (``update``).
-        self.update = None
+        self.update = admitted.update
         self._owner: dict | None = None  # pipeline.json at the first commit
         self._driver_written: tuple[bytes, str] | None = None  # data, path
-        if os.path.exists(path):
-            with open(path) as f:
-                theirs = json.load(f)
-            if owner is not None and 'holders' in theirs:
-                # Checked before anything is touched.
-                self.update = owner.take_over(theirs, self.root)
-                if theirs != mine:
-                    self._owner = mine
-            elif sorted(theirs.get('stages', [])) != mine['stages']:
-                raise CheckpointOwnedError(
-                    f'--checkpoint_location {self.root!r} holds the state of '
-                    'another pipeline (or of an earlier version of this one): '
-                    f'{describe_changes(theirs.get("stages", []), mine["stages"])}'
-                    '. Its state cannot be restored into this pipeline and '
-                    'nothing was overwritten. Run the pipeline as it was to '
-                    'resume, or give this one its own checkpoint location.'
-                )
-            elif theirs != mine:  # written before it named state's holders
-                self._owner = mine
+        if theirs is not None:
+            if theirs != mine:  # an update, or written before it named
+                self._owner = mine  # state's holders or the stream's id
             os.makedirs(os.path.join(self.root, 'commits'), exist_ok=True)
             self.resume = self._recover()
         else:
@@ -329,6 +368,13 @@ class CheckpointStore:
             for name in os.listdir(os.path.join(self.root, 'commits'))
             if re.fullmatch(r'\d+\.json', name)
         )
+
+    def committed_at(self, micro_batch: int) -> float | None:
+        """When commit ``micro_batch`` was written (its file's time), or None."""
+        try:
+            return os.path.getmtime(os.path.join(self.root, 'commits', f'{micro_batch}.json'))
+        except OSError:
+            return None
 
     def read_commit(self, micro_batch: int) -> dict:
         with open(os.path.join(self.root, 'commits', f'{micro_batch}.json')) as f:

@@ -154,6 +154,12 @@ class TestStreamSource:
             'watermarks': {t: w.micros for t, w in self.watermarks.items()},
         }
 
+    def describe_position(self) -> str:
+        """Where the replay stands, for a person (``restart.describe``)."""
+        if self.exhausted:
+            return f'all {len(self.events)} events read'
+        return f'event {min(self.position, len(self.events))} of {len(self.events)}'
+
     def restore(self, record: dict) -> None:
         self._prefetched.clear()
         self._made = self._taken_made = None
