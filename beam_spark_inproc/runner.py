@@ -178,6 +178,11 @@ class InProcessSparkRunner(PipelineRunner):
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
         extra_py_files = py_files(opts.spark_py_files)
+        if streaming:
+            # A checkpoint this run must refuse (another pipeline's, an
+            # incompatible update, a drained stream) is read before Spark
+            # starts, and left as it is.
+            _admit_stream(plan, options)
 
         if opts.spark_split_after_seconds < 0:
             raise ValueError(
@@ -465,13 +470,9 @@ class InProcessSparkRunner(PipelineRunner):
         with the runtime SQL settings the runner relies on (``settings``) while
         it runs, and the pipeline's options for RuntimeValueProvider."""
         from beam_spark_inproc.execution.streaming.run import run_stream
-        from beam_spark_inproc.execution.streaming.update import parse_mapping
 
         opts = options.view_as(SparkRunnerOptions)
-        mapping = parse_mapping(  # Beam's (Dataflow's) option, then ours
-            options.view_as(GoogleCloudOptions).transform_name_mapping,
-            opts.spark_transform_name_mapping,
-        )
+        mapping = _name_mapping(options)
         return run_stream(
             plan,
             engine,
@@ -503,6 +504,29 @@ class InProcessSparkRunner(PipelineRunner):
 
 def _never() -> bool:
     return False
+
+
+def _name_mapping(options: PipelineOptions) -> dict[str, str]:
+    """An update's transform name mapping: Beam's (Dataflow's) option, then ours."""
+    from beam_spark_inproc.execution.streaming.update import parse_mapping
+
+    return parse_mapping(
+        options.view_as(GoogleCloudOptions).transform_name_mapping,
+        options.view_as(SparkRunnerOptions).spark_transform_name_mapping,
+    )
+
+
+def _admit_stream(plan, options: PipelineOptions) -> None:
+    """Raises what the stream's checkpoint location refuses, reading it only
+    (``execution.streaming.store.admit``): before the session is made."""
+    location = options.view_as(SparkRunnerOptions).checkpoint_location
+    mapping = _name_mapping(options)  # a bad mapping fails here too
+    if not location:
+        return
+    from beam_spark_inproc.execution.streaming.store import admit
+    from beam_spark_inproc.execution.streaming.update import Owner
+
+    admit(plan, location, Owner(plan, mapping))
 
 
 def _native_stage(executor, index: int, stage):

@@ -55,7 +55,8 @@ stages differ is an update: it resumes if it keeps every transform holding
 state with its label and coders (``update.check``), else it is refused with
 every problem named. Refusals (that one, another pipeline's folder, a drained
 stream) are read from the folder alone (``admit``), before anything in it is
-touched.
+touched; the runner asks ``admit`` before Spark starts, so a refused run starts
+no JVM.
 
 **Garbage.** After commit N, commit records older than the newest ``RETAIN``
 are deleted, and state folders none of the retained records refers to (the
