@@ -45,7 +45,7 @@ class ExceptionNotes(Exception):
 def add_note(error: BaseException, note: str) -> None:
     """``error.add_note(note)``; on Python 3.10 see the module doc."""
     if EXCEPTION_NOTES:
-        error.add_note(note)
+        error.add_note(note)  # type: ignore[attr-defined]  # 3.11+, checked above
         return
     notes = getattr(error, '__notes__', None)
     if not isinstance(notes, list):
