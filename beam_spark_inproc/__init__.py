@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from beam_spark_inproc.errors import PipelineExecutionError as PipelineExecutionError
     from beam_spark_inproc.errors import SparkMasterError as SparkMasterError
+    from beam_spark_inproc.errors import UnsupportedBeamVersion as UnsupportedBeamVersion
     from beam_spark_inproc.errors import UnsupportedPipelineError as UnsupportedPipelineError
     from beam_spark_inproc.options import SparkRunnerOptions as SparkRunnerOptions
     from beam_spark_inproc.runner import InProcessSparkRunner as InProcessSparkRunner
@@ -43,6 +44,7 @@ _EXPORTS = {
     'PipelineExecutionError': 'beam_spark_inproc.errors',
     'SparkMasterError': 'beam_spark_inproc.errors',
     'SparkRunnerOptions': 'beam_spark_inproc.options',
+    'UnsupportedBeamVersion': 'beam_spark_inproc.errors',
     'UnsupportedPipelineError': 'beam_spark_inproc.errors',
 }
 

@@ -1,30 +1,33 @@
-"""``python -m beam_spark_inproc explain|run SCRIPT [pipeline args]``.
+"""``python -m beam_spark_inproc {run,explain,status,drain} ...``.
 
-* ``explain``: runs SCRIPT up to its first pipeline's ``run()``, then prints the
-  plan (fused stages, shuffles, side inputs, the Beam transforms each Spark step
-  runs) instead of executing it.
-* ``run``: runs SCRIPT on InProcessSparkRunner (adds ``--runner`` unless given).
+* ``run SCRIPT [pipeline args]``: runs SCRIPT on InProcessSparkRunner (adds
+  ``--runner`` unless given).
+* ``explain SCRIPT [pipeline args]``: runs SCRIPT up to its first pipeline's
+  ``run()``, then prints the plan (fused stages, shuffles, side inputs, the
+  Beam transforms each Spark step runs) instead of executing it.
 * ``status CHECKPOINT_LOCATION [--watch [SECONDS]] [--html FILE] [--json]``: a
   stream's progress from its commit records, running or stopped
   (``beam_spark_inproc.status``).
-
-``python -m beam_spark_inproc drain CHECKPOINT_LOCATION [--wait SECONDS]``
-drains the stream running on that checkpoint location
-(``execution.streaming.drain``).
+* ``drain CHECKPOINT_LOCATION [--wait SECONDS]``: drains the stream running on
+  that checkpoint location (``execution.streaming.drain``).
 
 ``--help`` after SCRIPT lists the runner's pipeline options with their help
 (``SparkRunnerOptions``) without running SCRIPT: Beam's ``PipelineOptions``
 answers ``--help`` with an empty usage line, so a script never shows them.
+
+The parser is ``flags.command_parser``, which imports no Beam: every
+``--help`` answers at once, and Beam is imported when SCRIPT runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import runpy
 import sys
 
-RUNNER_FLAG = '--runner=beam_spark_inproc.InProcessSparkRunner'
+from beam_spark_inproc import flags
+
+RUNNER_FLAG = flags.RUNNER_FLAG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,29 +40,21 @@ def main(argv: list[str] | None = None) -> int:
         from beam_spark_inproc.execution.streaming import drain
 
         return drain.main(argv[1:])
-    parser = argparse.ArgumentParser(
-        prog='python -m beam_spark_inproc',
-        description=__doc__.splitlines()[0].replace('explain|run', 'explain|run|status'),
-        epilog=options_help('python -m beam_spark_inproc explain|run SCRIPT'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument('command', choices=['explain', 'run'])
-    parser.add_argument('script', help='a Python file that builds and runs a pipeline')
-    parser.add_argument(
-        'args', nargs=argparse.REMAINDER, help='arguments for the script (pipeline options)'
-    )
-    args = parser.parse_args(argv)
-    from beam_spark_inproc.runner import EXPLAIN_ENV
-    from beam_spark_inproc.runner import Explained
-
+    args = flags.command_parser().parse_args(argv)
     script_args = list(args.args)
     if any(a in ('-h', '--help') for a in script_args):
-        print(options_help(f'python -m beam_spark_inproc {args.command} {args.script}'))
+        print(flags.runner_options_help(f'{flags.PROG} {args.command} {args.script}'))
         print(
             "Beam's own pipeline options (--streaming, ...) apply too; "
             f"{args.script}'s own flags: python {args.script} --help"
         )
         return 0
+    if not os.path.isfile(args.script):
+        print(f'{flags.PROG} {args.command}: {args.script}: no such file', file=sys.stderr)
+        return 2
+    from beam_spark_inproc.runner import EXPLAIN_ENV
+    from beam_spark_inproc.runner import Explained
+
     if not any(a == '--runner' or a.startswith('--runner=') for a in script_args):
         script_args.append(RUNNER_FLAG)
     sys.argv = [args.script] + script_args
@@ -75,20 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{args.script} ran no pipeline on InProcessSparkRunner.', file=sys.stderr)
         return 1
     return 0
-
-
-def options_help(prog: str) -> str:
-    """The runner's pipeline options (``SparkRunnerOptions``) with their help."""
-    from beam_spark_inproc.options import SparkRunnerOptions
-
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        add_help=False,
-        usage=f'{prog} [InProcessSparkRunner options]',
-        description="InProcessSparkRunner's pipeline options:",
-    )
-    SparkRunnerOptions._add_argparse_args(parser)
-    return parser.format_help()
 
 
 if __name__ == '__main__':

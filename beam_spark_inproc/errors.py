@@ -84,3 +84,9 @@ def remedy(worker_error: str) -> str:
 class SparkMasterError(ValueError):
     """The Spark master for a session the runner creates is malformed or
     cannot be reached; no JVM was started."""
+
+
+class UnsupportedBeamVersion(ImportError):
+    """The installed Apache Beam is outside the range this package supports
+    (``compat.beam.SUPPORTED``); raised when the runner is imported, before
+    anything runs."""

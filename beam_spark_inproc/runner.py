@@ -16,6 +16,9 @@ from typing import ContextManager
 from typing import Optional
 from typing import cast
 
+# First: a Beam outside the supported range stops here, in one line, before any
+# of its internals are imported (compat.beam.SUPPORTED).
+from beam_spark_inproc.compat import beam as beam_compat  # isort: skip
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import PortableOptions
@@ -49,8 +52,6 @@ if TYPE_CHECKING:
 _LOGGER = logging.getLogger(__name__)
 # Set by ``python -m beam_spark_inproc explain``: describe the plan, run nothing.
 EXPLAIN_ENV = 'BEAM_SPARK_INPROC_EXPLAIN'
-# Beam's Reshuffle carries pane info from this update_compatibility_version on.
-RESHUFFLE_PANES_VERSION = '2.65.0'
 # Environments that run DoFns in the runner's own Python process (URN prefix).
 EMBEDDED_PYTHON_PREFIX = 'beam:env:embedded_python'
 # TestStream elements set aside by this thread's ``run_pipeline`` (values).
@@ -72,9 +73,10 @@ class Explained(BaseException):
 class InProcessSparkRunner(PipelineRunner):
     """Runs Beam Python pipelines on Spark, executing DoFns in Spark's Python workers.
 
-    ``spark``: a SparkSession to use; by default the active session, or one the
-    runner creates from ``SparkRunnerOptions`` (and stops never: a created local
-    session is kept for the next pipeline of this process).
+    ``spark``: a SparkSession to use, or a ``spark.session.OnDemandSession``
+    (made when a stage first needs Spark); by default the active session, or
+    one the runner creates from ``SparkRunnerOptions`` (and stops never: a
+    created local session is kept for the next pipeline of this process).
     ``is_drain``: run as a drained pipeline: splittable DoFns truncate their
     restrictions (as Beam's FnApiRunner(is_drain=True) does).
     ``debug`` (or ``--inproc_debug``): run the same plan and worker code in this
@@ -97,11 +99,15 @@ class InProcessSparkRunner(PipelineRunner):
 
     def _lazy_session(self, options: PipelineOptions):
         """A ``LazySession`` where this runner would create a local session
-        (none given, none active, a local master): else None."""
+        (none given, none active, a local master) or was given an
+        ``OnDemandSession`` of a local master: else None."""
+        from beam_spark_inproc.spark import session
+
+        if isinstance(self._spark, session.OnDemandSession):
+            return self._spark.lazy if self._spark.cores is not None else None
         if self._spark is not None:
             return None
         opts = options.view_as(SparkRunnerOptions)
-        from beam_spark_inproc.spark import session
 
         return session.lazy_local_session(
             functools.partial(self.session, options), opts.spark_master, opts.spark_remote
@@ -109,6 +115,10 @@ class InProcessSparkRunner(PipelineRunner):
 
     def session(self, options: Optional[PipelineOptions] = None):
         """The SparkSession this runner runs on (created on first use)."""
+        from beam_spark_inproc.spark.session import OnDemandSession
+
+        if isinstance(self._spark, OnDemandSession):
+            return self._spark.get()
         if self._spark is None:
             from beam_spark_inproc.spark import session
 
@@ -156,7 +166,7 @@ class InProcessSparkRunner(PipelineRunner):
         plan = plan_pipeline(
             pipeline,
             self._is_drain,
-            reshuffle_keeps_panes=not options.is_compat_version_prior_to(RESHUFFLE_PANES_VERSION),
+            reshuffle_keeps_panes=beam_compat.reshuffle_keeps_panes(options),
             streaming=streaming,
         )
         if streaming:
@@ -233,7 +243,9 @@ class InProcessSparkRunner(PipelineRunner):
             else:
                 # A local session the runner creates, once a stage needs
                 # Spark: its cores and callback address are known up front.
-                cores = spark_session.local_parallelism(opts.spark_master)
+                cores = getattr(lazy, 'cores', None) or spark_session.local_parallelism(
+                    opts.spark_master
+                )
                 assert cores is not None  # a lazy session is a local master's
                 parallelism = opts.spark_parallelism or cores
                 get_spark = lazy.get
@@ -271,7 +283,7 @@ class InProcessSparkRunner(PipelineRunner):
                 engine = cast(
                     'Engine',
                     SmallDataEngine(
-                        SparkHandOver(get_spark, make_engine, parallelism),
+                        SparkHandOver(get_spark, make_engine, parallelism, start=lazy),
                         max_bytes=int(opts.spark_small_data_kb * 1024),
                         settings=settings,
                         spark_start=lazy,
@@ -484,9 +496,7 @@ class InProcessSparkRunner(PipelineRunner):
                 plan_pipeline,
                 pipeline,
                 True,
-                reshuffle_keeps_panes=not options.is_compat_version_prior_to(
-                    RESHUFFLE_PANES_VERSION
-                ),
+                reshuffle_keeps_panes=beam_compat.reshuffle_keeps_panes(options),
                 streaming=True,
             ),
         )

@@ -1,7 +1,10 @@
 """How to test your own pipeline on InProcessSparkRunner with pytest.
 
-The ``beam_spark_inproc`` pytest plugin is installed with the package; its
-fixtures share one SparkSession across the test run:
+The ``beam_spark_inproc`` pytest plugin is installed with the package
+(``pip install 'beam-spark-inproc[testing]'`` brings pytest). Its fixtures
+start nothing until a test's pipeline needs Spark: tiny stages run in the
+driver, so these tests start no JVM except ``test_word_lengths_on_spark``,
+which puts every stage on Spark:
 
     pytest examples/test_my_pipeline.py --spark-master 'local[2]'
 
@@ -31,6 +34,12 @@ def word_lengths(lines):
 
 def test_word_lengths(beam_pipeline):
     with beam_pipeline as p:
+        result = word_lengths(p | beam.Create(['a bb cc', 'ddd e']))
+        assert_that(result, equal_to([(1, ['a', 'e']), (2, ['bb', 'cc']), (3, ['ddd'])]))
+
+
+def test_word_lengths_on_spark(spark_pipeline):
+    with spark_pipeline as p:
         result = word_lengths(p | beam.Create(['a bb cc', 'ddd e']))
         assert_that(result, equal_to([(1, ['a', 'e']), (2, ['bb', 'cc']), (3, ['ddd'])]))
 

@@ -10,7 +10,8 @@ the logical types it does not (Beam issue 23817), which are mapped here:
 Spark                         Arrow                       Beam (Python type)
 ============================  ==========================  ==========================
 TimestampType (+ NTZ on read) timestamp[us, tz=UTC]       ``Timestamp`` (micros_instant)
-DateType                      date32                      ``datetime.date`` (date)
+DateType                      date32                      ``datetime.date`` (date;
+                                                          javasdk_date before Beam 2.73)
 DecimalType(p, s)             decimal128(p, s)            ``decimal.Decimal`` (fixed_decimal
                                                           (p, s); ``decimal`` when written
                                                           from a Beam schema: (38, 18))
@@ -42,6 +43,8 @@ from apache_beam.typehints import arrow_type_compatibility as atc
 from apache_beam.typehints import schemas
 from apache_beam.typehints.row_type import RowTypeConstraint
 from apache_beam.utils.timestamp import Timestamp
+
+from beam_spark_inproc.compat import beam as beam_compat
 
 FIXED_DECIMAL_URN = 'beam:logical_type:fixed_decimal:v1'
 DEFAULT_DECIMAL = (38, 18)  # Spark's DecimalType() default
@@ -208,7 +211,7 @@ def _arrow_type(field_type: schema_pb2.FieldType, where: str) -> pa.DataType:
         urn = field_type.logical_type.urn
         if urn in (common_urns.micros_instant.urn, common_urns.millis_instant.urn):
             return TIMESTAMP
-        if urn == common_urns.date.urn:
+        if urn == beam_compat.DATE_URN:
             return pa.date32()
         if urn == common_urns.decimal.urn:
             return pa.decimal128(*DEFAULT_DECIMAL)

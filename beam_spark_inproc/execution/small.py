@@ -22,16 +22,23 @@ knows no backend:
   (``StageTask``, Beam's ``BundleProcessor``; unlike debug mode the functions
   are not rebound to the driver's modules). The limits are checked
   cooperatively (``_Limits``): the driver feeds the bundle its input in pieces
-  of 1, 2, 4, ... rows and, before each piece, looks at the clock and at the
-  elements the bundle's operations have moved (Beam's element counters); the
-  consumer of its output checks its size at each output batch. When the output
-  grows past the limits, or the run took longer than ``max_seconds`` (0.3 s),
-  or its bundle has moved more than ``max_elements`` elements between its
-  operations (100,000: a few seeds a FlatMap expands into millions are handed
-  over after the first seed rather than after 0.3 s of work that is thrown
-  away), the bundle ends where it is, by an exception raised from its own
-  input or output call (never one injected into a running thread), the run is
-  dropped and the stage runs on Spark, its input spread over the run's
+  of 1, 2, 4, ... rows and, before each piece, looks at the elements the
+  bundle's operations have moved (Beam's element counters) and at its pace;
+  the consumer of its output checks its size at each output batch. The data
+  hands a stage over: its output grows past the limits, or its bundle has
+  moved more than ``max_elements`` elements between its operations (100,000:
+  a few seeds a FlatMap expands into millions are handed over after the first
+  seed). So does its cost, never the clock alone (``spark_sooner``): once the
+  driver has spent on the stage what Spark costs now (``HandOver.cost``: a
+  session still to start, a session's first job, a warm session's job, each
+  scaled by the machine's load) and its pace over the input fed so far says
+  Spark would finish the whole stage sooner than the driver its rest. A tiny
+  stage on a loaded machine thus stays here however slowly it runs (the
+  same load slows Spark's jobs), and one of many slow elements goes to Spark
+  after a fraction of a second. Past a limit the bundle ends where it is, by
+  an exception raised from its own input or output call (never one injected
+  into a running thread), the run is dropped and the stage runs on Spark, its
+  input spread over the run's
   parallelism (``to_spark``: input of a key shuffle shuffled again by Spark);
   so do all later stages reading its output; later stages whose input the
   driver holds still run here until ``MAX_HANDOVERS`` stages were handed over,
@@ -43,9 +50,10 @@ knows no backend:
   external side effects (a call to a service, a file written by hand) may
   happen once in the driver and again on Spark, as they may on a task retry;
 * a stage whose outputs are read only as side inputs (``StageTask.collected``),
-  which come to the driver whole in any case, is limited by time only
-  (``COLLECTED_SECONDS``, 0.6 s): whatever its output's size or element count,
-  a Spark job and the collect would cost more than the work in the driver;
+  which come to the driver whole in any case, is limited by its cost only,
+  Spark's counting the collect (``COLLECTED_SECONDS``): whatever its output's
+  size or element count, a Spark job and the collect would cost more than the
+  work in the driver;
 * ``collect`` of ``Local`` data runs no Spark job; the first Spark job enters
   the runner's runtime SQL settings on the session (``session.runtime_settings``)
   and gets the job's description, so a run that stays in the driver makes no
@@ -53,22 +61,24 @@ knows no backend:
 
 * **while Spark starts** (``spark_start``: the session the runner makes,
   ``session.LazySession``, not yet ready): a stage begun then is not handed
-  over by the limits; passing them starts the session in the background and
-  the stage goes on here, its output held up to ``COLD_MAX_BYTES``, so that a
+  over by the limits; passing them (its cost counting the session's start)
+  starts the session in the background and the stage goes on here, its
+  output held up to ``COLD_MAX_BYTES``, so that a
   new process's first run works while the JVM starts instead of waiting for
   it. A splittable stage may run here then, its restrictions cut into
   ``COLD_PIECES`` equal pieces (``execution.initial_split``) fed one at a
   time. Once the session is ready, a stage whose input rows are independent
-  elements or restrictions (``_element_wise``) is fed no more, unless the
-  driver would finish them within ``HANDOVER_SECONDS`` at its pace so far:
-  its bundle ends as usual, its output so far is kept and the input not fed
+  elements or restrictions (``_element_wise``) is fed no more where Spark
+  would finish the rest sooner (``spark_sooner``, the new session's first
+  job counted): its bundle ends as usual, its output so far is kept and the
+  input not fed
   runs on Spark, as further bundles of the same stage; a stage reading rows
   grouped or sorted by key (which cannot be cut between two inputs) ends
   here.
 
-What stays in the driver runs on one core, for about ``max_seconds`` a stage
-(plus the element under way when they pass): the price of a stage handed over
-late is that much driver time. Off with
+What stays in the driver runs on one core; a stage handed over by its pace
+has cost at most about what Spark costs now in driver time (plus the element
+under way), a stage handed over by its data less. Off with
 ``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
 (``--spark_inline_side_input_mb``) always run on Spark.
 """
@@ -97,34 +107,30 @@ from beam_spark_inproc.worker.shipped import ShippedFile
 # the driver (``--spark_small_data_kb``).
 MAX_ROWS = 5000
 MAX_BYTES = 64 << 10
-# ... and the seconds a stage may run in the driver: tiny input can still mean
-# heavy work (ten seeds a FlatMap turns into millions of elements, combined
-# before they leave the stage).
-MAX_SECONDS = 0.3
 # ... and the elements a stage's bundle may move between its operations (the
 # sum of Beam's element counters of every operation's outputs): beyond it the
 # data is not small, however long the work takes (P1 at 4M: its 32 seeds'
-# stage had moved ~400k of them when the 0.3 s ran out).
+# stage had moved ~400k of them after 0.3 s).
 MAX_ELEMENTS = 100_000
 # A stage handed over to Spark leaves later stages whose input the driver
 # still holds (a Create, an Impulse: often the tiny tail of a pipeline, e.g. a
 # write's last step reading a side input) running here, until this many stages
 # have been handed over: then the rest of the run is Spark's (each hand-over
-# cost up to ``MAX_SECONDS`` of driver time, ~0.1 s when handed over by its
-# element count). With 1, the rest of the run was Spark's from the first
+# cost driver time: about what a Spark job costs, ~0.1 s when handed over by
+# its element count). With 1, the rest of the run was Spark's from the first
 # hand-over: P1 and P3g then ran their 1-element last stage as a Spark job of
 # its own (0.15-0.3 s); P4 hands over two stages (its side input's and its main
 # input's seeds) before that last stage.
 MAX_HANDOVERS = 3
 # A stage whose output is only read as side inputs (``StageTask.collected``:
 # collected to the driver whole anyway) runs here whatever its output's size
-# and element count, for at most this many seconds: on Spark it would cost a
-# job (~0.3-0.5 s on this machine) and the collect, for half the work per core
-# (P4's side input, 100,000 entries made from 10 seeds: handed over by its
-# element count after 0.15 s in the driver, it then took a Spark job of ~0.5 s
-# and the collect). 0: such a stage has the limits of any other (an A/B
-# switch: ``tests/benchmarks/run.py``'s ``inproc_sidespark`` engine).
-COLLECTED_SECONDS = 0.6
+# and element count, and Spark's cost for it counts this many seconds more
+# than a job's: on Spark it would also cost the collect of its output (P4's
+# side input, 100,000 entries made from 10 seeds: handed over by its element
+# count after 0.15 s in the driver, it then took a Spark job of ~0.5 s and the
+# collect). 0: such a stage has the limits of any other (an A/B switch:
+# ``tests/benchmarks/run.py``'s ``inproc_sidespark`` engine).
+COLLECTED_SECONDS = 0.3
 # The largest piece of input rows fed to a bundle in the driver between two
 # checks of its limits.
 _PIECE_ROWS = 256
@@ -134,17 +140,6 @@ _PIECE_ROWS = 256
 # session is ready goes to Spark in equal shares.
 COLD_MAX_BYTES = 256 << 20
 COLD_PIECES = 256
-# ... and when the session becomes ready, a stage of independent inputs hands
-# the inputs not yet fed to Spark only if the driver, at its pace so far,
-# would take longer than this over them: the session's first jobs cost more
-# than the same jobs later (the JVM's first queries of each kind, Python
-# workers' first tasks), so a hand-over near a stage's end made the run slower
-# than finishing it here. Word count of 200,000 lines, the run after the one
-# that started the session: 8.1 s with the rest of its read handed over as the
-# warm-up ended, 4.7-5.2 s ending in the driver, 3.1-3.6 s on a warm session
-# (docs/performance.md, "Cold start"). Spark's two cores would halve the
-# rest, at ~1.5-2 s more for a first job: worth it beyond ~4 s.
-HANDOVER_SECONDS = 4.0
 
 
 @dataclasses.dataclass
@@ -187,6 +182,15 @@ class HandOver(Protocol):
     def release(self) -> None:
         """Releases the backend's engine if it was made."""
 
+    @property
+    def parallelism(self) -> int:
+        """The cores a stage handed over runs on at once."""
+
+    def cost(self) -> float:
+        """The seconds a stage handed over now would pay before its own work
+        (a session's start, its first job, a job), on this machine as loaded
+        now."""
+
 
 class _TooBig(BaseException):
     """Raised where a run in the driver passes its limits (a BaseException, so
@@ -202,7 +206,6 @@ class SmallDataEngine:
         max_rows: int = MAX_ROWS,
         max_bytes: int = MAX_BYTES,
         settings=contextlib.nullcontext,
-        max_seconds: Optional[float] = None,
         max_elements: Optional[int] = None,
         spark_start=None,
     ):
@@ -216,8 +219,7 @@ class SmallDataEngine:
         self._local = LocalPartitions(1)
         self._max_rows = max_rows
         self._max_bytes = max_bytes
-        # None: the module's limits as they are when the engine is made.
-        self._max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
+        # None: the module's limit as it is when the engine is made.
         self._max_elements = MAX_ELEMENTS if max_elements is None else max_elements
         self._handovers = 0  # runs here that passed the limits
         # The session still to be made (``session.LazySession``: ``ready``,
@@ -364,17 +366,19 @@ class SmallDataEngine:
         """Each partition through the task Spark would run, unpickled from the
         bytes Spark would ship: (its output, None); ``_TooBig`` once the output
         passes the limits or the limits pass between two inputs (a
-        ``collected`` task's: time only, ``COLLECTED_SECONDS``, whatever its
-        output). Begun ``cold`` (Spark not there yet), the run goes on past
-        the limits (starting the session in the background) while Spark
-        starts, its output held up to ``COLD_MAX_BYTES``; a stage whose input
+        ``collected`` task's: its cost only, whatever its output). Begun
+        ``cold`` (Spark not there yet), the run goes on past the limits
+        (starting the session in the background) while Spark starts, its
+        output held up to ``COLD_MAX_BYTES``; a stage whose input
         rows are independent elements (``_element_wise``) then stops being fed
         once the session is ready and returns (its output so far, the input
         rows not fed)."""
         shipped = self._hand_over.dumps(task)
         collected = getattr(task, 'collected', False) and COLLECTED_SECONDS > 0
+        hand_over = self._hand_over
         limits = _Limits(
-            COLLECTED_SECONDS if collected else self._max_seconds,
+            (lambda: hand_over.cost() + COLLECTED_SECONDS) if collected else hand_over.cost,
+            hand_over.parallelism,
             1 << 62 if collected else self._max_elements,
             (lambda rows, nbytes: True) if collected else self._fits,
             spark_start=self._spark_start if cold else None,
@@ -416,6 +420,25 @@ class SmallDataEngine:
         return Local(partitions), Local([rest])
 
 
+def spark_sooner(
+    spent: float, fed: int, rows: int, cost: float, parallelism: int, redo: bool = True
+) -> bool:
+    """Whether Spark would finish a stage sooner than the driver, at the
+    driver's pace so far: ``spent`` seconds over ``fed`` of its ``rows``
+    input rows; Spark first pays ``cost`` (``HandOver.cost``), then runs the
+    rest of the input on ``parallelism`` cores at the driver's pace per row,
+    and with ``redo`` the rows already fed again (a dropped run: its output
+    is thrown away). Never before the driver has spent ``cost`` itself: the
+    pace of a stage's first elements is no measure of its rest, and a stage
+    that ends within what Spark costs never waits longer than Spark would
+    have taken to start on it. Nothing fed yet, or all of it fed (the
+    elements under way are never interrupted): no."""
+    if spent <= cost or fed <= 0 or fed >= rows:
+        return False
+    rest = spent * (rows - fed) / fed
+    return rest > cost + ((spent if redo else 0.0) + rest) / max(1, parallelism)
+
+
 class _Limits:
     """A run in the driver's limits, checked cooperatively: by the bundle's
     own helper thread between its inputs (``feed``), and by the consumer at
@@ -424,15 +447,21 @@ class _Limits:
     passes the limits), and an element already started ends first, in the
     driver.
 
+    Two kinds of limits. The data's: the elements the bundle's operations
+    moved (``max_elements``) and its output's rows and bytes (``fits``).
+    Time's: ``spark_sooner``, the driver's pace so far against ``cost()``
+    (what Spark costs now) and Spark's ``parallelism``.
+
     With ``spark_start`` (the run began before Spark was there), passing the
     limits starts the session in the background and the run goes on; once
-    the session is ready a ``splits`` run stops being fed (``remainder``: the
-    input not fed, for Spark) and any other run ends here, its output bounded
-    by ``COLD_MAX_BYTES``."""
+    the session is ready a ``splits`` run stops being fed where Spark would
+    finish its rest sooner (``remainder``: the input not fed, for Spark) and
+    any other run ends here, its output bounded by ``COLD_MAX_BYTES``."""
 
     def __init__(
         self,
-        seconds: float,
+        cost,
+        parallelism: int,
         max_elements: int,
         fits,
         *,
@@ -441,7 +470,8 @@ class _Limits:
         piece_rows: int = _PIECE_ROWS,
         rows: int = 0,
     ):
-        self._seconds = seconds
+        self._cost = cost
+        self._parallelism = parallelism
         # When the first bundle started (the run's time and pace count from
         # there): building its BundleProcessor (in a new process: importing
         # Beam's worker modules, unpickling the DoFns and their setup) is no
@@ -456,7 +486,7 @@ class _Limits:
         self._processor = None
         self._before = 0
         self.remainder: Optional[list] = None  # set when a split run stops
-        # A split run's pace: rows fed since its first bundle started, of all.
+        # The run's pace: rows fed since its first bundle started, of all.
         self._fed = 0
         self._rows = rows
 
@@ -468,11 +498,21 @@ class _Limits:
         if self._began is None:
             self._began = time.monotonic()
 
-    def late(self) -> bool:
-        return self._began is not None and time.monotonic() > self._began + self._seconds
+    def slow(self) -> bool:
+        """Whether Spark would finish the stage sooner (``spark_sooner``)."""
+        if self._began is None:
+            return False
+        return spark_sooner(
+            time.monotonic() - self._began,
+            self._fed,
+            self._rows,
+            self._cost(),
+            self._parallelism,
+            redo=not self._splits,
+        )
 
-    def _over(self) -> bool:
-        return self.late() or (
+    def _too_many(self) -> bool:
+        return (
             self._processor is not None
             and _elements(self._processor) - self._before > self._max_elements
         )
@@ -481,22 +521,14 @@ class _Limits:
         """Whether to feed no more (checked before each piece of input)."""
         if self._stop:
             return True
-        if not self._over():
-            return False
         if self._spark_start is None:
-            return True
+            return self._too_many() or self.slow()
         if not self._spark_start.ready:
-            self._spark_start.start()  # the work outgrew the driver
+            if self._too_many() or self.slow():
+                self._spark_start.start()  # the work outgrew the driver
             return False
-        return self._splits and self._rest_takes() > HANDOVER_SECONDS
-
-    def _rest_takes(self) -> float:
-        """The seconds the input not yet fed would take here, at the pace of
-        the rows fed so far."""
-        if not self._fed or self._began is None:
-            return float('inf')
-        pace = (time.monotonic() - self._began) / self._fed
-        return pace * (self._rows - self._fed)
+        # Ready since the run began: its rest goes where it ends sooner.
+        return self._splits and self.slow()
 
     def check_output(self, rows: int, nbytes: int) -> None:
         """At each output batch: ``_TooBig`` past the limits (a split run:
@@ -505,7 +537,7 @@ class _Limits:
             if nbytes <= COLD_MAX_BYTES:
                 return
             self._spark_start.start()
-        elif self._fits(rows, nbytes) and not self.late():
+        elif self._fits(rows, nbytes) and not self.slow():
             return
         if not self._splits:
             raise _TooBig()

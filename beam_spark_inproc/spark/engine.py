@@ -52,6 +52,27 @@ def is_connect(session) -> bool:
     return isinstance(session, ConnectSession)
 
 
+# The sessions a runner's stage ran on in this process (``mark_ran``): their
+# next jobs cost a job's floor, not a session's first job.
+_RAN: 'weakref.WeakSet[object]' = weakref.WeakSet()
+
+
+def mark_ran(session) -> None:
+    """Notes that a stage of the runner's ran on ``session``."""
+    try:
+        _RAN.add(session)
+    except TypeError:  # a session that cannot be referred to weakly
+        pass
+
+
+def ran_stages(session) -> bool:
+    """Whether a stage of the runner's ran on ``session`` in this process."""
+    try:
+        return session in _RAN
+    except TypeError:
+        return False
+
+
 class _Parts:
     """The schema, column expressions and one-row impulse DataFrame every plan
     is built from, made once per session.
@@ -452,17 +473,21 @@ class SparkEngine:
                 except ImportError:
                     pass
                 else:
-                    return [], self._control_rows(
+                    rows = self._control_rows(
                         control, started, _load_from_socket, ArrowCollectSerializer
                     )
+                    mark_ran(self._session)
+                    return [], rows
             if started is not None:
                 started()
             table = control.toArrow()
+            mark_ran(self._session)
             return [], table.column(DATA).to_pylist()
         selected = data.select(parts.tag, parts.data)
         if started is not None:
             started()
         table = selected.toArrow()
+        mark_ran(self._session)
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(), table.column(DATA).to_pylist()):
             if tag == CONTROL_TAG:

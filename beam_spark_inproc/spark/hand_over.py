@@ -9,12 +9,26 @@ starts no JVM), rows the driver holds as a DataFrame spread over the run's
 parallelism (``data``), and the pickling round trip a task makes to Spark's
 Python workers (PySpark's ``CloudPickleSerializer``), which a stage run in
 the driver makes too: a DoFn that does not pickle fails as on Spark.
+
+What a stage handed over now costs before its own work (``cost``, which the
+small-data engine weighs against the driver's pace, ``small.spark_sooner``)
+depends on the session's state: still to be made (``START_SECONDS``: a local
+JVM and its context, the first job with its Python workers importing Beam),
+made but no stage of the runner's run on it yet (``FIRST_JOB_SECONDS``: the
+JVM's first queries of each kind, Python workers' first tasks), or warm
+(``JOB_SECONDS``). The figures are this machine's when quiet
+(docs/performance.md, "Cold start"); a loaded machine (``load_factor``: the
+load average per core, at least 1) slows Spark's jobs as much as the driver,
+so they scale with it: at load 12 on 2 cores a warm job took ~2 s here and a
+new session's first one ~48 s.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from typing import Callable
+from typing import Optional
 
 import pyarrow as pa
 
@@ -22,16 +36,48 @@ from beam_spark_inproc.execution import engine as e
 from beam_spark_inproc.execution.local import rows_batch
 from beam_spark_inproc.execution.small import Local
 from beam_spark_inproc.protocol.rows import SCHEMA
+from beam_spark_inproc.spark.engine import ran_stages
+
+# Seconds a stage handed over pays before its own work, on a quiet machine:
+# no session yet (its start and first job: 4-8 s with the class archive,
+# 11-20 s without), a session that ran no stage of the runner's (its first
+# job: ~1 s of the JVM's and ~2 s of Python workers importing Beam), a warm
+# session (a job's floor: 0.2-0.6 s).
+START_SECONDS = 10.0
+FIRST_JOB_SECONDS = 2.0
+JOB_SECONDS = 0.3
+
+
+def load_factor() -> float:
+    """How much slower than on a quiet machine a job runs now: the load
+    average of the last minute per core, at least 1 (1 where the system
+    gives none)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 1.0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1.0, load / max(1, cores))
 
 
 class SparkHandOver:
     """``execution.small.HandOver`` on Spark: ``get_session`` gives the
-    SparkSession, ``make_engine`` the ``SparkEngine``."""
+    SparkSession, ``make_engine`` the ``SparkEngine``; ``start``: the
+    ``session.LazySession`` ``get_session`` waits for, None where the
+    session is there."""
 
     def __init__(
-        self, get_session: Callable[[], Any], make_engine: Callable[[], Any], parallelism: int = 1
+        self,
+        get_session: Callable[[], Any],
+        make_engine: Callable[[], Any],
+        parallelism: int = 1,
+        start: Optional[Any] = None,
     ):
         self._get_session = get_session
+        self._start = start
         self._make_engine = make_engine
         self._engine: Any = None  # a SparkEngine, made on first use
         self._parallelism = parallelism
@@ -47,6 +93,23 @@ class SparkHandOver:
     def release(self) -> None:
         if self._engine is not None:
             self._engine.release()
+
+    @property
+    def parallelism(self) -> int:
+        return self._parallelism
+
+    def cost(self) -> float:
+        """Seconds a stage handed over now pays before its own work (see the
+        module's docstring)."""
+        if self._start is not None and not self._start.created:
+            seconds = START_SECONDS
+        elif self._start is not None and not self._start.ready:
+            seconds = FIRST_JOB_SECONDS  # warming up
+        elif ran_stages(self._get_session()):
+            seconds = JOB_SECONDS
+        else:
+            seconds = FIRST_JOB_SECONDS
+        return seconds * load_factor()
 
     def dumps(self, task: Any) -> bytes:
         return self._pickler().dumps(task)

@@ -464,7 +464,7 @@ def lazy_local_session(
 
         if SparkSession.getActiveSession() is not None:
             return None
-        _SHARED = LazySession(create, warm_up=cores)
+        _SHARED = LazySession(create, warm_up=cores, cores=cores)
         return _SHARED
 
 
@@ -522,9 +522,11 @@ class LazySession:
     starts or warms up runs in the driver meanwhile and hands its work over
     once the session is ready, as the run that started it does."""
 
-    def __init__(self, create, warm_up: int = 0):
+    def __init__(self, create, warm_up: int = 0, cores: Optional[int] = None):
         self._create = create
         self._warm_up = warm_up
+        # A local master's cores (its run's parallelism), known before it starts.
+        self.cores = cores
         self._warmed = threading.Event()
         self._session = None
         self._lock = threading.Lock()
@@ -613,3 +615,41 @@ class LazySession:
                 self._session = self._create()
                 self._warmed.set()
             return self._session
+
+
+class OnDemandSession:
+    """A SparkSession made when first used: a ``LazySession`` that looks like
+    the session it makes (any attribute starts it, in the calling thread).
+
+    ``InProcessSparkRunner(spark=...)`` given one runs its pipelines as if it
+    made the session itself: stages run in the driver while their data is
+    small (``execution.small``), and the session starts only when a stage
+    needs Spark, or sooner in the background when the work outgrows the
+    driver (where ``cores`` is known up front: a local master). The pytest
+    plugin's ``spark_session`` is one: a suite of tiny pipeline tests starts
+    no JVM. It is not a ``SparkSession`` instance: where code checks the
+    type, pass ``get()``, the session itself."""
+
+    def __init__(self, lazy: LazySession, master: Optional[str], cores: Optional[int]):
+        self.lazy = lazy
+        self.master = master
+        # A local master's cores; None: the session is another kind (a
+        # cluster's, a user's), which a run makes at its start.
+        self.cores = cores
+
+    @property
+    def created(self) -> bool:
+        return self.lazy.created
+
+    def get(self):
+        """The SparkSession (made now, if it was not)."""
+        return self.lazy.get()
+
+    def __getattr__(self, name: str):
+        if name.startswith('__'):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    def __repr__(self) -> str:
+        state = 'started' if self.created else 'not started'
+        return f'<OnDemandSession master={self.master!r} ({state})>'

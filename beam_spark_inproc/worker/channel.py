@@ -35,6 +35,7 @@ from apache_beam.runners.common import NameContext
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.runners.worker import data_plane
 
+from beam_spark_inproc.compat import beam as beam_compat
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol.rows import CHUNK_BYTES
 
@@ -273,10 +274,8 @@ def _packed_sink(
         factory.state_sampler,
         factory.get_coder(grpc_port.coder_id),
         transform_id=transform_id,
-        data_channel_factory=functools.partial(
-            factory.data_channel_factory.create_data_channel, grpc_port
-        ),
         safe_coder=safe_coder,
+        **beam_compat.data_channel_argument(factory, grpc_port),
     )
 
 
@@ -344,21 +343,50 @@ class InProcessDataChannel(data_plane.DataChannel):
         pass
 
 
-class ChannelFactory(data_plane.DataChannelFactory):
-    """Answers every port of a cached BundleProcessor with the current bundle's channel.
+class _CurrentChannel(data_plane.DataChannel):
+    """The channel of the bundle its factory serves now (``ChannelFactory.current``)."""
 
-    BundleProcessor asks its factory for the channel at the start of every bundle,
-    so one processor serves bundle after bundle, each with its own channel.
+    def __init__(self, factory: ChannelFactory):
+        self._factory = factory
+
+    def _channel(self) -> InProcessDataChannel:
+        channel = self._factory.current
+        if channel is None:
+            raise RuntimeError('A bundle processor used its data channel outside a bundle.')
+        return channel
+
+    def input_elements(self, instruction_id, expected_inputs, abort_callback=None):
+        return self._channel().input_elements(instruction_id, expected_inputs, abort_callback)
+
+    def output_stream(self, instruction_id, transform_id):
+        return self._channel().output_stream(instruction_id, transform_id)
+
+    def output_timer_stream(self, instruction_id, transform_id, timer_family_id):
+        return self._channel().output_timer_stream(instruction_id, transform_id, timer_family_id)
+
+    def close(self) -> None:
+        pass
+
+
+class ChannelFactory(data_plane.DataChannelFactory):
+    """Answers every port of a cached BundleProcessor with a channel that
+    follows the current bundle's (``current``).
+
+    Depending on the Beam release, the processor asks for its channels once,
+    while it is built, or at the start of every bundle
+    (``compat.beam.OPERATIONS_TAKE_CHANNEL_FACTORY``); either way one
+    processor serves bundle after bundle, each with its own channel.
     """
 
     def __init__(self):
         self.current: Optional[InProcessDataChannel] = None
+        self._channel = _CurrentChannel(self)
 
     def create_data_channel(self, remote_grpc_port, data_stream_id=None):
-        return self.current
+        return self._channel
 
     def create_data_channel_from_url(self, url, data_stream_id=None):
-        return self.current
+        return self._channel
 
     def close(self) -> None:
         pass

@@ -54,9 +54,10 @@ def forked_by_pyspark_daemon() -> bool:
 class Epochs:
     """One process's freezing (see the module doc)."""
 
-    def __init__(self, active: Optional[bool] = None):
+    def __init__(self, active: Optional[bool] = None, max_tasks: int = MAX_EPOCH_TASKS):
         # None: decided at the first task (whether PySpark's daemon forked us).
         self.active = active
+        self.max_tasks = max_tasks  # tasks in every epoch after the first
         self.frozen = False
         self.tasks = 0  # tasks finished in this epoch
         self.length = 1  # tasks in this epoch
@@ -77,7 +78,7 @@ class Epochs:
         if self.tasks >= self.length:
             gc.unfreeze()  # PySpark's collection after this task is full
             self.frozen, self.tasks = False, 0
-            self.length = MAX_EPOCH_TASKS
+            self.length = self.max_tasks
 
 
 EPOCHS = Epochs()

@@ -36,6 +36,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
+from beam_spark_inproc.compat.python import add_note
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.protocol import report
@@ -531,11 +532,12 @@ class _Bundles:
                     stage = self.task.stage
                     failure = report.Failure.of(item, stage)
                     # For a reader of the exception itself (debug mode):
-                    item.add_note(
-                        '[beam stage] %s | transforms: %s' % (stage.name, ', '.join(stage.labels))
+                    add_note(
+                        item,
+                        '[beam stage] %s | transforms: %s' % (stage.name, ', '.join(stage.labels)),
                     )
                     # The driver renders the user's error from this record.
-                    item.add_note(failure.note())
+                    add_note(item, failure.note())
                     raise item
                 if self.times is not None:
                     self.times.add('output_batches', 1)

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+from beam_spark_inproc.compat import beam as beam_compat
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SUITE = 'tests/conformance/test_fn_api_runner_suite.py'
 MARKERS = (
@@ -30,6 +32,9 @@ MARKERS = (
     'tests/conformance/capability_matrix.py --write) -->',
     '<!-- capability-matrix:end -->',
 )
+# The line under the table naming the Beam whose suite was run (its test files
+# differ from release to release).
+SUITE_OF = 'The suite of apache-beam'
 SPARK = ('InProcessSparkRunnerTest', 'InProcessSparkRunnerMetricsTest')
 DEBUG = ('InProcessDebugRunnerTest',)
 
@@ -113,6 +118,7 @@ def render(results: dict[tuple[str, str], tuple[str, str]]) -> str:
         f'| **all** | **{total["tests"]}** | **{total["spark"]}** | '
         f'**{total["debug"]} of {total["n_debug"]}** | |'
     )
+    lines += ['', f'{SUITE_OF} {beam_compat.VERSION_STRING}.']
     return '\n'.join(lines)
 
 

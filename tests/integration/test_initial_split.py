@@ -42,12 +42,12 @@ def runner(request):
 
 @pytest.fixture(autouse=True)
 def no_clock(monkeypatch):
-    """Stages leave the driver by size only, not by the 0.3 s clock: on a
-    loaded machine a tiny stage before the read can pass it, and the read's
-    input is then Spark's (no initial split)."""
-    from beam_spark_inproc.execution import small
+    """Stages leave the driver by their data only, never by their pace: a
+    tiny stage before the read handed over would make the read's input
+    Spark's (no initial split)."""
+    from tests.integration.test_small_data import pin_spark_cost
 
-    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    pin_spark_cost(monkeypatch, 3600.0)
 
 
 @pytest.fixture

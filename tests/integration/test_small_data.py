@@ -25,15 +25,20 @@ ON = ['--spark_small_data_kb=64']
 OFF = ['--spark_small_data_kb=0']
 
 
+def pin_spark_cost(monkeypatch, seconds: float) -> None:
+    """What a stage handed to Spark costs (``SparkHandOver.cost``), fixed at
+    ``seconds`` whatever the session's state and the machine's load."""
+    from beam_spark_inproc.spark.hand_over import SparkHandOver
+
+    monkeypatch.setattr(SparkHandOver, 'cost', lambda self: seconds)
+
+
 @pytest.fixture
 def unhurried(monkeypatch):
-    """A driver run handed over only by its size, not by the 0.3 s clock
-    (``small.MAX_SECONDS``): on a loaded machine a tiny stage's first run can
-    pass 0.3 s (it did once in CI), and a test that says "no Spark job while
-    data is tiny" must not depend on the machine's load."""
-    from beam_spark_inproc.execution import small
-
-    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    """A driver run handed over only by its data, never by its pace: a test
+    that says "no Spark job while data is tiny" must not depend on the
+    machine's load."""
+    pin_spark_cost(monkeypatch, 3600.0)
 
 
 def _jobs(spark, build, args=ON):
@@ -120,7 +125,7 @@ def _grows(p):
 
 def _heavy(p):
     """Four seeds that become 1M elements combined within their stage: tiny
-    input and output, much work; handed over by its element count (or max_seconds)."""
+    input and output, much work; handed over by its element count (or its pace)."""
     counted = (
         p
         | beam.Create(list(range(4)))
@@ -203,14 +208,11 @@ def test_hand_over_on_time_logs_no_error(spark, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-def test_expanding_stage_handed_over_by_its_element_count(spark, monkeypatch):
+def test_expanding_stage_handed_over_by_its_element_count(spark, unhurried):
     """Four seeds a FlatMap turns into 1M elements: the stage is handed over
-    once its operations have moved ``MAX_ELEMENTS`` elements, not
-    only when ``MAX_SECONDS`` have passed (here an hour: before, the whole
-    stage ran in the driver, no Spark job); the result is FnApiRunner's."""
-    from beam_spark_inproc.execution import small
-
-    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    once its operations have moved ``MAX_ELEMENTS`` elements, whatever its
+    pace says (Spark's cost here an hour: by time alone the whole stage ran in
+    the driver, no Spark job); the result is FnApiRunner's."""
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _heavy(p)
     _, jobs = _jobs(spark, _heavy)
@@ -374,25 +376,29 @@ class _Slow(beam.DoFn):
     def process(self, seed):
         import time
 
-        time.sleep(1.0)
+        time.sleep(0.3)
         yield seed, seed
 
 
-def test_slow_side_input_stage_is_handed_over_on_time(spark, monkeypatch):
-    """Time still hands a side-input stage over: here after its first element
-    (1 s, past the 0.3 s allowed), before its second."""
+def test_slow_side_input_stage_is_handed_over_by_its_pace(spark, monkeypatch):
+    """Its pace still hands a side-input stage over: twelve elements of 0.3 s
+    each, Spark costing 0.3 s (and the collect, ``COLLECTED_SECONDS``): after
+    three elements the driver's rest (2.7 s) is longer than Spark's whole
+    stage on two cores (0.6 + 1.8 s)."""
     from beam_spark_inproc.execution import small
 
     monkeypatch.setattr(small, 'COLLECTED_SECONDS', 0.3)
+    pin_spark_cost(monkeypatch, 0.3)
+    seeds = list(range(12))
 
     def build(p):
-        side = p | 'Side' >> beam.Create([1, 2]) | beam.ParDo(_Slow())
+        side = p | 'Side' >> beam.Create(seeds) | beam.ParDo(_Slow())
         got = (
             p
-            | 'Main' >> beam.Create([1, 2])
+            | 'Main' >> beam.Create(seeds)
             | beam.Map(lambda x, d: d[x] * 10, d=beam.pvalue.AsDict(side))
         )
-        assert_that(got, equal_to([10, 20]))
+        assert_that(got, equal_to([x * 10 for x in seeds]))
 
     _, jobs = _jobs(spark, build)
     assert jobs >= 1
@@ -426,13 +432,11 @@ class _Recorded(beam.DoFn):
 
 
 def test_a_driver_run_stops_between_elements_never_inside_one(spark, monkeypatch):
-    """A stage past its time in the driver is handed over between two of its
-    inputs: every element it started there ran to its end (nothing is raised
-    into a running element), it stopped before its last input, and the result
-    is FnApiRunner's."""
-    from beam_spark_inproc.execution import small
-
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.1)
+    """A stage whose pace hands it over (0.2 s an element, Spark costing
+    0.1 s) leaves the driver between two of its inputs: every element it
+    started there ran to its end (nothing is raised into a running element),
+    it stopped before its last input, and the result is FnApiRunner's."""
+    pin_spark_cost(monkeypatch, 0.1)
     _DRIVER_ELEMENTS.clear()
 
     def build(p):
@@ -457,3 +461,82 @@ def test_no_thread_is_left_running_after_a_hand_over(spark):
     assert not [
         t for t in threading.enumerate() if t.name.startswith('beam-bundle-') and t.is_alive()
     ]
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    """The machine as loaded as the issue's CI machine (load average 4 per
+    core): Spark's cost scales with it (``hand_over.load_factor``)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, 'getloadavg', lambda: (4.0 * cores, 4.0 * cores, 4.0 * cores))
+
+
+class _Sluggish(beam.DoFn):
+    """0.1 s an element, as a loaded machine makes a tiny stage's elements."""
+
+    def process(self, x):
+        import time
+
+        time.sleep(0.1)
+        yield x % 2, x
+
+
+def _tiny_sluggish(p):
+    sums = p | beam.Create(list(range(5))) | beam.ParDo(_Sluggish()) | beam.CombinePerKey(sum)
+    assert_that(sums, equal_to([(0, 6), (1, 4)]))
+
+
+def test_a_tiny_slow_stage_stays_in_the_driver_on_a_loaded_machine(spark, loaded):
+    """Five elements that take 0.5 s in the driver (past the 0.3 s a quiet
+    machine's Spark job costs): on a machine this loaded a Spark job costs
+    more than the whole stage here, so it runs in the driver, no Spark job.
+    The result is FnApiRunner's."""
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _tiny_sluggish(p)
+    _, jobs = _jobs(spark, _tiny_sluggish)
+    assert jobs == 0
+
+
+def test_a_big_stage_still_goes_to_spark_on_a_loaded_machine(spark, loaded):
+    """Four seeds that become 1M elements: handed over by their data (the
+    elements the stage moved), however much Spark costs now."""
+    _, jobs = _jobs(spark, _heavy)
+    assert jobs >= 1
+
+
+class _Steady(beam.DoFn):
+    """0.02 s an element; records the elements run in the driver (TaskContext
+    is None there)."""
+
+    def process(self, x):
+        import time
+
+        from pyspark import TaskContext
+
+        if TaskContext.get() is None:
+            _STEADY_IN_DRIVER.append(x)
+        time.sleep(0.02)
+        yield x
+
+
+_STEADY_IN_DRIVER: list = []
+
+
+def test_many_slow_elements_leave_the_driver_early(spark, monkeypatch):
+    """200 elements of 0.02 s (4 s in the driver), Spark costing 0.3 s: the
+    stage's pace hands it over once the driver has spent about that, after a
+    fraction of its input; the result is FnApiRunner's."""
+    pin_spark_cost(monkeypatch, 0.3)
+
+    def build(p):
+        got = p | beam.Create(list(range(200))) | beam.ParDo(_Steady())
+        assert_that(got | beam.CombineGlobally(sum), equal_to([sum(range(200))]))
+
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        build(p)
+    _STEADY_IN_DRIVER.clear()
+    _, jobs = _jobs(spark, build)
+    assert jobs >= 1
+    assert 0 < len(_STEADY_IN_DRIVER) < 100, len(_STEADY_IN_DRIVER)

@@ -61,10 +61,10 @@ def reads(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def no_clock(monkeypatch):
-    """Stages leave the driver by size only (see test_initial_split.py)."""
-    from beam_spark_inproc.execution import small
+    """Stages leave the driver by their data only (see test_initial_split.py)."""
+    from tests.integration.test_small_data import pin_spark_cost
 
-    monkeypatch.setattr(small, 'MAX_SECONDS', 3600.0)
+    pin_spark_cost(monkeypatch, 3600.0)
 
 
 def _count(pattern, **kwargs):

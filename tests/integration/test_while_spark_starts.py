@@ -21,6 +21,7 @@ from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
 from beam_spark_inproc.execution import small
+from beam_spark_inproc.spark import hand_over
 from beam_spark_inproc.spark import session as spark_session
 
 # Set by a DoFn running in the driver: the session is ready from then on.
@@ -96,6 +97,16 @@ def slow_start(spark, monkeypatch):
     return run
 
 
+def _costs(monkeypatch, starting: float, ready: float) -> None:
+    """What a stage handed over costs (``hand_over``), whatever the machine's
+    load: ``starting`` while the session is still to be made (0: the work
+    starts it at once), ``ready`` once it is."""
+    monkeypatch.setattr(hand_over, 'load_factor', lambda: 1.0)
+    monkeypatch.setattr(hand_over, 'START_SECONDS', starting)
+    monkeypatch.setattr(hand_over, 'FIRST_JOB_SECONDS', ready)
+    monkeypatch.setattr(hand_over, 'JOB_SECONDS', ready)
+
+
 def _lines(tmp_path, n: int):
     rng = random.Random(3)
     words = 'a quick brown fox jumps over the lazy dog'.split()
@@ -128,10 +139,9 @@ def test_a_tiny_read_stays_in_the_driver_and_starts_nothing(slow_start, tmp_path
 def test_a_read_begun_in_the_driver_hands_the_rest_to_spark_once_ready(
     slow_start, tmp_path, monkeypatch
 ):
-    # Past the limits after a few pieces; ready a few pieces after that; the
-    # rest worth a hand-over however little of it there is.
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
-    monkeypatch.setattr(small, 'HANDOVER_SECONDS', 0.0)
+    # Started by the first pieces; ready a few pieces after that; the rest
+    # worth a hand-over however little of it there is.
+    _costs(monkeypatch, starting=0.0, ready=0.0)
     path, expected = _lines(tmp_path, 40_000)
     start, engine = slow_start(_word_count(path, expected), checks=3)
     assert start.started and start.got
@@ -142,8 +152,8 @@ def test_a_read_the_driver_would_soon_finish_ends_there_once_ready(
     slow_start, tmp_path, monkeypatch
 ):
     """The same read, Spark ready as early, but the rest of it would take
-    the driver less than ``HANDOVER_SECONDS``: it ends in the driver."""
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    the driver less than Spark's cost: it ends in the driver."""
+    _costs(monkeypatch, starting=0.0, ready=3600.0)
     path, expected = _lines(tmp_path, 40_000)
     start, engine = slow_start(_word_count(path, expected), checks=3)
     assert start.started
@@ -153,7 +163,7 @@ def test_a_read_the_driver_would_soon_finish_ends_there_once_ready(
 def test_a_read_finished_before_spark_is_ready_never_waits_for_it(
     slow_start, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    _costs(monkeypatch, starting=0.0, ready=0.0)
     path, expected = _lines(tmp_path, 40_000)
     start, engine = slow_start(_word_count(path, expected), checks=None)
     # The work outgrew the limits, so the session was started, but the run
@@ -172,9 +182,8 @@ def test_a_grouped_stage_begun_cold_ends_in_the_driver(slow_start, monkeypatch):
     """Rows grouped by key cannot be cut between two inputs: a GroupByKey's
     reading stage begun before Spark was ready runs to its end here although
     the session became ready meanwhile (its output within COLD_MAX_BYTES),
-    past the (zero) time limit that hands over a stage begun with Spark
-    ready."""
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)
+    past the (zero) cost that hands over a stage begun with Spark ready."""
+    _costs(monkeypatch, starting=0.0, ready=0.0)
 
     def build(p):
         sums = (
@@ -216,7 +225,7 @@ def test_runs_of_one_process_share_the_session_start(spark, monkeypatch, tmp_pat
         engines.append(self)
 
     monkeypatch.setattr(small.SmallDataEngine, '__init__', init)
-    monkeypatch.setattr(small, 'MAX_SECONDS', 0.0)  # the read starts it
+    _costs(monkeypatch, starting=0.0, ready=0.0)  # the read starts it
     path, expected = _lines(tmp_path, 2_000)
     for _ in range(2):
         with beam.Pipeline(runner=InProcessSparkRunner(), argv=['--spark_master=local[2]']) as p:
@@ -247,3 +256,26 @@ def test_a_stopped_session_is_started_anew(monkeypatch):
     second = spark_session.lazy_local_session(Session, 'local[2]', None)
     assert second is not first and not second.created
     assert spark_session.lazy_local_session(Session, 'yarn', None) is None
+
+
+def _sluggish(x):
+    time.sleep(0.1)  # a loaded machine's tiny stage: 0.5 s for five elements
+    return x % 2, x
+
+
+def test_a_slow_tiny_stage_starts_no_session_on_a_loaded_machine(slow_start, monkeypatch):
+    """A tiny stage that takes 0.5 s in the driver, on a machine loaded 4 per
+    core: the session's start and first job would cost far more than the
+    stage, so none is started; the result is as computed by hand."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, 'getloadavg', lambda: (4.0 * cores, 4.0 * cores, 4.0 * cores))
+
+    def build(p):
+        sums = p | beam.Create(list(range(5))) | beam.Map(_sluggish) | beam.CombinePerKey(sum)
+        assert_that(sums, equal_to([(0, 6), (1, 4)]))
+
+    start, engine = slow_start(build, checks=None)
+    assert not start.started and not start.got
+    assert engine.stages_on_spark == 0

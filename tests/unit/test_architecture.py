@@ -332,3 +332,78 @@ def test_every_package_is_installed():
         if init.parent != PACKAGE.parent / 'transforms'
     }
     assert found - listed == set()
+
+
+# A Beam release written as a string (``'2.65.0'``, ``'2.77'``).
+_BEAM_RELEASE = re.compile(r'2\.\d{1,3}(\.\d+)?')
+
+
+def _reads_beam_version(path: pathlib.Path) -> list[str]:
+    """What in one source reads Beam's version: ``apache_beam.version``
+    imported, ``__version__`` of ``apache_beam`` (under any name it is bound
+    to), or a string that is a Beam release (a version to compare with)."""
+    tree = ast.parse(path.read_text())
+    beam_names = {'apache_beam'}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == 'apache_beam.version':
+                    found.append(f'line {node.lineno}: import {alias.name}')
+                elif alias.name == 'apache_beam':
+                    beam_names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = {alias.name for alias in node.names}
+            if node.module == 'apache_beam.version' or (
+                node.module == 'apache_beam' and names & {'version', '__version__'}
+            ):
+                found.append(f'line {node.lineno}: from {node.module} import {sorted(names)}')
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == '__version__'
+            and isinstance(node.value, ast.Name)
+            and node.value.id in beam_names
+        ):
+            found.append(f'line {node.lineno}: {node.value.id}.__version__')
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _BEAM_RELEASE.fullmatch(node.value)
+        ):
+            found.append(f'line {node.lineno}: {node.value!r}')
+    return found
+
+
+def test_only_compat_reads_beams_version():
+    """What differs between Beam releases is decided in ``compat.beam``
+    (named flags and functions, keyed by a feature test or the version): no
+    other module reads Beam's version or names a Beam release to compare
+    with."""
+    checked = 0
+    for name, path in MODULES.items():
+        if _in(name, 'compat'):
+            continue
+        checked += 1
+        found = _reads_beam_version(path)
+        assert not found, f'{name} reads the Beam version (use compat.beam): {found}'
+    assert checked > 10
+
+
+def test_the_version_rule_sees_what_it_forbids(tmp_path: pathlib.Path):
+    """The rule above finds each way of reading Beam's version."""
+    source = tmp_path / 'reader.py'
+    for text in (
+        'import apache_beam.version',
+        'from apache_beam import version',
+        'from apache_beam.version import __version__',
+        'import apache_beam as beam\nif beam.__version__ >= "x": pass',
+        'RELEASE = "2.72.0"',
+        'if release < "2.77": pass',
+    ):
+        source.write_text(text)
+        assert _reads_beam_version(source), text
+    source.write_text('import apache_beam as beam\nVERSION = "0.2.0"\n"""Since Beam 2.65."""')
+    assert not _reads_beam_version(source)
+    compat = _reads_beam_version(PACKAGE / 'compat' / 'beam.py')
+    assert compat, 'compat.beam reads the version itself'

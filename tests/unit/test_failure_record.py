@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from beam_spark_inproc.compat.python import add_note
 from beam_spark_inproc.planning.plan import StagePlan
 from beam_spark_inproc.protocol.report import Failure
 from beam_spark_inproc.protocol.report import drop_failure_note
@@ -60,7 +61,7 @@ def test_without_annotation_the_transform_is_unknown_and_labels_kept():
 
 def test_debug_mode_drops_only_the_record():
     error = _raised(ValueError('x'))
-    error.add_note('[beam stage] s | transforms: a')
-    error.add_note(Failure.of(error, STAGE).note())
+    add_note(error, '[beam stage] s | transforms: a')
+    add_note(error, Failure.of(error, STAGE).note())
     drop_failure_note(error)
     assert error.__notes__ == ['[beam stage] s | transforms: a']

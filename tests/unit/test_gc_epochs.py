@@ -31,11 +31,17 @@ class _Cycle:
         self.me = self
 
 
+# ``gc.get_freeze_count()`` walks every frozen object (all of the test run's), so
+# the epoch-by-epoch checks run on short epochs; the garbage test below runs the
+# default length.
+SHORT = 4
+
+
 def test_a_task_freezes_what_is_alive_and_the_epochs_end_unfrozen(unfrozen):
-    """An epoch of one task, then one of ``MAX_EPOCH_TASKS``: frozen at an
+    """An epoch of one task, then epochs of ``max_tasks``: frozen at an
     epoch's start only, unfrozen when its last task has finished."""
-    epochs = gc_epochs.Epochs(active=True)
-    for length in (1, gc_epochs.MAX_EPOCH_TASKS, gc_epochs.MAX_EPOCH_TASKS):
+    epochs = gc_epochs.Epochs(active=True, max_tasks=SHORT)
+    for length in (1, SHORT, SHORT):
         assert epochs.length == length
         for i in range(length):
             before = gc.get_freeze_count()
@@ -51,15 +57,20 @@ def test_by_default_the_first_epoch_is_one_task_then_the_longest(unfrozen):
     """One full collection after the first task, then one every
     ``MAX_EPOCH_TASKS`` tasks: a worker's first 255 tasks end 2 epochs,
     not 8."""
-    epochs = gc_epochs.Epochs(active=True)
+    epochs = gc_epochs.Epochs(active=True, max_tasks=SHORT)
     ends = []
-    for task in range(2 * gc_epochs.MAX_EPOCH_TASKS + 1):
+    for task in range(2 * SHORT + 1):
         epochs.task_started()
         assert gc.get_freeze_count() > 0
         epochs.task_finished()
         if gc.get_freeze_count() == 0:
             ends.append(task)
-    assert ends == [0, gc_epochs.MAX_EPOCH_TASKS, 2 * gc_epochs.MAX_EPOCH_TASKS]
+    assert ends == [0, SHORT, 2 * SHORT]
+    default = gc_epochs.Epochs(active=True)
+    default.task_started()
+    default.task_finished()
+    assert gc.get_freeze_count() == 0
+    assert default.length == gc_epochs.MAX_EPOCH_TASKS == 256
 
 
 def test_garbage_frozen_in_an_epoch_is_collected_after_it(unfrozen):

@@ -120,29 +120,31 @@ def test_a_large_group_continues_through_state(monkeypatch):
 
     monkeypatch.setattr(grouped_values.GroupedValuesStore, 'write', spy)
 
+    n = 1000  # values of ~90 bytes: the hot group's 29,000 are ~2.7 MB
+
     def build(pl):
         return (
             pl
             | beam.Create(list(range(30)))
-            | beam.FlatMap(lambda i: (('hot' if i else 'cold', j) for j in range(20000)))
+            | beam.FlatMap(lambda i: (('hot' if i else 'cold', '%090d' % j) for j in range(n)))
         )
 
     def summary(pcoll):
         return (
             pcoll
             | beam.GroupByKey()
-            | beam.MapTuple(lambda k, vs: (k, sum(vs), sum(1 for _ in vs), len(set(vs))))
+            | beam.MapTuple(lambda k, vs: (k, sum(map(int, vs)), sum(1 for _ in vs), len(set(vs))))
         )
 
     expected = [
-        ('cold', sum(range(20000)), 20000, 20000),
-        ('hot', 29 * sum(range(20000)), 29 * 20000, 20000),
+        ('cold', sum(range(n)), n, n),
+        ('hot', 29 * sum(range(n)), 29 * n, n),
     ]
     for runner in (fn_runner.FnApiRunner(), InProcessSparkRunner(debug=True)):
         with beam.Pipeline(runner=runner) as pipeline:
             assert_that(summary(build(pipeline)), equal_to(expected))
-    # The hot group (~1.7 MB of values) went past the 1 MB threshold once.
-    assert len(written) == 1 and 0 < written[0] < 29 * 20000, written
+    # The hot group went past the 1 MB threshold (grouping.GROUPS_BYTES) once.
+    assert len(written) == 1 and 0 < written[0] < 29 * n, written
 
 
 def _layouts(monkeypatch, build, streaming=False):

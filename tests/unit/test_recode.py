@@ -10,11 +10,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils import windowed_value
 
+from beam_spark_inproc.compat import beam as beam_compat
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.planner import plan_pipeline
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
 from beam_spark_inproc.protocol.rows import SCHEMA
-from beam_spark_inproc.runner import RESHUFFLE_PANES_VERSION
 from beam_spark_inproc.worker.recode import Recode
 
 PANE = windowed_value.PaneInfo(True, True, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
@@ -68,5 +68,6 @@ def test_planner_marks_reshuffles_of_old_pipelines():
         ]
         assert reshuffles and all(s.reset_panes != keeps for s in reshuffles)
     old = PipelineOptions(update_compatibility_version='2.60.0')
-    assert old.is_compat_version_prior_to(RESHUFFLE_PANES_VERSION)
-    assert not PipelineOptions().is_compat_version_prior_to(RESHUFFLE_PANES_VERSION)
+    assert not beam_compat.reshuffle_keeps_panes(old)
+    assert beam_compat.reshuffle_keeps_panes(PipelineOptions())
+    assert beam_compat.reshuffle_keeps_panes(PipelineOptions(update_compatibility_version='2.65.0'))

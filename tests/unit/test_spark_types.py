@@ -21,6 +21,7 @@ from apache_beam.portability.api import schema_pb2
 from apache_beam.utils.timestamp import Timestamp
 from pyspark.sql import types as st
 
+from beam_spark_inproc.compat import beam as beam_compat
 from beam_spark_inproc.transforms import types
 from tests.integration.spark_interop_pipelines import _plain
 
@@ -97,7 +98,7 @@ MATRIX = {
         st.DateType(),
         [datetime.date(2024, 2, 29)],
         [datetime.date(2024, 2, 29)],
-        logical(common_urns.date.urn),
+        logical(beam_compat.DATE_URN),
         'date',
     ),
     'struct': (

@@ -3,9 +3,11 @@
 A subprocess unpickles a StageTask (with a side input shipped as a file, as
 Spark sends it) after importing only what PySpark's worker imports itself, and
 lists the modules that appeared: of this package, only ``worker/``, the
-driver-worker contract (``protocol/``) and the plain data of ``planning.plan``
-and ``planning.ports`` may load; nothing of the runner, planner, options or
-the driver's Spark package, and no PySpark module. Rerun the measurement with
+driver-worker contract (``protocol/``), the plain data of ``planning.plan``
+and ``planning.ports``, what differs between the dependencies' releases
+(``compat/``) and the errors it raises (``errors``: the standard library
+only) may load; nothing of the runner, planner, options or the driver's
+Spark package, and no PySpark module. Rerun the measurement with
 ``python tests/benchmarks/worker_imports.py``.
 """
 
@@ -21,6 +23,8 @@ ALLOWED = (
     'beam_spark_inproc.protocol',
     'beam_spark_inproc.planning.plan',
     'beam_spark_inproc.planning.ports',
+    'beam_spark_inproc.compat',
+    'beam_spark_inproc.errors',
 )
 # A package's __init__ runs when a submodule loads; these stay empty of imports.
 PACKAGES = ('beam_spark_inproc', 'beam_spark_inproc.planning')
