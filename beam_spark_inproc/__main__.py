@@ -61,11 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     if args.command == 'explain':
         os.environ[EXPLAIN_ENV] = '1'
+    from beam_spark_inproc.errors import SparkMasterError
+
     try:
         runpy.run_path(args.script, run_name='__main__')
     except Explained as explained:
         print(explained.text)
         return 0
+    except SparkMasterError as e:
+        # Where the script stood says nothing about a master: the message alone.
+        print(f'{flags.PROG} {args.command}: SparkMasterError: {e}', file=sys.stderr)
+        return 1
     if args.command == 'explain':
         print(f'{args.script} ran no pipeline on InProcessSparkRunner.', file=sys.stderr)
         return 1

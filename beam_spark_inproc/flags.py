@@ -238,7 +238,8 @@ def command_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description='Run, explain and watch Beam Python pipelines on '
-        f'InProcessSparkRunner.\n{PROG} COMMAND --help: what COMMAND takes.',
+        f'InProcessSparkRunner.\n{PROG} COMMAND --help: what COMMAND takes '
+        f"({PROG} run --help: the runner's pipeline options).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Optional
 
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.spark import class_archive
+from beam_spark_inproc.spark import master_probe
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -157,14 +159,19 @@ MASTER_CONNECT_SECONDS = 5.0
 TASKS_END_SECONDS = 15.0
 
 
-def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
+def check_master(
+    master: str, timeout: float = MASTER_CONNECT_SECONDS, conf: Optional[dict] = None
+) -> None:
     """Raises ``SparkMasterError`` unless ``master`` has a form Spark accepts
-    and, for ``spark://``, one of its masters accepts a TCP connection.
+    and, for ``spark://``, one of its masters accepts a TCP connection and
+    answers Spark's RPC (``master_probe``; ``conf``: the session's
+    configuration, which may say the RPC runs over TLS).
 
     Spark finds out late and obscurely: spark-submit rejects a malformed URL
     with the JVM's exit (pyspark's ``JAVA_GATEWAY_EXITED``, the reason only in
-    the JVM's output), and an unreachable standalone master costs about a
-    minute of registration retries before a stopped Spark context."""
+    the JVM's output), and an unreachable standalone master, or a port where
+    something else listens, costs about two minutes of registration retries
+    before a stopped Spark context."""
     if not any(re.fullmatch(form, master) for form in _MASTER_FORMS):
         raise SparkMasterError(
             f'--spark_master={master!r} is not a Spark master URL (Spark: '
@@ -172,14 +179,17 @@ def check_master(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
             f'Give one of: {MASTER_FORMS_TEXT}.'
         )
     if master.startswith('spark://'):
-        _reach_standalone(master, timeout)
+        tls = any(
+            str((conf or {}).get(key, '')).strip().lower() == 'true'
+            for key in master_probe.TLS_KEYS
+        )
+        _reach_standalone(master, timeout, probe=not tls)
 
 
-def _reach_standalone(master: str, timeout: float) -> None:
-    """One of a ``spark://`` URL's masters accepts a connection, or an error."""
-    import socket
-
-    reasons = []
+def _reach_standalone(master: str, timeout: float, probe: bool = True) -> None:
+    """One of a ``spark://`` URL's masters accepts a connection and (``probe``)
+    answers as Spark, or an error naming each and what it did."""
+    addresses: list[tuple[str, int]] = []
     for address in master[len('spark://') :].split(','):
         host, sep, port = address.strip().rpartition(':')
         host = host.strip('[]')
@@ -188,14 +198,32 @@ def _reach_standalone(master: str, timeout: float) -> None:
                 f'--spark_master={master!r}: {address!r} is not host:port '
                 '(a standalone master is spark://host:port, 7077 by default).'
             )
+        addresses.append((host, int(port)))
+    unreachable, not_spark = [], []
+    for host, number in addresses:
         try:
-            with socket.create_connection((host, int(port)), timeout=timeout):
-                return
+            if not probe:
+                with socket.create_connection((host, number), timeout=timeout):
+                    return
+            answered = master_probe.probe(host, number, timeout)
         except OSError as e:
-            reasons.append(f'{host}:{port}: {e.strerror or e}')
+            unreachable.append(f'{host}:{number}: {e.strerror or e}')
+            continue
+        if answered is None:
+            return
+        not_spark.append(f'{host}:{number}: {answered}')
+    if not_spark:
+        raise SparkMasterError(
+            f'--spark_master={master!r} is not a Spark master: '
+            + '; '.join(not_spark + unreachable)
+            + ", in answer to Spark's RPC. A standalone master's URL names its RPC "
+            'port (7077 by default), not its web UI (8080) or REST (6066) port: '
+            'the master\'s web UI shows it as "URL: spark://HOST:PORT". Nothing '
+            'was started.'
+        )
     raise SparkMasterError(
-        f'Cannot reach the Spark master {master!r} ({"; ".join(reasons)}). '
-        'Check the host and port (a standalone master listens on 7077 by '
+        f'Cannot reach the Spark master {master!r} ({"; ".join(unreachable)}). '
+        "Check --spark_master's host and port (a standalone master listens on 7077 by "
         'default; its web UI shows its URL), that it is running, and that '
         'this machine may connect to it.'
     )
@@ -259,7 +287,7 @@ def get_or_create(
             builder = builder.config(key, value)
         return builder.getOrCreate(), True
     master = master or 'local[*]'
-    check_master(master)
+    check_master(master, conf=conf)
     ensure_java()
     builder = SparkSession.builder.master(master).appName('beam-spark-inproc')
     settings = dict(LOCAL_DEFAULTS)

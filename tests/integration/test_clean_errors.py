@@ -37,8 +37,32 @@ def run(master, fn, out):
              | beam.Map(lambda xs, out=out: open(out, 'w').write(
                  repr(sorted(xs)))))
 
+def listen(answer):
+    # A server on 127.0.0.1 answering each connection's first bytes with
+    # answer (None: silent, the connection left open).
+    import socket, threading
+    server = socket.socket()
+    server.bind(('127.0.0.1', 0))
+    server.listen()
+    held = []
+
+    def serve():
+        while True:
+            connection, _ = server.accept()
+            held.append(connection)
+            connection.recv(65536)
+            if answer is not None:
+                connection.sendall(answer)
+                connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1]
+
+http = listen(b'HTTP/1.1 400 Bad Request\\r\\nContent-Length: 0\\r\\n\\r\\n')
+silent = listen(None)
 out = sys.argv[1]
-for master in ['lokal[2]', 'spark://nohost.invalid:7077', 'spark://127.0.0.1:1']:
+for master in ['lokal[2]', 'spark://nohost.invalid:7077', 'spark://127.0.0.1:1',
+               f'spark://127.0.0.1:{http}', f'spark://127.0.0.1:{silent}']:
     try:
         run(master, abs, out)
     except Exception as e:
@@ -81,6 +105,8 @@ def test_bad_masters_and_a_failing_dofn_print_one_error_each(tmp_path):
         'spark://host:port[,host:port...], yarn or k8s://https://host:port.',
         bad[1],
         bad[2],
+        bad[3],
+        bad[4],
     ], out
     assert bad[1].startswith(
         'BAD MASTER SparkMasterError Cannot reach the Spark '
@@ -90,6 +116,14 @@ def test_bad_masters_and_a_failing_dofn_print_one_error_each(tmp_path):
         'BAD MASTER SparkMasterError Cannot reach the Spark '
         "master 'spark://127.0.0.1:1' (127.0.0.1:1: "
     )
+    # Something listening that is not Spark: named with what it answered.
+    assert re.fullmatch(
+        r"BAD MASTER SparkMasterError --spark_master='spark://127\.0\.0\.1:\d+' is "
+        r'not a Spark master: 127\.0\.0\.1:\d+: an HTTP server '
+        r"\('HTTP/1\.1 400 Bad Request'\), in answer to Spark's RPC\. .*Nothing was started\.",
+        bad[3],
+    ), bad[3]
+    assert 'accepted the connection but answered nothing within 5 s' in bad[4], bad[4]
     # The session the runner then made runs a failing pipeline and a good one.
     assert 'FAILED Map(boom) ValueError' in out, done
     assert 'AFTER [10, 20, 30]' in out, done

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
+import threading
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -60,19 +62,112 @@ def test_unresolvable_standalone_master_names_host_and_reason():
     assert 'nohost.invalid:7077: ' in text
 
 
-def test_closed_port_is_refused_and_a_listening_one_accepted():
-    with socket.socket() as server:
-        server.bind(('127.0.0.1', 0))
-        server.listen()
-        port = server.getsockname()[1]
-        check_master(f'spark://127.0.0.1:{port}', timeout=2)
-        # Another master listed first that refuses: the listening one is enough.
+class _Endpoint(threading.Thread):
+    """A server on 127.0.0.1 answering each connection with ``answer(data
+    received)`` (None: say nothing, keep the connection open until closed)."""
+
+    def __init__(self, answer):
+        super().__init__(daemon=True)
+        self._answer = answer
+        self._server = socket.socket()
+        self._server.bind(('127.0.0.1', 0))
+        self._server.listen()
+        self.port = self._server.getsockname()[1]
+        self.received: list[bytes] = []
+        self._open: list[socket.socket] = []
+
+    def run(self):
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return
+            self._open.append(connection)
+            connection.settimeout(5)
+            try:
+                data = connection.recv(65536)
+            except OSError:
+                continue
+            self.received.append(data)
+            reply = self._answer(data)
+            if reply is not None:
+                connection.sendall(reply)
+                connection.close()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self._server.close()
+        self.join(10)
+        for connection in self._open:
+            connection.close()
+
+
+def _spark_failure(data: bytes) -> bytes:
+    """What a Spark RPC endpoint answers a request to an endpoint it does not
+    have: an RpcFailure frame (length, type 5, request id, the error)."""
+    (request_id,) = struct.unpack('>q', data[9:17])
+    error = b'org.apache.spark.SparkException: Could not find beam-spark-inproc-probe.'
+    body = struct.pack('>q', request_id) + struct.pack('>i', len(error)) + error
+    return struct.pack('>q', 9 + len(body)) + bytes([5]) + body
+
+
+def _http(data: bytes) -> bytes:
+    return b'HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n'
+
+
+def test_a_spark_endpoint_is_accepted_and_a_closed_port_refused():
+    with _Endpoint(_spark_failure) as spark:
+        check_master(f'spark://127.0.0.1:{spark.port}', timeout=2)
+        # The probe's request is one RpcRequest frame (type 3) of its length.
+        [request] = spark.received
+        assert struct.unpack('>q', request[:8])[0] == len(request) and request[8] == 3
+        # Another master listed first that refuses: the answering one is enough.
         with socket.socket() as closed:
             closed.bind(('127.0.0.1', 0))
             refused = closed.getsockname()[1]
-        check_master(f'spark://127.0.0.1:{refused},127.0.0.1:{port}', timeout=2)
-    with pytest.raises(SparkMasterError, match=f'127.0.0.1:{port}: .*refused'):
-        check_master(f'spark://127.0.0.1:{port}', timeout=2)
+        check_master(f'spark://127.0.0.1:{refused},127.0.0.1:{spark.port}', timeout=2)
+    with pytest.raises(SparkMasterError, match=f'127.0.0.1:{spark.port}: .*refused'):
+        check_master(f'spark://127.0.0.1:{spark.port}', timeout=2)
+
+
+@pytest.mark.parametrize(
+    'answer, said',
+    [
+        (_http, "an HTTP server ('HTTP/1.1 400 Bad Request')"),
+        (lambda data: None, 'accepted the connection but answered nothing within 1 s'),
+        (lambda data: b'', 'accepted the connection, then closed it without an answer'),
+        (lambda data: b'SSH-2.0-OpenSSH_9.6\r\n', "answered 'SSH-2.0-OpenSSH_9.6'"),
+    ],
+    ids=['http', 'silent', 'closing', 'ssh'],
+)
+def test_a_port_that_is_not_spark_is_refused_naming_what_answered(answer, said):
+    with _Endpoint(answer) as other:
+        master = f'spark://127.0.0.1:{other.port}'
+        with pytest.raises(SparkMasterError) as raised:
+            check_master(master, timeout=1)
+    text = str(raised.value)
+    assert text.startswith(
+        f'--spark_master={master!r} is not a Spark master: 127.0.0.1:{other.port}: '
+    )
+    assert said in text, text
+    assert '7077' in text and 'Nothing was started' in text
+
+
+def test_tls_rpc_in_the_conf_skips_the_probe():
+    """A master whose RPC runs over TLS closes a plain frame: with the conf
+    saying so, a connection is enough."""
+    with _Endpoint(lambda data: b'') as tls:
+        master = f'spark://127.0.0.1:{tls.port}'
+        check_master(master, timeout=1, conf={'spark.ssl.rpc.enabled': 'true'})
+        with pytest.raises(SparkMasterError, match='spark.ssl.rpc.enabled=true'):
+            check_master(master, timeout=1)
 
 
 STAGE = StagePlan(name='s1', kind='sdk', labels=('Create', 'Map(stop)'), inputs=(), outputs=())
@@ -166,9 +261,10 @@ def test_run_script_help_lists_every_runner_option_without_running_it(tmp_path, 
     assert f'python {script} --help' in out
 
 
-def test_top_level_help_lists_the_runner_options(capsys):
+@pytest.mark.parametrize('command', ['run', 'explain'])
+def test_command_help_lists_the_runner_options(command, capsys):
     with pytest.raises(SystemExit) as exited:
-        cli.main(['--help'])
+        cli.main([command, '--help'])
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert all(flag in out for flag, _ in _runner_flags())

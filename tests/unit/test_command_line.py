@@ -58,22 +58,6 @@ def test_usage_names_every_command():
         assert f'\n    {command} ' in done.stdout, command
 
 
-def test_script_help_lists_the_runner_options():
-    """``run SCRIPT --help`` lists every flag of SparkRunnerOptions (the
-    ones Beam parses), and runs no script."""
-    import argparse
-
-    from beam_spark_inproc.options import SparkRunnerOptions
-
-    parser = argparse.ArgumentParser()
-    SparkRunnerOptions._add_argparse_args(parser)
-    wanted = {a.option_strings[0] for a in parser._actions if a.option_strings[0] != '-h'}
-    done = _run('run', 'no_such_script.py', '--help')
-    assert done.returncode == 0, done.stderr
-    listed = {word for line in done.stdout.splitlines() for word in line.split()[:1]}
-    assert wanted <= listed, wanted - listed
-
-
 def test_no_command_and_a_missing_script_are_one_clear_error(tmp_path):
     done = _run()
     assert done.returncode == 2
@@ -83,3 +67,42 @@ def test_no_command_and_a_missing_script_are_one_clear_error(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == f'python -m beam_spark_inproc run: {missing}: no such file'
     assert 'IMPORTED []' in done.stdout
+
+
+_PIPELINE = """
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+with beam.Pipeline(options=PipelineOptions()) as p:
+    p | beam.Create([1, 2]) | beam.Map(print)
+"""
+
+
+def test_a_master_that_is_not_spark_is_one_line_from_run(tmp_path):
+    """``run`` with a ``spark://`` master where an HTTP server listens: the
+    runner's one-line error (no traceback, no JVM), exit status 1."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(('127.0.0.1', 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = tmp_path / 'pipeline.py'
+    script.write_text(_PIPELINE)
+    master = f'spark://127.0.0.1:{server.server_port}'
+    try:
+        done = _run('run', str(script), f'--spark_master={master}')
+    finally:
+        server.shutdown()
+    assert done.returncode == 1, done.stderr
+    assert 'Traceback' not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f'python -m beam_spark_inproc run: SparkMasterError: --spark_master={master!r} is '
+        f'not a Spark master: 127.0.0.1:{server.server_port}: an HTTP server '
+    ), last
+    for noise in ('Py4J', 'at org.apache.spark', 'SparkContext'):
+        assert noise not in done.stderr, done.stderr
