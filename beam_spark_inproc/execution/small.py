@@ -66,19 +66,20 @@ knows no backend:
   output held up to ``COLD_MAX_BYTES``, so that a new process's first run
   works while the JVM starts instead of waiting for it. A splittable stage
   may run here then, its restrictions cut into ``COLD_PIECES`` equal pieces
-  (``execution.initial_split``) fed one at a time. Once the session is ready, a stage whose input rows are independent
-  elements or restrictions (``_element_wise``) is fed no more where Spark
-  would finish the rest sooner (``spark_sooner``, the new session's first
-  job counted): its bundle ends as usual, its output so far is kept and the
-  input not fed runs on Spark, as further bundles of the same stage; a stage
-  reading rows grouped or sorted by key (which cannot be cut between two
-  inputs) ends here.
+  (``execution.initial_split``) fed one at a time. Once the session is
+  ready, a stage whose input rows are independent elements or restrictions
+  (``_element_wise``) is fed no more where Spark would finish the rest
+  sooner (``spark_sooner``, the new session's first job counted): its bundle
+  ends as usual, its output so far is kept and the input not fed runs on
+  Spark, as further bundles of the same stage; a stage reading rows grouped
+  or sorted by key (which cannot be cut between two inputs) ends here.
 
 What stays in the driver runs on one core; a stage handed over by its pace
 has cost the driver at least what Spark costs now (more where its pace said
 so only later, plus the element under way), one handed over by its data
-usually less. Off with ``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
-(``--spark_inline_side_input_mb``) always run on Spark.
+usually less. Off with ``--spark_small_data_kb=0``. Tasks carrying a side
+input shipped as a file (``--spark_inline_side_input_mb``) always run on
+Spark.
 """
 
 from __future__ import annotations
