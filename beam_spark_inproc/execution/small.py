@@ -38,11 +38,11 @@ knows no backend:
   after a fraction of a second. Past a limit the bundle ends where it is, by
   an exception raised from its own input or output call (never one injected
   into a running thread), the run is dropped and the stage runs on Spark, its
-  input spread over the run's
-  parallelism (``to_spark``: input of a key shuffle shuffled again by Spark);
-  so do all later stages reading its output; later stages whose input the
-  driver holds still run here until ``MAX_HANDOVERS`` stages were handed over,
-  then the rest of the run is Spark's. An element already being processed is
+  input spread over the run's parallelism (``to_spark``: input of a key
+  shuffle shuffled again by Spark); so do all later stages reading its
+  output; later stages whose input the driver holds still run here until
+  ``MAX_HANDOVERS`` stages were handed over, then the rest of the run is
+  Spark's. An element already being processed is
   never interrupted: one element that works long without output (a single seed
   expanded and combined inside its stage) runs to its end here first. A dropped
   run is to the stage what a failed Spark task attempt is: its outputs, state
@@ -63,24 +63,23 @@ knows no backend:
   ``session.LazySession``, not yet ready): a stage begun then is not handed
   over by the limits; passing them (its cost counting the session's start)
   starts the session in the background and the stage goes on here, its
-  output held up to ``COLD_MAX_BYTES``, so that a
-  new process's first run works while the JVM starts instead of waiting for
-  it. A splittable stage may run here then, its restrictions cut into
-  ``COLD_PIECES`` equal pieces (``execution.initial_split``) fed one at a
-  time. Once the session is ready, a stage whose input rows are independent
-  elements or restrictions (``_element_wise``) is fed no more where Spark
-  would finish the rest sooner (``spark_sooner``, the new session's first
-  job counted): its bundle ends as usual, its output so far is kept and the
-  input not fed
-  runs on Spark, as further bundles of the same stage; a stage reading rows
-  grouped or sorted by key (which cannot be cut between two inputs) ends
-  here.
+  output held up to ``COLD_MAX_BYTES``, so that a new process's first run
+  works while the JVM starts instead of waiting for it. A splittable stage
+  may run here then, its restrictions cut into ``COLD_PIECES`` equal pieces
+  (``execution.initial_split``) fed one at a time. Once the session is
+  ready, a stage whose input rows are independent elements or restrictions
+  (``_element_wise``) is fed no more where Spark would finish the rest
+  sooner (``spark_sooner``, the new session's first job counted): its bundle
+  ends as usual, its output so far is kept and the input not fed runs on
+  Spark, as further bundles of the same stage; a stage reading rows grouped
+  or sorted by key (which cannot be cut between two inputs) ends here.
 
 What stays in the driver runs on one core; a stage handed over by its pace
-has cost at most about what Spark costs now in driver time (plus the element
-under way), a stage handed over by its data less. Off with
-``--spark_small_data_kb=0``. Tasks carrying a side input shipped as a file
-(``--spark_inline_side_input_mb``) always run on Spark.
+has cost the driver at least what Spark costs now (more where its pace said
+so only later, plus the element under way), one handed over by its data
+usually less. Off with ``--spark_small_data_kb=0``. Tasks carrying a side
+input shipped as a file (``--spark_inline_side_input_mb``) always run on
+Spark.
 """
 
 from __future__ import annotations
