@@ -52,8 +52,10 @@ class SparkPipelineResult(PipelineResult):
         # batch run's cancelled tasks are not waited for).
         self.interrupted = threading.Event()
         self.stop_waiting = threading.Event()
-        # How the run names itself in what Ctrl-C prints (set by the runner).
+        # How the run names itself in what Ctrl-C prints, and how long its
+        # cancelled tasks are waited for (set by the runner).
         self.label = 'Pipeline'
+        self.tasks_end_seconds: float | None = None
 
     def running(self, thread: threading.Thread, cancel) -> None:
         """The run goes on in ``thread``; ``cancel()`` interrupts it;
@@ -132,9 +134,14 @@ class SparkPipelineResult(PipelineResult):
         self.interrupted.set()
         self.cancel_requested.set()
         if self._cancel is not None:
+            within = (
+                f' up to {self.tasks_end_seconds:.0f} s'
+                if self.tasks_end_seconds is not None
+                else ''
+            )
             interrupts.say(
-                f'{self.label}: Ctrl-C: cancelling its Spark jobs, then waiting up to '
-                f'{STOP_GRACE_SECONDS:.0f} s for their tasks to end; Ctrl-C again to skip the wait'
+                f'{self.label}: Ctrl-C: cancelling its Spark jobs, then waiting{within} for '
+                'their tasks to end; Ctrl-C again to skip the wait'
             )
             interrupts.in_thread(self._cancel, 'beam-cancel')
         else:

@@ -325,6 +325,8 @@ class InProcessSparkRunner(PipelineRunner):
         run_metrics = metrics.start(options, job_id, attempt_host)
         result = SparkPipelineResult(PipelineState.RUNNING, live=run_metrics.live)
         result.label = f'Pipeline {job_id[:8]}'
+        if settle is not None:
+            result.tasks_end_seconds = spark_tasks_end_seconds()
         # Where a synchronous run is (what a second Ctrl-C does).
         settling = threading.Event()
 

@@ -483,7 +483,8 @@ def _size(path: str) -> int | None:
 
 def line(progress: dict) -> str:
     """One compact line for a person: the micro-batch, its time split, its
-    input, the stage furthest behind, the state and the backlog."""
+    input, the stage furthest behind, the state, the backlog and whether it
+    has caught up."""
     behind = [s for s in progress['stages'] if s['output_watermark'] != '+inf']
     if behind:
         # Lexical order of RFC 3339 instants is time order; '-inf' sorts first.
@@ -500,8 +501,6 @@ def line(progress: dict) -> str:
     backlog = progress['backlog']
     parts = [f'{backlog["timer_buckets"]} timer buckets']
     caught = progress.get('caught_up')
-    if caught is not None:
-        parts.insert(0, 'caught up' if caught else 'catching up')
     if backlog['pending_residuals']:
         parts.append(f'{backlog["due_residuals"]}/{backlog["pending_residuals"]} residuals due')
     if backlog['held_side_input_elements']:
@@ -514,6 +513,7 @@ def line(progress: dict) -> str:
         f'{progress["elements_in"]} elements in; {where}; state '
         f'{progress["state_keys"]} keys {human_bytes(progress["state_bytes"])};'
         f' backlog {", ".join(parts)}'
+        + ('' if caught is None else '; caught up' if caught else '; catching up')
     )
 
 
