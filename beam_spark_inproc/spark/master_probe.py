@@ -4,8 +4,8 @@ A standalone master that cannot be reached is found by a TCP connect
 (``session.check_master``). Something else listening on the port (the
 master's web UI on 8080, an HTTP proxy, a database) accepts the connection
 too, and Spark then spends about two minutes on registration retries before
-a stopped SparkContext (``Py4JJavaError: Cannot call methods on a stopped
-SparkContext``) that names neither the master nor ``--spark_master``.
+a Py4J error about a stopped Spark context that names neither the master
+nor ``--spark_master``.
 
 So the runner sends the endpoint one message of Spark's RPC protocol (the
 transport every Spark RPC endpoint, a standalone master's included, serves)
