@@ -32,6 +32,14 @@ def decode_schema(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def applied_label(pipeline, label: str) -> str:
+    """The full label (``'Outer/Write totals'``) of the transform being
+    applied to ``pipeline``, called from its ``expand``; else ``label``."""
+    current = getattr(pipeline, '_current_transform', None)
+    applied = current() if current is not None else None
+    return getattr(applied, 'full_label', None) or label
+
+
 def spark_error(what: str, error: Exception) -> SparkInteropError:
     text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
     return SparkInteropError(f'{what}: {text}')

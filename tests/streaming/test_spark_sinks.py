@@ -195,8 +195,8 @@ def _pipeline(spark, *flags):
     [
         (
             dict(table='t_stream', mode='append'),
-            r"WriteToSpark\(table='t_stream'\): table 't_stream' does not exist\. A "
-            r'stream appends to an existing table',
+            r"^'Write totals' \(WriteToSpark table='t_stream'\): table 't_stream' does "
+            r'not exist\. A stream appends to an existing table',
         ),
         (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
         (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
@@ -215,7 +215,7 @@ def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs, messa
     out = str(tmp_path / 'out')
     kwargs = {k: (out if v == 'OUT' else v) for k, v in kwargs.items()}
     with pytest.raises(SparkInteropError, match=message):
-        _stream(_pipeline(spark)) | WriteToSpark(spark=spark, **kwargs)
+        _stream(_pipeline(spark)) | 'Write totals' >> WriteToSpark(spark=spark, **kwargs)
     assert not os.path.exists(out)
 
 
@@ -244,9 +244,12 @@ def test_bad_streaming_table_writes_fail_while_building(spark, tmp_path, ddl, me
     spark.sql(ddl.format(t=name, loc=location))
     try:
         with pytest.raises(
-            SparkInteropError, match=rf"WriteToSpark\(table='{name}'\): " + message.format(t=name)
+            SparkInteropError,
+            match=rf"^'Write totals' \(WriteToSpark table='{name}'\): " + message.format(t=name),
         ):
-            _stream(_pipeline(spark)) | WriteToSpark(name, mode='append', spark=spark)
+            _stream(_pipeline(spark)) | 'Write totals' >> WriteToSpark(
+                name, mode='append', spark=spark
+            )
         assert not os.path.exists(location) or not os.listdir(location)
     finally:
         spark.sql(f'DROP {kind} IF EXISTS {name}')
@@ -256,9 +259,9 @@ def test_a_path_holding_other_columns_is_refused(spark, tmp_path):
     out = str(tmp_path / 'out')
     spark.createDataFrame([(1, 2.0)], 'id long, other double').write.parquet(out)
     with pytest.raises(SparkInteropError) as info:
-        _stream(_pipeline(spark)) | WriteToSpark(path=out, mode='append', spark=spark)
+        _stream(_pipeline(spark)) | 'Write' >> WriteToSpark(path=out, mode='append', spark=spark)
     message = str(info.value)
-    assert message.startswith(f'WriteToSpark(path={out!r}): ')
+    assert message.startswith(f"'Write' (WriteToSpark path={out!r}): ")
     assert "field 'key' is not a column of the data at the path" in message
     assert "column 'other' of the data at the path is not a field" in message
 
