@@ -171,6 +171,43 @@ def test_schema_mismatch_on_append(spark, pipeline):
         cases._drop(spark, table)
 
 
+_BATCH_VIEW_WRITES = {
+    'temporary': 'Spark would write a permanent table of that name, hidden behind the view',
+    'global temporary': "Spark's writer cannot write into the global temporary database",
+    'permanent': 'Spark refuses to append to a view, and overwrite would replace it with a table',
+}
+
+
+@pytest.mark.parametrize('view', sorted(_BATCH_VIEW_WRITES))
+@pytest.mark.parametrize('mode', ['append', 'overwrite', 'ignore', 'errorifexists'])
+def test_a_batch_write_into_a_view_is_refused(spark, pipeline, view, mode):
+    """Spark's saveAsTable into a temporary view makes a table hidden behind
+    it, fails on a global one for want of the database, and replaces a
+    permanent view on overwrite: every mode is refused while building."""
+    rows = spark.createDataFrame([(7, 'v')], 'id long, word string')
+    short = {'temporary': 'tmp', 'global temporary': 'gtmp', 'permanent': 'perm'}[view]
+    name = f'{short}_view_totals'
+    if view == 'temporary':
+        rows.createOrReplaceTempView(name)
+    elif view == 'global temporary':
+        rows.createOrReplaceGlobalTempView(name)
+        name = f'global_temp.{name}'
+    else:
+        spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT 7L AS id, 'v' AS word")
+    try:
+        with pytest.raises(SparkInteropError) as info:
+            _rows(pipeline) | 'Write totals' >> WriteToSpark(table=name, mode=mode, spark=spark)
+        assert str(info.value) == (
+            f"'Write totals' (WriteToSpark table={name!r}): {name!r} is a view ({view}); "
+            f'WriteToSpark writes to a table ({_BATCH_VIEW_WRITES[view]}). Write to another '
+            'table name, or to the table the view reads.'
+        )
+        assert spark.catalog.getTable(name).tableType in ('TEMPORARY', 'VIEW')
+        assert [tuple(r) for r in spark.table(name).collect()] == [(7, 'v')]
+    finally:
+        spark.sql(f'DROP VIEW IF EXISTS {name}')
+
+
 def test_type_mismatch_on_append_names_both_types(spark, pipeline):
     table = cases._name('typemismatch')
     spark.createDataFrame([(1, 'a')], 'id int, word string').write.saveAsTable(table)
