@@ -126,6 +126,30 @@ def test_errors_while_running_name_the_label(spark):
     ), str(info.value)
 
 
+def test_a_script_run_with_the_runner_flag_reads_a_dataframe_of_the_runners_session(spark):
+    """docs/spark-interop.md's example: ``InProcessSparkRunner().session(options)``
+    is the session the pipeline's own runner (made by Beam from
+    ``--runner=``) runs on, so a DataFrame of it reads."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
+
+    options = PipelineOptions(
+        [
+            '--runner=beam_spark_inproc.InProcessSparkRunner',
+            '--spark_master=local[2]',
+            '--inproc_debug',
+        ]
+    )
+    session = InProcessSparkRunner().session(options)
+    assert session is spark  # the active session, as a script's first call makes it
+    orders = session.createDataFrame([(1, 'a'), (2, 'b')], 'id long, item string')
+    with beam.Pipeline(options=options) as p:
+        assert isinstance(p.runner, InProcessSparkRunner)
+        rows = p | 'Read orders' >> ReadFromSpark(dataframe=orders) | beam.Map(tuple)
+        assert_that(rows, equal_to([(1, 'a'), (2, 'b')]))
+
+
 def test_a_nested_label_is_named_in_full(spark, pipeline):
     class Outer(beam.PTransform):
         def expand(self, pbegin):
