@@ -167,6 +167,7 @@ class StreamStages:
                 columns['window_start'],
                 columns['window_end'],
                 bool(spec.get('global_window')),
+                label,
             ),
         )
 
