@@ -115,11 +115,15 @@ def test_errors_while_running_name_the_label(spark):
         ), str(info.value)
     finally:
         cases._drop(spark, table)
+    # createDataFrame makes its session the active one: the shared one again after.
     other = spark.newSession().createDataFrame([(1, 'a')], 'id long, word string')
-    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
-    _ = p | 'Read orders' >> ReadFromSpark(dataframe=other) | beam.Map(print)
-    with pytest.raises(SparkInteropError) as info:
-        p.run().wait_until_finish()
+    try:
+        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
+        _ = p | 'Read orders' >> ReadFromSpark(dataframe=other) | beam.Map(print)
+        with pytest.raises(SparkInteropError) as info:
+            p.run().wait_until_finish()
+    finally:
+        spark.createDataFrame([], 'id long')
     assert str(info.value).startswith(
         "'Read orders' (ReadFromSpark dataframe): the DataFrame belongs to another "
         "SparkSession than the runner's"
