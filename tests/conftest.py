@@ -44,3 +44,30 @@ def shared_session():
 @pytest.fixture(scope='session')
 def spark():
     return shared_session()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the tests of ``tests/tiers.py``'s tiers; an entry that names no
+    test is an error (the tier would silently shrink)."""
+    import pathlib
+
+    from tests.tiers import TIERS
+
+    root = pathlib.Path(str(config.rootpath))
+    collected = {item.nodeid.split('::', 1)[0] for item in items}
+    for tier, entries in TIERS.items():
+        marker = getattr(pytest.mark, tier)
+        for entry in entries:
+            path = entry.split('::', 1)[0]
+            if not (root / path).exists():
+                raise pytest.UsageError(
+                    f'tests/tiers.py: {tier} names {path}, which does not exist'
+                )
+            matched = False
+            for item in items:
+                nodeid = item.nodeid
+                if nodeid == entry or nodeid.startswith((entry + '::', entry + '[', entry + '/')):
+                    item.add_marker(marker)
+                    matched = True
+            if not matched and '::' in entry and path in collected:
+                raise pytest.UsageError(f'tests/tiers.py: {tier} names {entry}, which is no test')
