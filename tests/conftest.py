@@ -46,6 +46,7 @@ def spark():
     return shared_session()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config, items):
     """Marks the tests of ``tests/tiers.py``'s tiers; an entry that names no
     test is an error (the tier would silently shrink)."""
