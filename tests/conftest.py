@@ -48,13 +48,17 @@ def spark():
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config, items):
-    """Marks the tests of ``tests/tiers.py``'s tiers; an entry that names no
-    test is an error (the tier would silently shrink)."""
+    """Marks the tests of ``tests/tiers.py``'s tiers (an entry that names no
+    test is an error: the tier would silently shrink) and puts its longest
+    files first."""
     import pathlib
 
+    from tests.tiers import LONGEST_FIRST
     from tests.tiers import TIERS
 
     root = pathlib.Path(str(config.rootpath))
+    first = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split('::', 1)[0], len(first)))
     collected = {item.nodeid.split('::', 1)[0] for item in items}
     for tier, entries in TIERS.items():
         marker = getattr(pytest.mark, tier)

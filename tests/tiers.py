@@ -61,3 +61,13 @@ COMPAT = (
 )
 
 TIERS = {'quick': QUICK, 'compat': COMPAT}
+
+# The longest files (minutes, mostly other processes: a local cluster, a Spark
+# Connect server, spark-submit), collected first so that pytest-xdist's two
+# workers start them first rather than finishing on them.
+LONGEST_FIRST = (
+    'tests/test_cluster_tier.py',
+    'tests/integration/test_spark_connect.py',
+    'tests/integration/test_spark_submit.py',
+    'tests/streaming/test_model_refresh.py',
+)
