@@ -45,11 +45,9 @@ def functions_for(session):
 
 
 def is_connect(session) -> bool:
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # pyspark without the connect extra
-        return False
-    return isinstance(session, ConnectSession)
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+    return pyspark_compat.is_connect(session)
 
 
 # The sessions a runner's stage ran on in this process (``mark_ran``): their
@@ -223,8 +221,9 @@ class _JvmUdfs:
     """
 
     def __init__(self, session, parts: _Parts):
-        from pyspark.sql.classic.column import _to_seq
         from pyspark.util import PythonEvalType
+
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         sc = session.sparkContext  # classic-only: mapInArrow UDFs
         jvm = sc._jvm
@@ -234,12 +233,13 @@ class _JvmUdfs:
         self._schema = parts.schema
         self._type = session._jsparkSession.parseDataType(parts.schema.json())
         self._eval_type = PythonEvalType.SQL_MAP_ARROW_ITER_UDF
-        self._columns = _to_seq(sc, [parts.tag._jc, parts.key._jc, parts.data._jc])
+        self._columns = pyspark_compat.to_seq(sc, [parts.tag._jc, parts.key._jc, parts.data._jc])
         self._threshold = jvm.PythonUtils.getBroadcastThreshold(sc._jsc)
         self._env = self._java(dict(sc.environment))
         self._includes_of: list | None = None
         self._includes = None
         self._none = self._java([])
+        self._udf_tail = pyspark_compat.udf_extra_arguments(self._none)
 
     def _java(self, value):
         return _convert(self._sc._gateway, value)
@@ -264,7 +264,7 @@ class _JvmUdfs:
             sc._javaAccumulator,
         )
         udf = self._udf(
-            type(task).__name__, function, self._type, self._eval_type, True, self._none, self._none
+            type(task).__name__, function, self._type, self._eval_type, True, *self._udf_tail
         )
         return udf.apply(self._columns)
 
@@ -336,6 +336,8 @@ class SparkEngine:
         return self._parts.impulse()
 
     def rows(self, rows: list, parts: int = 1):
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         if not rows:
             return self._parts.empty()
         parts = max(1, min(parts, len(rows)))
@@ -348,23 +350,24 @@ class SparkEngine:
             # Spark slices a local relation's rows into consecutive
             # partitions, one per core (defaultParallelism, at most one per
             # row): at most ``parts`` of them, with no shuffle.
-            return self._session.createDataFrame(table, self._parts.schema).coalesce(parts)
-        data = self._session.createDataFrame(table, self._parts.schema)
+            return pyspark_compat.create_dataframe(
+                self._session, table, self._parts.schema
+            ).coalesce(parts)
+        data = pyspark_compat.create_dataframe(self._session, table, self._parts.schema)
         # A few driver rows (a stream's events, markers): one partition, one
         # task, rather than one per core (as ``impulse``).
         return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
 
     def map_stage(self, data, task):
-        if self._connect or self._arrow_sources.get(id(data)) is data:
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+        if (
+            self._connect
+            or not pyspark_compat.ENGINE_MAP_IN_ARROW
+            or self._arrow_sources.get(id(data)) is data
+        ):
             return data.mapInArrow(task, self._parts.schema)
-        try:
-            return self._map_in_arrow(data, task)
-        except Exception:  # noqa: BLE001 - PySpark's internals may differ
-            # ``_map_in_arrow`` uses PySpark's private API as PySpark 4.3 has
-            # it (setup.cfg allows 4.0-4.x): where another version differs,
-            # PySpark's own call, for this call only. It raises what is not
-            # about PySpark's internals (the task's own errors).
-            return data.mapInArrow(task, self._parts.schema)
+        return self._map_in_arrow(data, task)
 
     def _map_in_arrow(self, data, task):
         """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J
@@ -456,6 +459,8 @@ class SparkEngine:
         ``started`` is called once the action's DataFrame is built, just
         before it runs (a stream starts its next micro-batch's prefetch
         there: its Python work no longer slows this job's building)."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         parts = self._parts
         if not elements:
             # The control rows' columns as they are, without a ``select``
@@ -464,29 +469,19 @@ class SparkEngine:
             if started is not None and not self._connect:
                 # ``_control_rows`` uses PySpark's private collect API
                 # (reading both of its stream protocols: batches in order,
-                # or as they came followed by their order); ``toArrow``
-                # where this PySpark lacks it (an import fails fast: the
-                # modules are loaded).
-                try:
-                    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
-                    from pyspark.util import _load_from_socket
-                except ImportError:
-                    pass
-                else:
-                    rows = self._control_rows(
-                        control, started, _load_from_socket, ArrowCollectSerializer
-                    )
-                    mark_ran(self._session)
-                    return [], rows
+                # or as they came followed by their order).
+                rows = self._control_rows(control, started)
+                mark_ran(self._session)
+                return [], rows
             if started is not None:
                 started()
-            table = control.toArrow()
+            table = pyspark_compat.to_arrow(control)
             mark_ran(self._session)
             return [], table.column(DATA).to_pylist()
         selected = data.select(parts.tag, parts.data)
         if started is not None:
             started()
-        table = selected.toArrow()
+        table = pyspark_compat.to_arrow(selected)
         mark_ran(self._session)
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(), table.column(DATA).to_pylist()):
@@ -497,26 +492,28 @@ class SparkEngine:
         return chunks, control
 
     @staticmethod
-    def _control_rows(control, started, load_from_socket, serializer) -> list[bytes]:
+    def _control_rows(control, started) -> list[bytes]:
         """``control.toArrow()``'s data column (classic-only), with
         ``started`` called once the job runs: PySpark's ``toArrow`` asks the
         JVM for the schema and two confs and sets the call site first (a
         prefetch started before them made each reply wait for the GIL);
         here the action itself (``collectAsArrowToPython``, the job starting
         when its socket is connected), then the batches as ``toArrow`` reads
-        them (``ArrowCollectSerializer``: in partition order)."""
+        them (``compat.pyspark.arrow_batches_from_socket``)."""
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
+
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         port, secret, server = control._jdf.collectAsArrowToPython()
         try:
-            with load_from_socket((port, secret), serializer()) as stream:
+            with pyspark_compat.arrow_batches_from_socket((port, secret)) as stream:
                 started()
                 batches = list(stream)
         finally:
             with unwrap_spark_exception():
                 server.getResult()  # the job's failure, as ``toArrow`` raises it
         if batches and isinstance(batches[-1], list):
-            # older PySpark: the batches as they came, then their order
+            # PySpark 3.5: the batches as they came, then their order
             order = batches.pop()
             batches = [batches[i] for i in order]
         return [value for batch in batches for value in batch.column(DATA).to_pylist()]
@@ -532,6 +529,8 @@ class SparkEngine:
         On classic Spark the tag is also the Spark context's job tag: a
         classic session's ``interruptTag`` finds only the operations of the
         thread calling it, and a run is cancelled from another (Ctrl-C)."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         tags = [tag]
         if self._connect and description:
             tags.append(description.replace(',', ';')[:200])
@@ -542,7 +541,7 @@ class SparkEngine:
         held = local.setdefault('tags', set())
         added = [t for t in tags if t not in held]
         for t in added:
-            self._session.addTag(t)
+            pyspark_compat.add_tag(self._session, t)
             held.add(t)
         context, previous = None, None
         # The descriptions enclosing ``job``s of this thread set, innermost
@@ -571,7 +570,7 @@ class SparkEngine:
                 context.setLocalProperty('spark.job.description', previous)
             for t in added:
                 held.discard(t)
-                self._session.removeTag(t)
+                pyspark_compat.remove_tag(self._session, t)
                 if context is not None:
                     context.removeJobTag(t)
 
