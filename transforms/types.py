@@ -168,9 +168,9 @@ def _utc(field: pa.Field) -> pa.Field:
 
 
 def arrow_to_spark(arrow_schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
+    return pyspark_compat.from_arrow_schema(arrow_schema)
 
 
 # --- Beam -> Arrow -----------------------------------------------------------

@@ -16,11 +16,12 @@ must be its cluster's Spark: the range is wide because clusters are.
 What differs, the first release with the newer behaviour, and the name here
 that decides it:
 
-* ``CLASSIC_SESSION_TAGS``, ``add_tag``, ``remove_tag``, ``interrupt_tag``
-  (4.0): a classic session has operation tags (``SparkSession.addTag``,
-  ``interruptTag``); PySpark 3.5 has the methods on every session but a
-  classic one raises (they are Connect's). There the Spark context's job
-  tags stand in (its ``addJobTag``, ``cancelJobsWithTag``, from 3.5.0).
+* ``add_tag``, ``remove_tag``, ``interrupt_tag`` (4.0): a classic session
+  has operation tags (``SparkSession.addTag``, ``interruptTag``) from 4.0;
+  PySpark 3.5 has the methods on every session but a classic one raises
+  (they are Connect's). On classic sessions of every release the functions
+  use the Spark context's job tags (``addJobTag``, ``cancelJobsWithTag``,
+  from 3.5.0), which also cancel from another thread.
 * ``CLASSIC_SESSION_ARTIFACTS``, ``add_artifact`` (4.0): a classic session
   has ``addArtifacts(pyfile=, file=)``; on 3.5 it raises, and it is the
   Spark context's ``addPyFile``/``addFile``, which 4.x's calls in turn.
@@ -35,8 +36,10 @@ that decides it:
 * ``to_arrow_schema``, ``to_arrow_type`` (4.0, 4.2): PySpark's Spark-to-Arrow
   type mapping, timestamps in UTC; it takes ``timezone='UTC'`` from 4.2,
   ``timestamp_utc=True`` in 4.0 and 4.1, and no option on 3.5 (always UTC).
-  ``from_arrow_schema``'s default for ``prefer_timestamp_ntz`` changed in 4.2:
-  callers pass it.
+* ``from_arrow_schema`` (4.1, 4.2): Arrow to Spark, timestamps with zone
+  as ``timestamp`` (``prefer_timestamp_ntz``'s default is True from 4.2) and
+  nested nullability kept (``ARROW_NESTED_NULLABILITY``: PySpark keeps a
+  list element's and a map value's from 4.1; before, compat does).
 * ``LOAD_FROM_SOCKET_IS_CONTEXT``, ``arrow_batches_from_socket`` (4.2):
   ``pyspark.util._load_from_socket`` is a context manager from 4.2; before
   it returns the stream (on 3.5 it is in ``pyspark``'s RDD module).
@@ -129,42 +132,40 @@ def is_connect(session) -> bool:
     return isinstance(session, ConnectSession)
 
 
-# --- a classic session's tags and artifacts (4.0) -----------------------------
+# --- tags and artifacts on classic sessions (4.0) ----------------------------------
 
-CLASSIC_SESSION_TAGS: bool = _since(4, 0)
 CLASSIC_SESSION_ARTIFACTS: bool = _since(4, 0)
 
 
-def _session_tags(session) -> bool:
-    return CLASSIC_SESSION_TAGS or is_connect(session)
-
-
 def add_tag(session, tag: str) -> None:
-    """Tags the Spark jobs this thread starts on ``session`` from now on
-    (``SparkSession.addTag``; on a 3.5 classic session the Spark context's
-    job tag)."""
-    if _session_tags(session):
+    """Tags the Spark jobs this thread starts on ``session`` from now on:
+    over Connect the session's operation tag (``addTag``); on a classic
+    session the Spark context's job tag (``addJobTag``, from 3.5.0), which
+    ``interrupt_tag`` cancels from any thread (a 4.x classic session's own
+    tags are found only by ``interruptTag`` calls of the thread that set
+    them, and 3.5's classic session has none: its ``addTag`` raises)."""
+    if is_connect(session):
         session.addTag(tag)
     else:
-        session.sparkContext.addJobTag(tag)  # classic-only: PySpark 3.5
+        session.sparkContext.addJobTag(tag)  # classic-only: job tags
 
 
 def remove_tag(session, tag: str) -> None:
     """Undoes ``add_tag`` for this thread."""
-    if _session_tags(session):
+    if is_connect(session):
         session.removeTag(tag)
     else:
-        session.sparkContext.removeJobTag(tag)  # classic-only: PySpark 3.5
+        session.sparkContext.removeJobTag(tag)  # classic-only: job tags
 
 
 def interrupt_tag(session, tag: str) -> None:
-    """Cancels the session's running jobs tagged ``tag``
-    (``SparkSession.interruptTag``; on a 3.5 classic session the Spark
-    context's ``cancelJobsWithTag``, which cancels them from any thread)."""
-    if _session_tags(session):
+    """Cancels the session's running jobs that ``add_tag`` tagged ``tag``,
+    from any thread (``interruptTag`` over Connect, the Spark context's
+    ``cancelJobsWithTag`` on a classic session)."""
+    if is_connect(session):
         session.interruptTag(tag)
     else:
-        session.sparkContext.cancelJobsWithTag(tag)  # classic-only: PySpark 3.5
+        session.sparkContext.cancelJobsWithTag(tag)  # classic-only: job tags
 
 
 def add_artifact(session, path: str, pyfile: bool = False, file: bool = False) -> None:
@@ -212,6 +213,49 @@ def to_arrow_type(spark_type) -> pa.DataType:
     return convert(spark_type, **_UTC)
 
 
+# from_arrow_schema keeps a list's element and a map's value nullability from 4.1.
+ARROW_NESTED_NULLABILITY: bool = _since(4, 1)
+
+
+def from_arrow_schema(arrow_schema: pa.Schema):
+    """PySpark's ``from_arrow_schema``, timestamps with zone as Spark's
+    ``timestamp`` (not ``timestamp_ntz``, 4.2's default) and, on every
+    release, nested fields as nullable as the Arrow ones (before 4.1 PySpark
+    makes every array element and map value nullable)."""
+    from pyspark.sql.pandas.types import from_arrow_schema as convert
+
+    spark = convert(arrow_schema, prefer_timestamp_ntz=False)
+    if ARROW_NESTED_NULLABILITY:
+        return spark
+    from pyspark.sql import types
+
+    def nested(arrow: pa.DataType, spark_type):
+        if isinstance(spark_type, types.ArrayType) and (
+            pa.types.is_list(arrow) or pa.types.is_large_list(arrow)
+        ):
+            return types.ArrayType(
+                nested(arrow.value_type, spark_type.elementType), arrow.value_field.nullable
+            )
+        if isinstance(spark_type, types.MapType) and pa.types.is_map(arrow):
+            return types.MapType(
+                nested(arrow.key_type, spark_type.keyType),
+                nested(arrow.item_type, spark_type.valueType),
+                arrow.item_field.nullable,
+            )
+        if isinstance(spark_type, types.StructType) and pa.types.is_struct(arrow):
+            return types.StructType(
+                [
+                    types.StructField(
+                        f.name, nested(arrow.field(i).type, f.dataType), f.nullable, f.metadata
+                    )
+                    for i, f in enumerate(spark_type.fields)
+                ]
+            )
+        return spark_type
+
+    return nested(pa.struct(list(arrow_schema)), spark)
+
+
 def to_arrow(dataframe) -> pa.Table:
     """``dataframe.toArrow()``: the DataFrame's rows, collected to the driver,
     with the Arrow schema ``to_arrow_schema`` gives its Spark schema."""
@@ -243,10 +287,9 @@ def _create_dataframe_3_5(session, table: pa.Table, schema):
     ``createDataFrame(pandas_df)`` sends the batches it makes from pandas."""
     from pyspark.sql.dataframe import DataFrame
     from pyspark.sql.pandas.serializers import ArrowStreamSerializer
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     if schema is None:
-        schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=False)
+        schema = from_arrow_schema(table.schema)
     if schema.fields:
         table = table.cast(to_arrow_schema(schema))
     size = int(session.conf.get('spark.sql.execution.arrow.maxRecordsPerBatch', '10000'))

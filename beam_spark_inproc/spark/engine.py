@@ -526,9 +526,10 @@ class SparkEngine:
         server sets descriptions itself); an empty description leaves the
         description alone (a stream's loop holds its tag for the whole
         stream, each micro-batch's ``job`` then sets only the description).
-        On classic Spark the tag is also the Spark context's job tag: a
-        classic session's ``interruptTag`` finds only the operations of the
-        thread calling it, and a run is cancelled from another (Ctrl-C)."""
+        On classic Spark the tag is the Spark context's job tag
+        (``compat.pyspark.add_tag``): a classic session's ``interruptTag``
+        finds only the operations of the thread calling it, and a run is
+        cancelled from another (Ctrl-C)."""
         from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         tags = [tag]
@@ -550,8 +551,6 @@ class SparkEngine:
         described = pushed = False
         if not self._connect:
             context = self._session.sparkContext  # classic-only: job descriptions
-            for t in added:
-                context.addJobTag(t)
             if descriptions:
                 previous = descriptions[-1]
             else:
@@ -571,8 +570,6 @@ class SparkEngine:
             for t in added:
                 held.discard(t)
                 pyspark_compat.remove_tag(self._session, t)
-                if context is not None:
-                    context.removeJobTag(t)
 
     def spread_restrictions(self, data, stage, ways: int):
         """None: the rows are Spark's, not the driver's (``execution.engine``)."""
@@ -588,9 +585,9 @@ class SparkEngine:
         return dataframe
 
     def to_dataframe(self, data, fn, arrow_schema):
-        from pyspark.sql.pandas.types import from_arrow_schema
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-        return data.mapInArrow(fn, from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False))
+        return data.mapInArrow(fn, pyspark_compat.from_arrow_schema(arrow_schema))
 
     def release(self) -> None:
         for data in self._cached:

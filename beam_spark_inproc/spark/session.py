@@ -360,12 +360,9 @@ def cancel_tag(session, tag: str) -> None:
     classic Spark the Spark context's jobs with that job tag (a classic
     session's ``interruptTag`` looks at the calling thread's operations
     only)."""
-    from beam_spark_inproc.spark.engine import is_connect
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-    if is_connect(session):
-        session.interruptTag(tag)
-        return
-    session.sparkContext.cancelJobsWithTag(tag)  # classic-only: tasks ending after a cancel
+    pyspark_compat.interrupt_tag(session, tag)
 
 
 def wait_for_tasks_to_end(

@@ -86,9 +86,12 @@ def _classic_only(path: pathlib.Path, line: str) -> bool:
     tasks after Ctrl-C (``session.wait_for_tasks_to_end``: a Connect client
     has no local JVM to stop under them)."""
     if path.parent.name == 'compat':
-        # PySpark 3.5's classic sessions lack what 4.x's have (tags,
-        # artifacts): ``compat.pyspark`` uses the Spark context there.
-        return path.name == 'pyspark.py' and line.rstrip().endswith('# classic-only: PySpark 3.5')
+        # Job tags that cancel from any thread, and what PySpark 3.5's
+        # classic sessions lack (artifacts): ``compat.pyspark`` uses the Spark
+        # context for them on classic sessions.
+        return path.name == 'pyspark.py' and line.rstrip().endswith(
+            ('# classic-only: PySpark 3.5', '# classic-only: job tags')
+        )
     if path.parent.name != 'spark':
         return False
     return (

@@ -25,11 +25,11 @@ from beam_spark_inproc.errors import UnsupportedPySparkVersion
 
 # The first PySpark release with each newer behaviour, from PySpark's sources.
 FIRST_RELEASE = {
-    'CLASSIC_SESSION_TAGS': (4, 0),
     'CLASSIC_SESSION_ARTIFACTS': (4, 0),
     'ARROW_TABLES': (4, 0),
     'LOAD_FROM_SOCKET_IS_CONTEXT': (4, 2),
     'ENGINE_MAP_IN_ARROW': (4, 0),
+    'ARROW_NESTED_NULLABILITY': (4, 1),
     '_UDF_TAKES_CATEGORIES': (4, 3),
     'PYTHON_DATA_SOURCES': (4, 0),
     'CONNECT_SUPPORTED': (4, 0),
@@ -123,12 +123,11 @@ def _connect_only(call) -> bool:
     return False
 
 
-def test_classic_session_tags_flag_is_what_a_classic_session_does():
+def test_classic_session_tags_exist_from_4_0():
+    """Why ``add_tag`` uses job tags on 3.5's classic sessions: their
+    ``addTag`` raises (a 4.x one reaches for its JVM session)."""
     session = _bare_classic_session()
-    assert _connect_only(lambda: session.addTag('t')) == (not pyspark_compat.CLASSIC_SESSION_TAGS)
-    assert _connect_only(lambda: session.interruptTag('t')) == (
-        not pyspark_compat.CLASSIC_SESSION_TAGS
-    )
+    assert _connect_only(lambda: session.addTag('t')) == (pyspark_compat.VERSION[:2] < (4, 0))
 
 
 def test_classic_session_artifacts_flag_is_what_a_classic_session_does(tmp_path):
@@ -260,6 +259,45 @@ def test_to_arrow_type_refuses_what_arrow_cannot_hold():
         pyspark_compat.to_arrow_type(Unknown())
 
 
+def test_from_arrow_schema_keeps_nested_nullability_and_zoned_timestamps():
+    arrow = pa.schema(
+        [
+            pa.field('at', pa.timestamp('us', tz='UTC'), nullable=False),
+            pa.field('ids', pa.list_(pa.field('element', pa.int64(), nullable=False))),
+            pa.field(
+                'm',
+                pa.map_(
+                    pa.field('key', pa.string(), nullable=False),
+                    pa.field('value', pa.list_(pa.field('e', pa.int32(), nullable=False)), False),
+                ),
+            ),
+            pa.field(
+                's', pa.struct([pa.field('xs', pa.list_(pa.field('e', pa.float64())), False)])
+            ),
+        ]
+    )
+    assert pyspark_compat.from_arrow_schema(arrow) == T.StructType(
+        [
+            T.StructField('at', T.TimestampType(), False),
+            T.StructField('ids', T.ArrayType(T.LongType(), False)),
+            T.StructField(
+                'm', T.MapType(T.StringType(), T.ArrayType(T.IntegerType(), False), False)
+            ),
+            T.StructField(
+                's', T.StructType([T.StructField('xs', T.ArrayType(T.DoubleType(), True), False)])
+            ),
+        ]
+    )
+
+
+def test_nested_nullability_flag_is_what_pysparks_own_conversion_does():
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = pa.schema([pa.field('ids', pa.list_(pa.field('element', pa.int64(), nullable=False)))])
+    kept = not from_arrow_schema(arrow)['ids'].dataType.containsNull
+    assert kept == pyspark_compat.ARROW_NESTED_NULLABILITY
+
+
 # --- errors ---------------------------------------------------------------------------
 
 
@@ -301,22 +339,17 @@ class _ClassicSession:
         return getattr(self.session, name)
 
 
-def test_tags_go_to_the_session_or_to_the_spark_context():
+def test_tags_of_a_classic_session_are_the_spark_contexts_job_tags():
     session = _ClassicSession()
     pyspark_compat.add_tag(session, 'run-1')
     pyspark_compat.interrupt_tag(session, 'run-1')
     pyspark_compat.remove_tag(session, 'run-1')
-    if pyspark_compat.CLASSIC_SESSION_TAGS:
-        assert [c[0] for c in session.session.calls] == ['addTag', 'interruptTag', 'removeTag']
-        assert session.sparkContext.calls == []
-    else:
-        assert [c[0] for c in session.sparkContext.calls] == [
-            'addJobTag',
-            'cancelJobsWithTag',
-            'removeJobTag',
-        ]
-        assert session.session.calls == []
-    assert {c[1] for c in session.session.calls + session.sparkContext.calls} == {('run-1',)}
+    assert session.sparkContext.calls == [
+        ('addJobTag', ('run-1',), {}),
+        ('cancelJobsWithTag', ('run-1',), {}),
+        ('removeJobTag', ('run-1',), {}),
+    ]
+    assert session.session.calls == []
 
 
 @pytest.mark.parametrize('kind', ['pyfile', 'file'])
