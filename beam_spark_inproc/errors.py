@@ -101,3 +101,8 @@ class UnsupportedPySparkVersion(ImportError):
 class SparkConnectUnavailable(ImportError):
     """``--spark_remote`` was given and this installation cannot use Spark
     Connect (``compat.pyspark.connect_client_error`` says why)."""
+
+
+class VersionMismatch(RuntimeError):
+    """The Spark workers' Python (major.minor), Beam or PySpark differ from
+    the driver's (``compat.versions``): one line naming both sides."""

@@ -9,6 +9,7 @@ column and then ``sortWithinPartitions``, or round-robin); ``select`` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pickle
@@ -30,6 +31,7 @@ from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.shipped import ShippedFile
+from beam_spark_inproc.worker.stage_task import StageTask
 
 
 def functions_for(session):
@@ -309,6 +311,9 @@ class SparkEngine:
         self._cached: list = []
         # id(task) -> (task, its mapInArrow UDF column): ``_map_in_arrow``.
         self._udfs: dict[int, tuple] = {}
+        # id(task) -> (task, the task with the driver's versions): ``_with_versions``.
+        self._stamped: dict[int, tuple] = {}
+        self._versions: tuple | None = None
         self._jvm_udfs: _JvmUdfs | None = None  # classic-only
         self._arrow_sources: dict[int, object] = {}  # id -> DataFrame
         self._thread_tags = threading.local()  # ``job``
@@ -361,6 +366,8 @@ class SparkEngine:
     def map_stage(self, data, task):
         from beam_spark_inproc.compat import pyspark as pyspark_compat
 
+        task = self._with_versions(task)
+
         if (
             self._connect
             or not pyspark_compat.ENGINE_MAP_IN_ARROW
@@ -368,6 +375,27 @@ class SparkEngine:
         ):
             return data.mapInArrow(task, self._parts.schema)
         return self._map_in_arrow(data, task)
+
+    def _with_versions(self, task):
+        """A ``StageTask`` carrying the driver's versions, which its workers
+        check (``compat.versions``); the same object for the same task (a
+        stream maps its tasks again each micro-batch: their UDFs are kept by
+        task)."""
+        if not isinstance(task, StageTask) or task.versions:
+            return task
+        stamped = self._stamped.get(id(task))
+        if stamped is None or stamped[0] is not task:
+            if self._versions is None:
+                from beam_spark_inproc.compat import versions
+
+                self._versions = tuple(versions.local())
+            if len(self._stamped) >= _MAX_CACHED_UDFS:
+                self._stamped.clear()
+            stamped = self._stamped[id(task)] = (
+                task,
+                dataclasses.replace(task, versions=self._versions),
+            )
+        return stamped[1]
 
     def _map_in_arrow(self, data, task):
         """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J
@@ -597,5 +625,6 @@ class SparkEngine:
                 pass
         self._cached.clear()
         self._udfs.clear()
+        self._stamped.clear()
         self._arrow_sources.clear()
         self._shipper.close()
