@@ -157,8 +157,10 @@ def _not_found(error: Exception) -> bool:
     """Whether Spark found no data source of the format asked for."""
     from beam_spark_inproc.compat import pyspark as pyspark_compat
 
+    # PySpark 3.5 leaves the JVM's SparkClassNotFoundException a Py4J error:
+    # its condition is in the text only.
     return pyspark_compat.error_condition(error) == 'DATA_SOURCE_NOT_FOUND' or (
-        'Failed to find data source' in str(error)
+        'DATA_SOURCE_NOT_FOUND' in str(error)
     )
 
 
