@@ -8,9 +8,12 @@ imports the names below and never reads PySpark's version itself
 (``tests/unit/test_architecture.py``).
 
 Supported: ``SUPPORTED``, PySpark 3.5.0 up to, not including, 4.4. The floor
-and the ceiling are checked when this module is imported (when the runner
-is): a PySpark outside them raises ``UnsupportedPySparkVersion`` with one
-line naming the version found and the range supported. A driver's PySpark
+and the ceiling are checked when this module is imported: a PySpark outside
+them raises ``UnsupportedPySparkVersion`` with one line naming the version
+found and the range supported. The Spark side imports it where it first
+touches PySpark (a session made or used, a DataFrame converted), not at the
+runner's import: importing PySpark costs about half a second, which a small
+pipeline run in the driver alone never pays. A driver's PySpark
 must be its cluster's Spark: the range is wide because clusters are.
 
 What differs, the first release with the newer behaviour, and the name here
@@ -31,8 +34,8 @@ that decides it:
   DataFrame's ``_collect_as_arrow`` (what 4.x's ``toArrow`` calls) and
   ``create_dataframe`` hands the table's batches to the JVM as 3.5's own
   pandas path does after converting (the Spark context's
-  ``_serialize_to_jvm``, ``PythonSQLUtils.toDataFrame``): no pandas in between, so timestamps,
-  decimals and nested types stay exactly the table's.
+  ``_serialize_to_jvm``, ``PythonSQLUtils.toDataFrame``): no pandas in
+  between, so timestamps, decimals and nested types stay exactly the table's.
 * ``to_arrow_schema``, ``to_arrow_type`` (4.0, 4.2): PySpark's Spark-to-Arrow
   type mapping, timestamps in UTC; it takes ``timezone='UTC'`` from 4.2,
   ``timestamp_utc=True`` in 4.0 and 4.1, and no option on 3.5 (always UTC).
