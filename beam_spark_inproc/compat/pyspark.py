@@ -58,7 +58,10 @@ that decides it:
 * ``PYTHON_DATA_SOURCES``, ``python_data_sources_error`` (4.0): Python data
   sources (``pyspark.sql.datasource``, ``spark.dataSource.register``). On 3.5
   a read of a format Spark does not find names the transform and the
-  release they need, before any Spark job.
+  release they need, before any Spark job. ``PYTHON_STREAM_READ_LIMITS``
+  (4.1): a Python streaming reader may limit what a Spark batch reads
+  (``ReadMaxRows``, ``pyspark.sql.streaming.datasource``); the runner needs
+  none, its tests' and examples' sources use it.
 * ``CONNECT_SUPPORTED``, ``CONNECT_SERVER_BUNDLED``, ``connect_client_error``
   (4.0): the runner runs over Spark Connect from PySpark 4.0 (3.5's Connect
   client has no ``toArrow``); PySpark's wheels carry the Connect server
@@ -376,6 +379,11 @@ def error_condition(error: BaseException) -> Optional[str]:
 # --- Python data sources (4.0) ----------------------------------------------------
 
 PYTHON_DATA_SOURCES: bool = importlib.util.find_spec('pyspark.sql.datasource') is not None
+# A Python streaming reader's admission control (``getDefaultReadLimit``,
+# ``latestOffset(start, limit)``, ``pyspark.sql.streaming.datasource.ReadMaxRows``): 4.1.
+PYTHON_STREAM_READ_LIMITS: bool = (
+    PYTHON_DATA_SOURCES and importlib.util.find_spec('pyspark.sql.streaming.datasource') is not None
+)
 
 
 def python_data_sources_error(what: str, format: str) -> Optional[str]:
