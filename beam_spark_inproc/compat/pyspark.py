@@ -59,7 +59,7 @@ that decides it:
   sources (``pyspark.sql.datasource``, ``spark.dataSource.register``). On 3.5
   a read of a format Spark does not find names the transform and the
   release they need, before any Spark job. ``PYTHON_STREAM_READ_LIMITS``
-  (4.1): a Python streaming reader may limit what a Spark batch reads
+  (4.2): a Python streaming reader may limit what a Spark batch reads
   (``ReadMaxRows``, ``pyspark.sql.streaming.datasource``); the runner needs
   none, its tests' and examples' sources use it.
 * ``CONNECT_SUPPORTED``, ``CONNECT_SERVER_BUNDLED``, ``connect_client_error``
@@ -380,7 +380,7 @@ def error_condition(error: BaseException) -> Optional[str]:
 
 PYTHON_DATA_SOURCES: bool = importlib.util.find_spec('pyspark.sql.datasource') is not None
 # A Python streaming reader's admission control (``getDefaultReadLimit``,
-# ``latestOffset(start, limit)``, ``pyspark.sql.streaming.datasource.ReadMaxRows``): 4.1.
+# ``latestOffset(start, limit)``, ``pyspark.sql.streaming.datasource.ReadMaxRows``): 4.2.
 PYTHON_STREAM_READ_LIMITS: bool = (
     PYTHON_DATA_SOURCES and importlib.util.find_spec('pyspark.sql.streaming.datasource') is not None
 )

@@ -236,7 +236,7 @@ def test_kafka_stream_over_landing_files(tmp_path):
 @pytest.mark.skipif(
     not pyspark_compat.PYTHON_STREAM_READ_LIMITS,
     reason='the source limits its batches (ReadMaxRows): Python streaming readers do from '
-    f'PySpark 4.1, this is {pyspark_compat.VERSION_STRING}',
+    f'PySpark 4.2, this is {pyspark_compat.VERSION_STRING}',
 )
 def test_sensor_stream_into_a_table(tmp_path):
     """examples/sensor_stream.py: a Python streaming data source with offsets

@@ -65,7 +65,7 @@ def test_file_stream_equals_bounded_read(spark, tmp_path):
 @pytest.mark.skipif(
     not pyspark_compat.PYTHON_STREAM_READ_LIMITS,
     reason='the source limits its batches (ReadMaxRows): Python streaming readers do from '
-    f'PySpark 4.1, this is {pyspark_compat.VERSION_STRING}',
+    f'PySpark 4.2, this is {pyspark_compat.VERSION_STRING}',
 )
 def test_python_data_source_with_offsets(spark, tmp_path):
     """A Python streaming data source (``DataSourceStreamReader``, 10 rows a
