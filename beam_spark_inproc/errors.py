@@ -90,3 +90,19 @@ class UnsupportedBeamVersion(ImportError):
     """The installed Apache Beam is outside the range this package supports
     (``compat.beam.SUPPORTED``); raised when the runner is imported, before
     anything runs."""
+
+
+class UnsupportedPySparkVersion(ImportError):
+    """The installed PySpark is outside the range this package supports
+    (``compat.pyspark.SUPPORTED``); raised when the runner is imported, before
+    anything runs."""
+
+
+class SparkConnectUnavailable(ImportError):
+    """``--spark_remote`` was given and this installation cannot use Spark
+    Connect (``compat.pyspark.connect_client_error`` says why)."""
+
+
+class VersionMismatch(RuntimeError):
+    """The Spark workers' Python (major.minor), Beam or PySpark differ from
+    the driver's (``compat.versions``): one line naming both sides."""

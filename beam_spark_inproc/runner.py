@@ -644,6 +644,11 @@ def translate_error(error: BaseException, plan) -> BaseException:
     notes = getattr(error, '__notes__', None)  # Python 3.11's, or set on 3.10
     if isinstance(error, PythonException):
         text = str(error)
+        from beam_spark_inproc.compat import versions
+
+        mismatch = versions.from_worker_error(text)
+        if mismatch is not None:
+            return mismatch
     elif notes:
         # A stage run in the driver (``execution.small``): the same record, on the
         # exception itself.

@@ -76,17 +76,21 @@ def in_process(pipeline) -> bool:
 
 def rows_of(dataframe, arrow_schema: pa.Schema):
     """The DataFrame's rows as Beam rows of the schema's row type."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
     to_rows = convert.ArrowRows(types.row_type(arrow_schema), tuple(f.name for f in arrow_schema))
-    for batch in dataframe.toArrow().to_batches():
+    for batch in pyspark_compat.to_arrow(dataframe).to_batches():
         yield from to_rows.rows(batch)
 
 
 def dataframe_of(session, elements: list, arrow_schema: pa.Schema):
     """A DataFrame of Beam rows, through one Arrow table."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
     table = pa.Table.from_batches(
         [convert.arrow_batch(elements, arrow_schema)], schema=arrow_schema
     )
-    return session.createDataFrame(table)
+    return pyspark_compat.create_dataframe(session, table)
 
 
 class _Read(beam.DoFn):

@@ -154,9 +154,24 @@ def stream_spec(
     }
 
 
+def _not_found(error: Exception) -> bool:
+    """Whether Spark found no data source of the format asked for."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+    # PySpark 3.5 leaves the JVM's SparkClassNotFoundException a Py4J error:
+    # its condition is in the text only.
+    return pyspark_compat.error_condition(error) == 'DATA_SOURCE_NOT_FOUND' or (
+        'DATA_SOURCE_NOT_FOUND' in str(error)
+    )
+
+
 def reader(session, what: str, format: str, path, options: dict | None, schema):
     """``session.readStream`` of ``format`` (analysed: an unknown source fails
-    here) and the identity of that source."""
+    here) and the identity of that source. On a PySpark without Python data
+    sources (3.5) an unknown format is refused naming the release they need
+    (``compat.pyspark.python_data_sources_error``), before any Spark job."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
     options = {k: str(v) for k, v in (options or {}).items()}
     try:
         stream = session.readStream.format(format).options(**options)
@@ -165,6 +180,9 @@ def reader(session, what: str, format: str, path, options: dict | None, schema):
         dataframe = stream.load(path) if path is not None else stream.load()
         dataframe.schema  # noqa: B018 - analysed now (lazy over Connect)
     except Exception as e:
+        problem = _not_found(e) and pyspark_compat.python_data_sources_error(what, format)
+        if problem:
+            raise specs.SparkInteropError(problem) from None
         raise specs.spark_error(what, e) from None
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
     return dataframe, {'format': format, 'path': path, 'options': digest.hexdigest()[:16]}

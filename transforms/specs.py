@@ -42,8 +42,12 @@ def applied_label(pipeline, label: str) -> str:
 
 
 def spark_error(what: str, error: Exception) -> SparkInteropError:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-    return SparkInteropError(f'{what}: {text}')
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith('An error occurred while calling'):
+        # A JVM exception PySpark left as Py4J's error: its first line names
+        # only the Java call, the next one the exception and its message.
+        lines = [lines[1].lstrip(': ')]
+    return SparkInteropError(f'{what}: {lines[0] if lines else repr(error)}')
 
 
 def view_kind(session, table: str) -> Optional[str]:

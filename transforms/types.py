@@ -133,10 +133,10 @@ def row_type(arrow_schema: pa.Schema) -> RowTypeConstraint:
 
 def spark_to_arrow(spark_schema) -> pa.Schema:
     """A Spark StructType as Arrow, timestamps (with or without zone) as UTC micros."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
     try:
-        arrow = to_arrow_schema(spark_schema, timezone='UTC')
+        arrow = pyspark_compat.to_arrow_schema(spark_schema)
     except Exception as e:  # pyspark names the unsupported type
         bad = _first_unsupported(spark_schema)
         raise SchemaError(f'{bad}has no Arrow/Beam equivalent ({type(e).__name__}: {e})') from None
@@ -144,11 +144,11 @@ def spark_to_arrow(spark_schema) -> pa.Schema:
 
 
 def _first_unsupported(spark_schema) -> str:
-    from pyspark.sql.pandas.types import to_arrow_type
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
     for field in spark_schema.fields:
         try:
-            to_arrow_type(field.dataType, timezone='UTC')
+            pyspark_compat.to_arrow_type(field.dataType)
         except Exception:
             return f'field {field.name!r}: Spark type {field.dataType.simpleString()} '
     return ''
@@ -168,9 +168,9 @@ def _utc(field: pa.Field) -> pa.Field:
 
 
 def arrow_to_spark(arrow_schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
+    return pyspark_compat.from_arrow_schema(arrow_schema)
 
 
 # --- Beam -> Arrow -----------------------------------------------------------

@@ -11,6 +11,8 @@ in one line, which version it found and which range is supported.
   operations are given, where pipeline utilities live, ...).
 * ``compat.pyspark``: PySpark's API on classic sessions and over Spark Connect.
 * ``compat.python``: the interpreter (exception notes).
+* ``compat.versions``: the driver's and the Spark workers' Python, Beam and PySpark
+  versions, which must match; a task fails in one line naming both sides if not.
 
 The modules import nothing of the package outside ``compat``, so the Spark Python
 workers' code (``worker/``) may use them.

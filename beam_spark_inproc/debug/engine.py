@@ -39,16 +39,20 @@ class LocalEngine(LocalPartitions):
 
     def arrow_source(self, dataframe) -> Partitions:
         """The DataFrame's Arrow batches, collected, spread over partitions."""
-        batches = [b for b in dataframe.toArrow().to_batches() if b.num_rows]
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+        batches = [b for b in pyspark_compat.to_arrow(dataframe).to_batches() if b.num_rows]
         parts: list[list] = [[] for _ in range(self._parallelism)]
         for i, batch in enumerate(batches):
             parts[i % self._parallelism].append(batch)
         return parts
 
     def to_dataframe(self, data: Partitions, fn, arrow_schema):
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         batches = [batch for partition in self.map_stage(data, fn) for batch in partition]
         table = pa.Table.from_batches(batches, schema=arrow_schema)
-        return self.spark_session().createDataFrame(table)
+        return pyspark_compat.create_dataframe(self.spark_session(), table)
 
     def map_stage(self, data: Partitions, task) -> Partitions:
         with driver_globals():

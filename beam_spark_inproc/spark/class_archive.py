@@ -103,6 +103,8 @@ class Archive:
         made (the session starts as usual)."""
         import pyspark
 
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         java_path = java()
         if java_path is None:
             return None
@@ -114,7 +116,7 @@ class Archive:
                     stat.st_size,
                     stat.st_mtime_ns,
                     os.path.dirname(os.path.abspath(pyspark.__file__)),
-                    pyspark.__version__,
+                    pyspark_compat.VERSION_STRING,
                 )
             ).encode()
         ).hexdigest()[:16]
@@ -123,7 +125,7 @@ class Archive:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return cls(folder / f'spark-{pyspark.__version__}-{key}.jsa', java_path)
+        return cls(folder / f'spark-{pyspark_compat.VERSION_STRING}-{key}.jsa', java_path)
 
     def java_options(self) -> str:
         """Options that map the archive, or make this process's JVM write it

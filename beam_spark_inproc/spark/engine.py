@@ -9,6 +9,7 @@ column and then ``sortWithinPartitions``, or round-robin); ``select`` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pickle
@@ -30,6 +31,7 @@ from beam_spark_inproc.protocol.rows import SCHEMA
 from beam_spark_inproc.protocol.rows import TAG
 from beam_spark_inproc.spark.shipping import Shipper
 from beam_spark_inproc.worker.shipped import ShippedFile
+from beam_spark_inproc.worker.stage_task import StageTask
 
 
 def functions_for(session):
@@ -45,11 +47,9 @@ def functions_for(session):
 
 
 def is_connect(session) -> bool:
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # pyspark without the connect extra
-        return False
-    return isinstance(session, ConnectSession)
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+    return pyspark_compat.is_connect(session)
 
 
 # The sessions a runner's stage ran on in this process (``mark_ran``): their
@@ -223,8 +223,9 @@ class _JvmUdfs:
     """
 
     def __init__(self, session, parts: _Parts):
-        from pyspark.sql.classic.column import _to_seq
         from pyspark.util import PythonEvalType
+
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         sc = session.sparkContext  # classic-only: mapInArrow UDFs
         jvm = sc._jvm
@@ -234,12 +235,13 @@ class _JvmUdfs:
         self._schema = parts.schema
         self._type = session._jsparkSession.parseDataType(parts.schema.json())
         self._eval_type = PythonEvalType.SQL_MAP_ARROW_ITER_UDF
-        self._columns = _to_seq(sc, [parts.tag._jc, parts.key._jc, parts.data._jc])
+        self._columns = pyspark_compat.to_seq(sc, [parts.tag._jc, parts.key._jc, parts.data._jc])
         self._threshold = jvm.PythonUtils.getBroadcastThreshold(sc._jsc)
         self._env = self._java(dict(sc.environment))
         self._includes_of: list | None = None
         self._includes = None
         self._none = self._java([])
+        self._udf_tail = pyspark_compat.udf_extra_arguments(self._none)
 
     def _java(self, value):
         return _convert(self._sc._gateway, value)
@@ -264,7 +266,7 @@ class _JvmUdfs:
             sc._javaAccumulator,
         )
         udf = self._udf(
-            type(task).__name__, function, self._type, self._eval_type, True, self._none, self._none
+            type(task).__name__, function, self._type, self._eval_type, True, *self._udf_tail
         )
         return udf.apply(self._columns)
 
@@ -309,6 +311,9 @@ class SparkEngine:
         self._cached: list = []
         # id(task) -> (task, its mapInArrow UDF column): ``_map_in_arrow``.
         self._udfs: dict[int, tuple] = {}
+        # id(task) -> (task, the task with the driver's versions): ``_with_versions``.
+        self._stamped: dict[int, tuple] = {}
+        self._versions: tuple | None = None
         self._jvm_udfs: _JvmUdfs | None = None  # classic-only
         self._arrow_sources: dict[int, object] = {}  # id -> DataFrame
         self._thread_tags = threading.local()  # ``job``
@@ -336,6 +341,8 @@ class SparkEngine:
         return self._parts.impulse()
 
     def rows(self, rows: list, parts: int = 1):
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         if not rows:
             return self._parts.empty()
         parts = max(1, min(parts, len(rows)))
@@ -348,23 +355,47 @@ class SparkEngine:
             # Spark slices a local relation's rows into consecutive
             # partitions, one per core (defaultParallelism, at most one per
             # row): at most ``parts`` of them, with no shuffle.
-            return self._session.createDataFrame(table, self._parts.schema).coalesce(parts)
-        data = self._session.createDataFrame(table, self._parts.schema)
+            return pyspark_compat.create_dataframe(
+                self._session, table, self._parts.schema
+            ).coalesce(parts)
+        data = pyspark_compat.create_dataframe(self._session, table, self._parts.schema)
         # A few driver rows (a stream's events, markers): one partition, one
         # task, rather than one per core (as ``impulse``).
         return data.coalesce(1) if len(rows) <= _DRIVER_ROWS_ONE_PARTITION else data
 
     def map_stage(self, data, task):
-        if self._connect or self._arrow_sources.get(id(data)) is data:
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+        task = self._with_versions(task)
+
+        if (
+            self._connect
+            or not pyspark_compat.ENGINE_MAP_IN_ARROW
+            or self._arrow_sources.get(id(data)) is data
+        ):
             return data.mapInArrow(task, self._parts.schema)
-        try:
-            return self._map_in_arrow(data, task)
-        except Exception:  # noqa: BLE001 - PySpark's internals may differ
-            # ``_map_in_arrow`` uses PySpark's private API as PySpark 4.3 has
-            # it (setup.cfg allows 4.0-4.x): where another version differs,
-            # PySpark's own call, for this call only. It raises what is not
-            # about PySpark's internals (the task's own errors).
-            return data.mapInArrow(task, self._parts.schema)
+        return self._map_in_arrow(data, task)
+
+    def _with_versions(self, task):
+        """A ``StageTask`` carrying the driver's versions, which its workers
+        check (``compat.versions``); the same object for the same task (a
+        stream maps its tasks again each micro-batch: their UDFs are kept by
+        task)."""
+        if not isinstance(task, StageTask) or task.versions:
+            return task
+        stamped = self._stamped.get(id(task))
+        if stamped is None or stamped[0] is not task:
+            if self._versions is None:
+                from beam_spark_inproc.compat import versions
+
+                self._versions = tuple(versions.local())
+            if len(self._stamped) >= _MAX_CACHED_UDFS:
+                self._stamped.clear()
+            stamped = self._stamped[id(task)] = (
+                task,
+                dataclasses.replace(task, versions=self._versions),
+            )
+        return stamped[1]
 
     def _map_in_arrow(self, data, task):
         """``data.mapInArrow(task, schema)`` (classic-only), with fewer Py4J
@@ -456,6 +487,8 @@ class SparkEngine:
         ``started`` is called once the action's DataFrame is built, just
         before it runs (a stream starts its next micro-batch's prefetch
         there: its Python work no longer slows this job's building)."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         parts = self._parts
         if not elements:
             # The control rows' columns as they are, without a ``select``
@@ -464,29 +497,19 @@ class SparkEngine:
             if started is not None and not self._connect:
                 # ``_control_rows`` uses PySpark's private collect API
                 # (reading both of its stream protocols: batches in order,
-                # or as they came followed by their order); ``toArrow``
-                # where this PySpark lacks it (an import fails fast: the
-                # modules are loaded).
-                try:
-                    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
-                    from pyspark.util import _load_from_socket
-                except ImportError:
-                    pass
-                else:
-                    rows = self._control_rows(
-                        control, started, _load_from_socket, ArrowCollectSerializer
-                    )
-                    mark_ran(self._session)
-                    return [], rows
+                # or as they came followed by their order).
+                rows = self._control_rows(control, started)
+                mark_ran(self._session)
+                return [], rows
             if started is not None:
                 started()
-            table = control.toArrow()
+            table = pyspark_compat.to_arrow(control)
             mark_ran(self._session)
             return [], table.column(DATA).to_pylist()
         selected = data.select(parts.tag, parts.data)
         if started is not None:
             started()
-        table = selected.toArrow()
+        table = pyspark_compat.to_arrow(selected)
         mark_ran(self._session)
         chunks, control = [], []
         for tag, chunk in zip(table.column(TAG).to_pylist(), table.column(DATA).to_pylist()):
@@ -497,26 +520,28 @@ class SparkEngine:
         return chunks, control
 
     @staticmethod
-    def _control_rows(control, started, load_from_socket, serializer) -> list[bytes]:
+    def _control_rows(control, started) -> list[bytes]:
         """``control.toArrow()``'s data column (classic-only), with
         ``started`` called once the job runs: PySpark's ``toArrow`` asks the
         JVM for the schema and two confs and sets the call site first (a
         prefetch started before them made each reply wait for the GIL);
         here the action itself (``collectAsArrowToPython``, the job starting
         when its socket is connected), then the batches as ``toArrow`` reads
-        them (``ArrowCollectSerializer``: in partition order)."""
+        them (``compat.pyspark.arrow_batches_from_socket``)."""
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
+
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         port, secret, server = control._jdf.collectAsArrowToPython()
         try:
-            with load_from_socket((port, secret), serializer()) as stream:
+            with pyspark_compat.arrow_batches_from_socket((port, secret)) as stream:
                 started()
                 batches = list(stream)
         finally:
             with unwrap_spark_exception():
                 server.getResult()  # the job's failure, as ``toArrow`` raises it
         if batches and isinstance(batches[-1], list):
-            # older PySpark: the batches as they came, then their order
+            # PySpark 3.5: the batches as they came, then their order
             order = batches.pop()
             batches = [batches[i] for i in order]
         return [value for batch in batches for value in batch.column(DATA).to_pylist()]
@@ -529,9 +554,12 @@ class SparkEngine:
         server sets descriptions itself); an empty description leaves the
         description alone (a stream's loop holds its tag for the whole
         stream, each micro-batch's ``job`` then sets only the description).
-        On classic Spark the tag is also the Spark context's job tag: a
-        classic session's ``interruptTag`` finds only the operations of the
-        thread calling it, and a run is cancelled from another (Ctrl-C)."""
+        On classic Spark the tag is the Spark context's job tag
+        (``compat.pyspark.add_tag``): a classic session's ``interruptTag``
+        finds only the operations of the thread calling it, and a run is
+        cancelled from another (Ctrl-C)."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         tags = [tag]
         if self._connect and description:
             tags.append(description.replace(',', ';')[:200])
@@ -542,7 +570,7 @@ class SparkEngine:
         held = local.setdefault('tags', set())
         added = [t for t in tags if t not in held]
         for t in added:
-            self._session.addTag(t)
+            pyspark_compat.add_tag(self._session, t)
             held.add(t)
         context, previous = None, None
         # The descriptions enclosing ``job``s of this thread set, innermost
@@ -551,8 +579,6 @@ class SparkEngine:
         described = pushed = False
         if not self._connect:
             context = self._session.sparkContext  # classic-only: job descriptions
-            for t in added:
-                context.addJobTag(t)
             if descriptions:
                 previous = descriptions[-1]
             else:
@@ -571,9 +597,7 @@ class SparkEngine:
                 context.setLocalProperty('spark.job.description', previous)
             for t in added:
                 held.discard(t)
-                self._session.removeTag(t)
-                if context is not None:
-                    context.removeJobTag(t)
+                pyspark_compat.remove_tag(self._session, t)
 
     def spread_restrictions(self, data, stage, ways: int):
         """None: the rows are Spark's, not the driver's (``execution.engine``)."""
@@ -589,9 +613,9 @@ class SparkEngine:
         return dataframe
 
     def to_dataframe(self, data, fn, arrow_schema):
-        from pyspark.sql.pandas.types import from_arrow_schema
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-        return data.mapInArrow(fn, from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False))
+        return data.mapInArrow(fn, pyspark_compat.from_arrow_schema(arrow_schema))
 
     def release(self) -> None:
         for data in self._cached:
@@ -601,5 +625,6 @@ class SparkEngine:
                 pass
         self._cached.clear()
         self._udfs.clear()
+        self._stamped.clear()
         self._arrow_sources.clear()
         self._shipper.close()

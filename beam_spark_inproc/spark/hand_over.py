@@ -133,6 +133,8 @@ class SparkHandOver:
         run's ``parallelism`` as they are: contiguous slices, one partition
         each, so a stage handed over runs on every core (a few seeds a FlatMap
         expands: in one partition the whole stage was one task)."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         batches = [b for part in data.partitions for b in part if b.num_rows]
         if not batches:
             return self.engine.union([])
@@ -140,7 +142,9 @@ class SparkHandOver:
             return self._kept(data)
         table = pa.Table.from_batches(batches, schema=SCHEMA)
         if data.shuffled not in (None, e.SPREAD):
-            frame = self._get_session().createDataFrame(table, self._spark_schema()).coalesce(1)
+            frame = pyspark_compat.create_dataframe(
+                self._get_session(), table, self._spark_schema()
+            ).coalesce(1)
             return self.engine.shuffle(frame, data.shuffled)
         # Equal slices of rows, at most one per core: Spark cuts a DataFrame
         # made from driver rows into slices of equal row count (see
@@ -156,7 +160,9 @@ class SparkHandOver:
             ],
             schema=SCHEMA,
         )
-        return self._get_session().createDataFrame(table, self._spark_schema()).coalesce(ways)
+        return pyspark_compat.create_dataframe(
+            self._get_session(), table, self._spark_schema()
+        ).coalesce(ways)
 
     def _kept(self, data: Local):
         """A splittable stage's parts (``spread_restrictions``), one partition
@@ -167,6 +173,8 @@ class SparkHandOver:
         input operation decodes nothing from them); the parts then fall one per
         slice where the session's default parallelism is the run's (a local
         master). Elsewhere the cut still holds, only its balance may not."""
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
         parts = [part for part in data.partitions if any(b.num_rows for b in part)]
         counts = [sum(b.num_rows for b in part) for part in parts]
         batches: list[pa.RecordBatch] = []
@@ -174,11 +182,9 @@ class SparkHandOver:
             batches.extend(b for b in part if b.num_rows)
             if count < max(counts):
                 batches.extend(rows_batch([(0, None, b'')] * (max(counts) - count)))
-        return (
-            self._get_session()
-            .createDataFrame(pa.Table.from_batches(batches, schema=SCHEMA), self._spark_schema())
-            .coalesce(len(parts))
-        )
+        return pyspark_compat.create_dataframe(
+            self._get_session(), pa.Table.from_batches(batches, schema=SCHEMA), self._spark_schema()
+        ).coalesce(len(parts))
 
     def _spark_schema(self):
         if self._schema is None:

@@ -15,6 +15,7 @@ from typing import Any
 from typing import Iterable
 from typing import Optional
 
+from beam_spark_inproc.errors import SparkConnectUnavailable
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.spark import class_archive
 from beam_spark_inproc.spark import master_probe
@@ -264,6 +265,8 @@ def get_or_create(
     """Returns (session, created): an active session is used as it is."""
     from pyspark.sql import SparkSession
 
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
     session = SparkSession.getActiveSession()
     if session is not None and not remote:
         return session, False
@@ -276,6 +279,9 @@ def get_or_create(
             builder = builder.config(key, value)
         return builder.getOrCreate(), True
     if remote:
+        problem = pyspark_compat.connect_client_error(remote)
+        if problem is not None:
+            raise SparkConnectUnavailable(problem)
         if remote.startswith('local'):
             ensure_java()
             # pyspark starts the Connect server in this process; its Python
@@ -333,10 +339,12 @@ DRIVER_JAVA_OPTIONS = 'spark.driver.extraJavaOptions'
 
 def _start(builder, master: str):
     """``builder.getOrCreate()``; a JVM that exits at start names the master."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
     try:
         return builder.getOrCreate()
     except Exception as e:
-        if getattr(e, 'getCondition', lambda: None)() != 'JAVA_GATEWAY_EXITED':
+        if pyspark_compat.error_condition(e) != 'JAVA_GATEWAY_EXITED':
             raise
         raise SparkMasterError(
             f"Spark's JVM exited before the session started (master "
@@ -352,12 +360,9 @@ def cancel_tag(session, tag: str) -> None:
     classic Spark the Spark context's jobs with that job tag (a classic
     session's ``interruptTag`` looks at the calling thread's operations
     only)."""
-    from beam_spark_inproc.spark.engine import is_connect
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-    if is_connect(session):
-        session.interruptTag(tag)
-        return
-    session.sparkContext.cancelJobsWithTag(tag)  # classic-only: tasks ending after a cancel
+    pyspark_compat.interrupt_tag(session, tag)
 
 
 def wait_for_tasks_to_end(
@@ -513,7 +518,9 @@ def warm_up(session, ways: int) -> None:
     """One task per core importing the worker's modules, as a job of its own:
     a new session's first job costs seconds more than the next (Spark's
     Python workers starting and importing Beam, the JVM's first query)."""
-    session.addTag(_WARM_UP_TAG)
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+    pyspark_compat.add_tag(session, _WARM_UP_TAG)
     try:
         (
             session.range(ways, numPartitions=ways)
@@ -525,7 +532,7 @@ def warm_up(session, ways: int) -> None:
     except Exception:  # interrupted at exit, or the session stopped
         pass
     finally:
-        session.removeTag(_WARM_UP_TAG)
+        pyspark_compat.remove_tag(session, _WARM_UP_TAG)
 
 
 class LazySession:
@@ -609,11 +616,12 @@ class LazySession:
             target=self._warm, args=(session,), daemon=True, name='beam-spark-session-warm-up'
         )
         warming.start()
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
         def interrupt() -> None:
             if warming.is_alive():
                 try:
-                    session.interruptTag(_WARM_UP_TAG)
+                    pyspark_compat.interrupt_tag(session, _WARM_UP_TAG)
                 except Exception:
                     pass
                 warming.join(10)

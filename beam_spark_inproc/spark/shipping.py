@@ -9,7 +9,9 @@ directory of the driver's ``sys.path`` that is not an installation (the
 pipeline script's folder, a source checkout, an editable install), the runner
 itself, and the user's ``--spark_py_files``. They go as one zip, added with
 ``SparkSession.addArtifacts(pyfile=True)``, which works on classic Spark and
-over Spark Connect alike and puts the zip on the workers' ``sys.path``.
+over Spark Connect alike and puts the zip on the workers' ``sys.path``
+(``compat.pyspark.add_artifact``: on PySpark 3.5's classic sessions, the Spark
+context's ``addPyFile``/``addFile``, which 4.x's classic ``addArtifacts`` calls).
 
 Large side inputs travel the same way, as files (``worker.shipped.ShippedFile``): a task's
 closure would carry them to every task, and Spark Connect refuses closures over
@@ -204,7 +206,9 @@ class Shipper:
         return self._dir
 
     def _add(self, path: str, **kind) -> None:
-        self._session.addArtifacts(path, **kind)
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
+
+        pyspark_compat.add_artifact(self._session, path, **kind)
         if self._connect:
             os.remove(path)  # the server has its copy
 

@@ -36,6 +36,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
+from beam_spark_inproc.compat import versions
 from beam_spark_inproc.compat.python import add_note
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.plan import StagePlan
@@ -115,6 +116,10 @@ class StageTask:
     # The driver's working directory: relative local paths read and written by
     # the stage resolve there (``worker.directory``).
     working_directory: str = ''
+    # The driver's (Python, Beam, PySpark) versions, set by the Spark engine: a
+    # worker with others fails the task before its first bundle
+    # (``compat.versions.check``); () in the driver.
+    versions: tuple = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_bundle(self, batches)
@@ -317,6 +322,8 @@ def _recording(inputs: Iterator, transform_id: str, fed: list, splitter) -> Iter
 
 def run_bundle(task: StageTask, batches) -> Iterator[pa.RecordBatch]:
     """The task's output batches; its bundles run in a helper thread."""
+    if task.versions:
+        versions.check(task.versions)
     gc_epochs.EPOCHS.task_started()
     try:
         with directory.driver_directory(task.working_directory):

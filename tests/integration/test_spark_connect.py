@@ -48,9 +48,22 @@ from pathlib import Path
 
 import pytest
 
+from beam_spark_inproc.compat import pyspark as pyspark_compat
+
 from . import spark_connect_pipelines as pipelines
 
-pytestmark = pytest.mark.connect
+
+def _connect_unavailable() -> str:
+    """Why this installation cannot run the Connect server and client ('' if it can)."""
+    if not pyspark_compat.CONNECT_SERVER_BUNDLED:
+        return f'PySpark {pyspark_compat.VERSION_STRING} carries no Spark Connect server'
+    return pyspark_compat.connect_client_error('sc://localhost') or ''
+
+
+pytestmark = [
+    pytest.mark.connect,
+    pytest.mark.skipif(bool(_connect_unavailable()), reason=_connect_unavailable()),
+]
 
 HELPER = Path(pipelines.__file__)
 NAMES = sorted(pipelines.PIPELINES)

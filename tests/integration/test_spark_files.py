@@ -20,6 +20,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.compat import pyspark as pyspark_compat
 from beam_spark_inproc.transforms import ReadFromSpark
 from beam_spark_inproc.transforms import files
 from beam_spark_inproc.transforms import types
@@ -65,7 +66,7 @@ def _spark_values(dataframe) -> list:
     """What Spark's own reader gives, converted as the runner converts it."""
     schema, row_type = types.spark_row_type(dataframe.schema)
     convert = ArrowRows(row_type, tuple(schema.names))
-    table = dataframe.toArrow()
+    table = pyspark_compat.to_arrow(dataframe)
     return [row for batch in table.to_batches() for row in convert.rows(batch)]
 
 

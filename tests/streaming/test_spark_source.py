@@ -16,6 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_spark_inproc import InProcessSparkRunner
+from beam_spark_inproc.compat import pyspark as pyspark_compat
 from beam_spark_inproc.transforms import ReadFromSpark
 from beam_spark_inproc.transforms import SparkInteropError
 from tests.streaming import spark_source_pipelines as cases
@@ -61,6 +62,11 @@ def test_file_stream_equals_bounded_read(spark, tmp_path):
     assert latest['caught_up'] is True
 
 
+@pytest.mark.skipif(
+    not pyspark_compat.PYTHON_STREAM_READ_LIMITS,
+    reason='the source limits its batches (ReadMaxRows): Python streaming readers do from '
+    f'PySpark 4.2, this is {pyspark_compat.VERSION_STRING}',
+)
 def test_python_data_source_with_offsets(spark, tmp_path):
     """A Python streaming data source (``DataSourceStreamReader``, 10 rows a
     Spark batch): its rows once each, at their event times."""
@@ -90,6 +96,25 @@ def test_python_data_source_with_offsets(spark, tmp_path):
     )
     epoch = int(cases.EPOCH.timestamp())
     assert got == sorted((n, f'k{n % 3}', epoch + n) for n in range(45))
+
+
+@pytest.mark.skipif(
+    pyspark_compat.PYTHON_DATA_SOURCES,
+    reason=f'PySpark {pyspark_compat.VERSION_STRING} has Python data sources',
+)
+def test_python_data_source_refused_while_building(spark):
+    """On a PySpark without Python data sources a format Spark does not find
+    is refused when the transform is built, naming it and the release needed,
+    and no Spark job has run."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = len(tracker.getJobIdsForGroup(None))
+    with pytest.raises(SparkInteropError) as raised:
+        ReadFromSpark.stream(format='beam_test_counter', event_time='ts', spark=spark)
+    message = str(raised.value)
+    assert message.startswith("ReadFromSpark.stream(format='beam_test_counter'): ")
+    assert 'Python data source' in message and 'PySpark 4.0 or later' in message
+    assert pyspark_compat.VERSION_STRING in message and '\n' not in message
+    assert len(tracker.getJobIdsForGroup(None)) == jobs
 
 
 def test_bad_input_fails_while_building(spark, tmp_path):

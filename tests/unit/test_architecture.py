@@ -85,6 +85,13 @@ def _classic_only(path: pathlib.Path, line: str) -> bool:
     past its Connect branch: ``class_archive``); and the executors' running
     tasks after Ctrl-C (``session.wait_for_tasks_to_end``: a Connect client
     has no local JVM to stop under them)."""
+    if path.parent.name == 'compat':
+        # Job tags that cancel from any thread, and what PySpark 3.5's
+        # classic sessions lack (artifacts): ``compat.pyspark`` uses the Spark
+        # context for them on classic sessions.
+        return path.name == 'pyspark.py' and line.rstrip().endswith(
+            ('# classic-only: PySpark 3.5', '# classic-only: job tags')
+        )
     if path.parent.name != 'spark':
         return False
     return (
@@ -160,8 +167,10 @@ def test_worker_imports_no_driver_module():
 
 def test_only_spark_package_imports_pyspark():
     allowed = {PACKAGE / 'spark', PACKAGE / 'testing'}
+    # What differs between PySpark releases, and the versions a worker reports.
+    compat = {PACKAGE / 'compat' / 'pyspark.py', PACKAGE / 'compat' / 'versions.py'}
     for path in PACKAGE.rglob('*.py'):
-        if any(parent in allowed for parent in path.parents):
+        if any(parent in allowed for parent in path.parents) or path in compat:
             continue
         names = _imports(path)
         # runner.py may catch pyspark's PythonException to translate it.
@@ -407,3 +416,90 @@ def test_the_version_rule_sees_what_it_forbids(tmp_path: pathlib.Path):
     assert not _reads_beam_version(source)
     compat = _reads_beam_version(PACKAGE / 'compat' / 'beam.py')
     assert compat, 'compat.beam reads the version itself'
+
+
+# A PySpark release written as a string (``'3.5.0'``, ``'4.2'``).
+_PYSPARK_RELEASE = re.compile(r'[34]\.\d{1,2}(\.\d+)?')
+
+
+def _reads_pyspark_version(path: pathlib.Path) -> list[str]:
+    """What in one source reads PySpark's version: ``pyspark.version``
+    imported, ``__version__`` of ``pyspark`` (under any name it is bound to),
+    its installed distribution's version (``importlib.metadata``), or a
+    string that is a PySpark release (a version to compare with)."""
+    tree = ast.parse(path.read_text())
+    pyspark_names = {'pyspark'}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == 'pyspark.version':
+                    found.append(f'line {node.lineno}: import {alias.name}')
+                elif alias.name == 'pyspark':
+                    pyspark_names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = {alias.name for alias in node.names}
+            if node.module == 'pyspark.version' or (
+                node.module == 'pyspark' and names & {'version', '__version__'}
+            ):
+                found.append(f'line {node.lineno}: from {node.module} import {sorted(names)}')
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == '__version__'
+            and isinstance(node.value, ast.Name)
+            and node.value.id in pyspark_names
+        ):
+            found.append(f'line {node.lineno}: {node.value.id}.__version__')
+        elif (
+            isinstance(node, ast.Call)
+            and (getattr(node.func, 'attr', None) or getattr(node.func, 'id', None)) == 'version'
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == 'pyspark'
+        ):
+            found.append(f"line {node.lineno}: version('pyspark')")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _PYSPARK_RELEASE.fullmatch(node.value)
+        ):
+            found.append(f'line {node.lineno}: {node.value!r}')
+    return found
+
+
+def test_only_compat_reads_pysparks_version():
+    """What differs between PySpark releases is decided in ``compat.pyspark``
+    (named flags and functions): no other module reads PySpark's version or
+    names a PySpark release to compare with (``compat.versions`` reports the
+    worker's version string through ``compat.pyspark``)."""
+    checked = 0
+    for name, path in MODULES.items():
+        if name == 'beam_spark_inproc.compat.pyspark':
+            continue
+        checked += 1
+        found = _reads_pyspark_version(path)
+        assert not found, f'{name} reads the PySpark version (use compat.pyspark): {found}'
+    assert checked > 10
+
+
+def test_the_pyspark_version_rule_sees_what_it_forbids(tmp_path: pathlib.Path):
+    """The rule above finds each way of reading PySpark's version."""
+    source = tmp_path / 'reader.py'
+    for text in (
+        'import pyspark.version',
+        'from pyspark import __version__',
+        'from pyspark.version import __version__',
+        'import pyspark as ps\nif ps.__version__ >= "x": pass',
+        'import pyspark\nV = pyspark.__version__',
+        'from importlib import metadata\nV = metadata.version("pyspark")',
+        'RELEASE = "3.5.0"',
+        'if release < "4.2": pass',
+    ):
+        source.write_text(text)
+        assert _reads_pyspark_version(source), text
+    source.write_text('import pyspark\nVERSION = "0.2.0"\n"""Since PySpark 4.0."""')
+    assert not _reads_pyspark_version(source)
+    assert _reads_pyspark_version(PACKAGE / 'compat' / 'pyspark.py'), (
+        'compat.pyspark reads the version itself'
+    )

@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_spark_inproc import __main__ as cli
 from beam_spark_inproc import runner
+from beam_spark_inproc.compat import python as python_compat
 from beam_spark_inproc.errors import PipelineExecutionError
 from beam_spark_inproc.errors import SparkMasterError
 from beam_spark_inproc.options import SparkRunnerOptions
@@ -184,7 +185,7 @@ def _driver_failure(error: BaseException) -> Exception:
     except BaseException as e:
         failure = Failure.of(e, STAGE)
     wrapped = RuntimeError(str(error))
-    wrapped.add_note(failure.note())
+    python_compat.add_note(wrapped, failure.note())
     return wrapped
 
 
