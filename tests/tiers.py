@@ -64,7 +64,8 @@ TIERS = {'quick': QUICK, 'compat': COMPAT}
 
 # The longest files (minutes, mostly other processes: a local cluster, a Spark
 # Connect server, spark-submit), collected first so that pytest-xdist's two
-# workers start them first rather than finishing on them.
+# workers start them first rather than finishing on them (setup.cfg's
+# --no-loadscope-reorder keeps this order).
 LONGEST_FIRST = (
     'tests/test_cluster_tier.py',
     'tests/integration/test_spark_connect.py',
