@@ -174,7 +174,7 @@ class InProcessSparkRunner(PipelineRunner):
         if os.environ.get(EXPLAIN_ENV):
             from beam_spark_inproc.planning.describe import describe
 
-            raise Explained(describe(plan))
+            raise Explained(describe(plan, pipeline))
         opts = options.view_as(SparkRunnerOptions)
         parse_conf(opts.spark_conf)  # bad flags fail before Spark starts
         extra_py_files = py_files(opts.spark_py_files)

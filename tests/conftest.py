@@ -44,3 +44,35 @@ def shared_session():
 @pytest.fixture(scope='session')
 def spark():
     return shared_session()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config, items):
+    """Marks the tests of ``tests/tiers.py``'s tiers (an entry that names no
+    test is an error: the tier would silently shrink) and puts its longest
+    files first."""
+    import pathlib
+
+    from tests.tiers import LONGEST_FIRST
+    from tests.tiers import TIERS
+
+    root = pathlib.Path(str(config.rootpath))
+    first = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split('::', 1)[0], len(first)))
+    collected = {item.nodeid.split('::', 1)[0] for item in items}
+    for tier, entries in TIERS.items():
+        marker = getattr(pytest.mark, tier)
+        for entry in entries:
+            path = entry.split('::', 1)[0]
+            if not (root / path).exists():
+                raise pytest.UsageError(
+                    f'tests/tiers.py: {tier} names {path}, which does not exist'
+                )
+            matched = False
+            for item in items:
+                nodeid = item.nodeid
+                if nodeid == entry or nodeid.startswith((entry + '::', entry + '[', entry + '/')):
+                    item.add_marker(marker)
+                    matched = True
+            if not matched and '::' in entry and path in collected:
+                raise pytest.UsageError(f'tests/tiers.py: {tier} names {entry}, which is no test')

@@ -31,6 +31,8 @@ def test_cluster_tier():
             '-rfEs',
             '-p',
             'no:cacheprovider',
+            '-n',
+            '0',  # one local-cluster at a time
             '-W',
             'ignore::FutureWarning',
         ],

@@ -37,6 +37,7 @@ from typing import Any
 from typing import Callable
 
 from beam_spark_inproc.execution.engine import ArrowOutput
+from beam_spark_inproc.planning import native
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.planning.native import READ_STREAM_URN
 from beam_spark_inproc.planning.native import READ_URN
@@ -60,7 +61,8 @@ def build(executor, index: int, stage: p.StagePlan) -> Any:
             f'runner-native URN {stage.native_urn!r}; known: '
             f'{", ".join(sorted(HANDLERS))}.'
         ) from None
-    return handler(_Context(executor, index, stage), json.loads(stage.native_payload))
+    spec = json.loads(stage.native_payload)
+    return handler(_Context(executor, index, stage, spec), spec)
 
 
 class _Context:
@@ -71,16 +73,16 @@ class _Context:
     same handlers run on Spark and on the debug engine.
     """
 
-    def __init__(self, executor, index: int, stage: p.StagePlan):
+    def __init__(self, executor, index: int, stage: p.StagePlan, spec: dict):
         self.executor, self.index, self.stage = executor, index, stage
         self.engine = executor.engine
-        self.label = ', '.join(stage.labels)
+        # How errors name the transform: its label, then its class and target.
+        self.label = native.named(', '.join(stage.labels), native.kind(stage.native_urn, spec))
         try:
             self.session = self.engine.spark_session()
         except Exception as e:
             raise specs.SparkInteropError(
-                f'{self.label} ({stage.native_urn}) needs a SparkSession for its '
-                f'Spark work, and none could be made: {e}'
+                f'{self.label} needs a SparkSession for its Spark work, and none could be made: {e}'
             ) from None
 
     def coder(self, coder_id: str):

@@ -29,6 +29,7 @@ from apache_beam import pvalue
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import GlobalWindows
 
+from beam_spark_inproc.planning import native
 from beam_spark_inproc.planning.native import READ_STREAM_URN
 from beam_spark_inproc.planning.native import READ_URN
 from beam_spark_inproc.planning.native import SQL_URN
@@ -36,6 +37,7 @@ from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import types
 from beam_spark_inproc.transforms.specs import _DATAFRAMES
 from beam_spark_inproc.transforms.specs import SparkInteropError
+from beam_spark_inproc.transforms.specs import applied_label
 from beam_spark_inproc.transforms.specs import encode_schema
 from beam_spark_inproc.transforms.specs import path_schema
 from beam_spark_inproc.transforms.specs import spark_error
@@ -74,7 +76,8 @@ def _native(pipeline, what: str, urn: str) -> bool:
     if local.in_process(pipeline):
         return False
     raise SparkInteropError(
-        f'{what} ({urn}) runs on beam_spark_inproc.InProcessSparkRunner, or '
+        f'{what}: this transform ({urn}) runs on '
+        'beam_spark_inproc.InProcessSparkRunner, or '
         'through a local SparkSession on a runner that runs the pipeline in '
         'this process (DirectRunner, BundleBasedDirectRunner, FnApiRunner in '
         f"memory); this pipeline's runner is {type(runner).__name__}. Run the "
@@ -100,6 +103,10 @@ class ReadFromSpark(beam.PTransform):
     query staging the batches (``'available_now'``: read what is there, then
     finish; an interval such as ``'5 seconds'``; default: as soon as the
     last batch is staged). See ``stream`` and ``spark_stream``.
+
+    The schema is read when the transform is applied (``expand``), so that
+    every error starts with the label it was applied under:
+    ``'Read orders' (ReadFromSpark dataframe): ...``.
     """
 
     def __init__(
@@ -114,6 +121,8 @@ class ReadFromSpark(beam.PTransform):
         trigger: Optional[str] = None,
         name: Optional[str] = None,
         _identity: Optional[dict] = None,
+        _reader: Optional[dict] = None,
+        _problem: Optional[str] = None,
     ):
         super().__init__()
         given = [
@@ -121,66 +130,36 @@ class ReadFromSpark(beam.PTransform):
             for n, v in (('table', table), ('query', query), ('dataframe', dataframe))
             if v is not None
         ]
-        if len(given) != 1:
-            raise SparkInteropError(
-                'ReadFromSpark needs exactly one of table=, query= or dataframe= '
+        self._problem = _problem
+        if self._problem is None and _reader is None and len(given) != 1:
+            self._problem = (
+                'needs exactly one of table=, query= or dataframe= '
                 f'(got {", ".join(given) or "none"}).'
             )
-        self._source = given[0]
-        self._what = (
-            f'ReadFromSpark(table={table!r})'
-            if table is not None
-            else f'ReadFromSpark(query={query!r})'
-            if query is not None
-            else 'ReadFromSpark(dataframe=...)'
+        self._source = given[0] if len(given) == 1 else 'dataframe'
+        self._kind = (
+            native.kind(READ_URN, {'identity': {'format': _reader['format']}})
+            if _reader is not None
+            else native.kind(READ_URN, {'source': self._source, 'table': table, 'query': query})
+            if len(given) == 1
+            else 'ReadFromSpark'
         )
-        session = dataframe.sparkSession if dataframe is not None else active_session(spark)
-        if session is None:
-            raise SparkInteropError(
-                f'{self._what} needs a SparkSession to read the schema: pass '
-                'spark=session, or create one first.'
-            )
-        try:
-            if dataframe is None:
-                dataframe = session.table(table) if table is not None else session.sql(query)
-            spark_schema = dataframe.schema  # analyses: unknown table, bad SQL
-        except Exception as e:
-            raise spark_error(self._what, e) from None
-        try:
-            self._arrow, self._row_type = types.spark_row_type(spark_schema)
-        except types.SchemaError as e:
-            raise SparkInteropError(f'{self._what}: {e}') from None
-        self._token = f'df-{next(_tokens)}'
-        _DATAFRAMES[self._token] = dataframe
-        self._spec = {
-            'source': self._source,
-            'table': table,
-            'query': query,
-            'token': self._token,
-            'schema': encode_schema(self._arrow),
-        }
-        self._stream = None
-        streaming = self._source == 'dataframe' and dataframe.isStreaming
-        if (
-            streaming
-            or event_time is not None
-            or max_out_of_orderness is not None
-            or trigger is not None
-        ):
-            from beam_spark_inproc.transforms import spark_stream
+        self._label: Optional[str] = None  # the full label, once applied
+        self._args = dict(
+            table=table,
+            query=query,
+            dataframe=dataframe,
+            spark=spark,
+            event_time=event_time,
+            max_out_of_orderness=max_out_of_orderness,
+            trigger=trigger,
+            identity=_identity or ({'name': name} if name else None),
+            reader=_reader,
+        )
 
-            identity = _identity or ({'name': name} if name else None)
-            self._stream = dict(
-                self._spec,
-                **spark_stream.stream_spec(
-                    self._what,
-                    dataframe if streaming else None,
-                    event_time,
-                    max_out_of_orderness,
-                    trigger,
-                    identity,
-                ),
-            )
+    @property
+    def _what(self) -> str:
+        return native.named(self._label or self.label, self._kind)
 
     @classmethod
     def stream(
@@ -202,42 +181,99 @@ class ReadFromSpark(beam.PTransform):
         max_out_of_orderness=10)``, or ``format='json', path=folder,
         schema=...``, ``format='rate'``, a Python data source's name; or
         ``dataframe=`` a streaming DataFrame. See the class doc."""
-        what = f'ReadFromSpark.stream(format={format!r})'
+        stream = dict(
+            event_time=event_time, max_out_of_orderness=max_out_of_orderness, trigger=trigger
+        )
         if (format is None) == (dataframe is None):
-            raise SparkInteropError(
-                'ReadFromSpark.stream needs exactly one of format= or dataframe=.'
-            )
-        if dataframe is not None:
-            if not dataframe.isStreaming:
-                raise SparkInteropError(
-                    'ReadFromSpark.stream(dataframe=...): a batch DataFrame where '
-                    'a stream is required; make it with spark.readStream, or read '
-                    'it bounded with ReadFromSpark(dataframe=...).'
-                )
             return cls(
                 dataframe=dataframe,
-                event_time=event_time,
-                max_out_of_orderness=max_out_of_orderness,
-                trigger=trigger,
+                _problem='ReadFromSpark.stream needs exactly one of format= or dataframe=.',
+                **stream,
             )
-        session = active_session(spark)
+        if dataframe is not None:
+            problem = (
+                None
+                if dataframe.isStreaming
+                else 'ReadFromSpark.stream(dataframe=...) was given a batch DataFrame '
+                'where a stream is required; make it with spark.readStream, or '
+                'read it bounded with ReadFromSpark(dataframe=...).'
+            )
+            return cls(dataframe=dataframe, _problem=problem, **stream)
+        reader = {'format': format, 'path': path, 'options': options, 'schema': schema}
+        return cls(spark=spark, _reader=reader, **stream)
+
+    def _resolve(self) -> None:
+        """The DataFrame analysed, its schema as a Beam row type, the spec:
+        errors name ``self._what``."""
+        args = self._args
+        dataframe = args['dataframe']
+        identity = args['identity']
+        if args['reader'] is not None:  # ReadFromSpark.stream(format=...)
+            from beam_spark_inproc.transforms import spark_stream
+
+            session = active_session(args['spark'])
+            if session is None:
+                raise SparkInteropError(
+                    f'{self._what} needs a SparkSession: pass spark=session, or create one first.'
+                )
+            r = args['reader']
+            dataframe, identity = spark_stream.reader(
+                session, self._what, r['format'], r['path'], r['options'], r['schema']
+            )
+        table, query = args['table'], args['query']
+        session = dataframe.sparkSession if dataframe is not None else active_session(args['spark'])
         if session is None:
             raise SparkInteropError(
-                f'{what} needs a SparkSession: pass spark=session, or create one first.'
+                f'{self._what} needs a SparkSession to read the schema: pass '
+                'spark=session, or create one first.'
             )
-        from beam_spark_inproc.transforms import spark_stream
-
-        assert format is not None  # exactly one of format= and dataframe=
-        dataframe, identity = spark_stream.reader(session, what, format, path, options, schema)
-        return cls(
-            dataframe=dataframe,
-            event_time=event_time,
-            max_out_of_orderness=max_out_of_orderness,
-            trigger=trigger,
-            _identity=identity,
+        try:
+            if dataframe is None:
+                dataframe = session.table(table) if table is not None else session.sql(query)
+            spark_schema = dataframe.schema  # analyses: unknown table, bad SQL
+        except Exception as e:
+            raise spark_error(self._what, e) from None
+        try:
+            self._arrow, self._row_type = types.spark_row_type(spark_schema)
+        except types.SchemaError as e:
+            raise SparkInteropError(f'{self._what}: {e}') from None
+        self._dataframe = dataframe
+        self._token = f'df-{next(_tokens)}'
+        _DATAFRAMES[self._token] = dataframe
+        self._spec = {
+            'source': self._source,
+            'table': table,
+            'query': query,
+            'token': self._token,
+            'schema': encode_schema(self._arrow),
+        }
+        self._stream = None
+        streaming = self._source == 'dataframe' and dataframe.isStreaming
+        event_time, lateness, trigger = (
+            args['event_time'],
+            args['max_out_of_orderness'],
+            args['trigger'],
         )
+        if streaming or event_time is not None or lateness is not None or trigger is not None:
+            from beam_spark_inproc.transforms import spark_stream
+
+            self._stream = dict(
+                self._spec,
+                **spark_stream.stream_spec(
+                    self._what,
+                    dataframe if streaming else None,
+                    event_time,
+                    lateness,
+                    trigger,
+                    identity,
+                ),
+            )
 
     def expand(self, pbegin):
+        self._label = applied_label(pbegin.pipeline, self.label)
+        if self._problem is not None:
+            raise SparkInteropError(f'{self._what}: {self._problem}')
+        self._resolve()
         if self._stream is not None:
             if (
                 getattr(pbegin.pipeline.runner, 'native_urns', ())
@@ -310,19 +346,19 @@ class WriteToSpark(beam.PTransform):
         pane_index: Optional[str] = None,
     ):
         super().__init__()
+        self._problem: Optional[str] = None  # raised when applied, under its label
         if (table is None) == (path is None):
-            raise SparkInteropError('WriteToSpark needs exactly one of table= or path=.')
-        if mode not in WRITE_MODES:
-            raise SparkInteropError(
-                f'WriteToSpark: mode {mode!r} is not one of {", ".join(WRITE_MODES)}.'
-            )
+            self._problem = 'needs exactly one of table= or path=.'
+        elif mode not in WRITE_MODES:
+            self._problem = f'mode {mode!r} is not one of {", ".join(WRITE_MODES)}.'
         if path is not None and format is None:
             format = 'parquet'
-        self._what = (
-            f'WriteToSpark(table={table!r})'
-            if table is not None
-            else f'WriteToSpark(path={path!r})'
+        self._kind = (
+            native.kind(WRITE_URN, {'table': table, 'path': path})
+            if self._problem is None
+            else 'WriteToSpark'
         )
+        self._label: Optional[str] = None  # the full label, once applied
         self._session = spark
         self._spec: dict[str, Any] = {
             'table': table,
@@ -343,14 +379,19 @@ class WriteToSpark(beam.PTransform):
             },
         }
 
+    @property
+    def _what(self) -> str:
+        return native.named(self._label or self.label, self._kind)
+
     def expand(self, pcoll):
-        native = _native(pcoll.pipeline, self._what, WRITE_URN)
+        self._label = applied_label(pcoll.pipeline, self.label)
+        if self._problem is not None:
+            raise SparkInteropError(f'{self._what}: {self._problem}')
+        is_native = _native(pcoll.pipeline, self._what, WRITE_URN)
         try:
-            arrow = types.arrow_schema(
-                types.element_schema(pcoll.element_type, f'The input of {self._what}')
-            )
+            arrow = types.arrow_schema(types.element_schema(pcoll.element_type, 'its input'))
         except types.SchemaError as e:
-            raise SparkInteropError(str(e)) from None
+            raise SparkInteropError(f'{self._what}: {e}') from None
         arrow = _with_window_columns(arrow, self._spec['window_columns'], self._what)
         stream = pcoll.is_bounded is False
         if stream:  # the rules of a streaming write, while building
@@ -377,7 +418,7 @@ class WriteToSpark(beam.PTransform):
         elif session is not None and self._spec['mode'] == 'append':
             arrow = path_schema(session, self._spec, arrow, self._what)
         self._spec['schema'] = encode_schema(arrow)
-        if not native:
+        if not is_native:
             from beam_spark_inproc.transforms import local
 
             if stream or self._spec['window_columns']:
@@ -452,9 +493,14 @@ class SparkSql(beam.PTransform):
         super().__init__()
         self._query = query
         self._session = spark
-        self._what = f'SparkSql({query!r})'
+        self._kind = native.kind(SQL_URN, {'query': query})
+        self._label: Optional[str] = None  # the full label, once applied
         self._columns = {'window_start': window_start, 'window_end': window_end}
         self._windowing: Optional[Windowing] = None  # the input's, in a stream
+
+    @property
+    def _what(self) -> str:
+        return native.named(self._label or self.label, self._kind)
 
     def expand(self, pcolls):
         if isinstance(pcolls, pvalue.PCollection):
@@ -464,7 +510,8 @@ class SparkSql(beam.PTransform):
                 f'{self._what} takes a PCollection or a dict of them by view name.'
             )
         pipeline = next(iter(pcolls.values())).pipeline
-        native = _native(pipeline, self._what, SQL_URN)
+        self._label = applied_label(pipeline, self.label)
+        is_native = _native(pipeline, self._what, SQL_URN)
         stream = any(pc.is_bounded is False for pc in pcolls.values())
         if stream:
             self._windowing = _stream_sql_windowing(pcolls, self._what)
@@ -488,10 +535,10 @@ class SparkSql(beam.PTransform):
                 )
             try:
                 views[name] = types.arrow_schema(
-                    types.element_schema(pcoll.element_type, f'View {name!r} of {self._what}')
+                    types.element_schema(pcoll.element_type, f'view {name!r}')
                 )
             except types.SchemaError as e:
-                raise SparkInteropError(str(e)) from None
+                raise SparkInteropError(f'{self._what}: {e}') from None
             if stream:
                 views[name] = _with_window_columns(views[name], self._columns, self._what)
         session = active_session(self._session)
@@ -511,7 +558,7 @@ class SparkSql(beam.PTransform):
             self._spec['window_columns'] = self._columns
             assert self._windowing is not None  # set above for a stream
             self._spec['global_window'] = isinstance(self._windowing.windowfn, GlobalWindows)
-        if not native:
+        if not is_native:
             if stream:
                 raise SparkInteropError(
                     f'{self._what} on an unbounded PCollection needs InProcessSparkRunner.'

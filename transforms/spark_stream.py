@@ -79,6 +79,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_spark_inproc.planning import native
 from beam_spark_inproc.transforms import specs
 from beam_spark_inproc.transforms import types
 
@@ -227,8 +228,10 @@ class SparkStreamSource:
 
     def __init__(self, stage, engine, context, folder: str):
         self.stage = stage
-        self.label = ', '.join(stage.labels)
         self._spec = json.loads(stage.native_payload)
+        self.label = native.named(
+            ', '.join(stage.labels), native.kind(stage.native_urn, self._spec)
+        )
         self._engine = engine
         self._context = context
         self._folder = folder

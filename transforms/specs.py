@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from typing import Optional
 
 import pyarrow as pa
 
@@ -32,6 +33,14 @@ def decode_schema(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def applied_label(pipeline, label: str) -> str:
+    """The full label (``'Outer/Write totals'``) of the transform being
+    applied to ``pipeline``, called from its ``expand``; else ``label``."""
+    current = getattr(pipeline, '_current_transform', None)
+    applied = current() if current is not None else None
+    return getattr(applied, 'full_label', None) or label
+
+
 def spark_error(what: str, error: Exception) -> SparkInteropError:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     if len(lines) > 1 and lines[0].startswith('An error occurred while calling'):
@@ -41,10 +50,37 @@ def spark_error(what: str, error: Exception) -> SparkInteropError:
     return SparkInteropError(f'{what}: {lines[0] if lines else repr(error)}')
 
 
+def view_kind(session, table: str) -> Optional[str]:
+    """``'temporary'``, ``'global temporary'`` or ``'permanent'`` when
+    ``table`` names a view of the session (as Spark resolves the name: a
+    temporary view first), else None. ``catalog.getTable``: PySpark 3.4 and
+    later, classic and Spark Connect alike; ``DESCRIBE TABLE EXTENDED`` says
+    nothing of a temporary view."""
+    try:
+        found = session.catalog.getTable(table)
+    except Exception:  # no such table: the caller says so
+        return None
+    kind = (found.tableType or '').upper()
+    if found.isTemporary or kind == 'TEMPORARY':
+        global_db = session.conf.get('spark.sql.globalTempDatabase', 'global_temp')
+        namespace = list(found.namespace or [])
+        return 'global temporary' if namespace[-1:] == [global_db] else 'temporary'
+    return 'permanent' if kind == 'VIEW' else None
+
+
+# What Spark's saveAsTable does with each kind of view, i.e. why a batch
+# WriteToSpark refuses them.
+_BATCH_VIEW_WRITES = {
+    'temporary': 'Spark would write a permanent table of that name, hidden behind the view',
+    'global temporary': "Spark's writer cannot write into the global temporary database",
+    'permanent': 'Spark refuses to append to a view, and overwrite would replace it with a table',
+}
+
+
 def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema:
     """The Arrow schema to write: the table's, when appending to a table that
     exists (checked against the PCollection's); else the PCollection's.
-    Raises for error-if-exists on an existing table."""
+    Raises for a view, and for error-if-exists on an existing table."""
     table, mode = spec['table'], spec['mode']
     try:
         exists = session.catalog.tableExists(table)
@@ -52,6 +88,13 @@ def target_schema(session, spec: dict, arrow: pa.Schema, what: str) -> pa.Schema
         raise spark_error(what, e) from None
     if not exists:
         return arrow
+    view = view_kind(session, table)
+    if view is not None:
+        raise SparkInteropError(
+            f'{what}: {table!r} is a view ({view}); WriteToSpark writes to a '
+            f'table ({_BATCH_VIEW_WRITES[view]}). Write to another table name, '
+            'or to the table the view reads.'
+        )
     if mode in ('error', 'errorifexists'):
         raise SparkInteropError(
             f'{what}: table {table!r} already exists and mode is {mode!r}: '

@@ -113,6 +113,7 @@ class WindowedToBeamRows:
     start: str
     end: str
     global_window: bool = False  # the input was in the global window
+    label: str = 'SparkSql'  # the transform, for errors
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return encoded_batches(self.rows(batches))
@@ -127,7 +128,7 @@ class WindowedToBeamRows:
             for row, start, end in zip(convert.rows(batch), starts, ends):
                 if start is None or end is None:
                     raise ValueError(
-                        f'A SparkSql result row has no window: its {self.start!r}'
+                        f'{self.label}: a result row has no window: its {self.start!r}'
                         f' or {self.end!r} column is null ({row}).'
                     )
                 window = (

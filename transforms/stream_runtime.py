@@ -67,6 +67,7 @@ import uuid
 from typing import Any
 from typing import Callable
 
+from beam_spark_inproc.planning import native
 from beam_spark_inproc.planning.native import SQL_URN
 from beam_spark_inproc.planning.native import WRITE_URN
 from beam_spark_inproc.transforms import specs
@@ -94,7 +95,7 @@ class StreamStages:
         """Writes (None) or queries (the result's rows) ``data``, stage
         ``key``'s input in ``micro_batch``."""
         spec = json.loads(stage.native_payload)
-        label = ', '.join(stage.labels)
+        label = native.named(', '.join(stage.labels), native.kind(stage.native_urn, spec))
         if stage.native_urn == SQL_URN:
             return self._query(stage, spec, label, data)
         if stage.native_urn != WRITE_URN:
@@ -166,6 +167,7 @@ class StreamStages:
                 columns['window_start'],
                 columns['window_end'],
                 bool(spec.get('global_window')),
+                label,
             ),
         )
 

@@ -14,10 +14,10 @@ folder). Both are idempotent, so they run after every publish and once
 when the sink starts (a driver that died between its published record and
 them leaves nothing unseen).
 
-**Resolved through the catalog, by SQL only** (``DESCRIBE TABLE EXTENDED``:
-its ``Type``, ``Provider``, ``Location`` and ``# Partition Information``
-rows), so it works the same on classic Spark and over Spark Connect
-(``resolve``). While the pipeline is built (``WriteToSpark.expand``) the
+**Resolved through the catalog** (``DESCRIBE TABLE EXTENDED``: its ``Type``,
+``Provider``, ``Location`` and ``# Partition Information`` rows; views by
+``catalog.getTable``), so it works the same on classic Spark and over Spark
+Connect (``resolve``). While the pipeline is built (``WriteToSpark.expand``) the
 table must exist, be such a table, and its columns must match the
 PCollection's fields (``specs.target_schema``): else a SparkInteropError
 naming the transform, before anything is written. When the stream runs, the
@@ -26,8 +26,9 @@ dropped or changed since is refused then, still before writing), and
 ``stream_runtime`` makes the table's ``PathSink``: its folder, its format and
 partition columns for the staged write, ``refresh`` after each publish.
 
-Refused, with their reason: views; tables whose format keeps its own
-transaction log (Delta, Iceberg, Hudi: renamed-in files would bypass the
+Refused, with their reason: views, permanent, temporary or global temporary
+(``specs.view_kind``: ``DESCRIBE`` says nothing of a temporary view); tables
+whose format keeps its own transaction log (Delta, Iceberg, Hudi: renamed-in files would bypass the
 log; Delta's idempotent appends by ``txnAppId``/``txnVersion`` need
 delta-spark, which this runner does not bring); Hive serde tables and any
 other provider; a location not on a file system the driver renames files on
@@ -109,11 +110,17 @@ def resolve(session, table: str, what: str) -> TableTarget:
             'existing table: create it first (CREATE TABLE ... USING parquet, '
             'with PARTITIONED BY if it has partitions), or write to path=.'
         )
+    view = specs.view_kind(session, table)
     detail = describe(session, table, what)
     kind = detail.get('Type', '').upper()
     provider = detail.get('Provider', '').lower()
-    if kind == 'VIEW' or 'View Text' in detail:
-        raise specs.SparkInteropError(f'{what}: {table!r} is a view; a stream appends to a table.')
+    if view is None and (kind == 'VIEW' or 'View Text' in detail):
+        view = 'permanent'
+    if view is not None:
+        raise specs.SparkInteropError(
+            f'{what}: {table!r} is a view ({view}); a stream appends to a table. '
+            'Write to a parquet, orc or json table, or to path=.'
+        )
     if provider in ('delta', 'iceberg', 'hudi'):
         raise specs.SparkInteropError(
             f'{what}: table {table!r} is a {provider} table, which keeps its own '

@@ -131,6 +131,8 @@ def run_suite(junit: pathlib.Path) -> None:
             '-q',
             '-p',
             'no:cacheprovider',
+            '-n',
+            '0',
             SUITE,
             f'--junitxml={junit}',
         ],

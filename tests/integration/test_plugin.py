@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+from tests.jvm_probe import JVM_PROBE
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -68,43 +70,6 @@ def test_explain_prints_the_plan_without_running(tmp_path):
 # A conftest for the generated test files: at the end of the run, whether this
 # process started Spark's JVM (a py4j gateway, or a java process among its
 # descendants), written to the file $JVM_REPORT names.
-JVM_PROBE = """
-import json, os
-
-
-def _java_descendants():
-    parents = {}
-    for pid in os.listdir('/proc'):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f'/proc/{pid}/stat') as f:
-                parents[pid] = f.read().rsplit(')', 1)[1].split()[1]
-        except OSError:
-            continue
-    found, todo = [], [str(os.getpid())]
-    while todo:
-        parent = todo.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent:
-                todo.append(pid)
-                try:
-                    with open(f'/proc/{pid}/cmdline', 'rb') as f:
-                        if b'java' in f.read().split(b'\\0')[0]:
-                            found.append(pid)
-                except OSError:
-                    pass
-    return found
-
-
-def pytest_sessionfinish(session):
-    import sys
-
-    context = getattr(sys.modules.get('pyspark'), 'SparkContext', None)
-    with open(os.environ['JVM_REPORT'], 'w') as f:
-        json.dump({'gateway': bool(context and context._gateway),
-                   'java': _java_descendants()}, f)
-"""
 
 
 def _run_user_tests(tmp_path, source: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:

@@ -45,37 +45,135 @@ def _rows(p, n=3, label='Rows'):
     )
 
 
-def test_unknown_table(spark):
+def test_unknown_table(spark, pipeline):
     with pytest.raises(
         SparkInteropError,
-        match=r"ReadFromSpark\(table='no_such_table_x'\).*"
-        r'(TABLE_OR_VIEW_NOT_FOUND|not found)',
+        match=r"^'Read orders' \(ReadFromSpark table='no_such_table_x'\): "
+        r'.*(TABLE_OR_VIEW_NOT_FOUND|not found)',
     ):
-        ReadFromSpark('no_such_table_x', spark=spark)
+        pipeline | 'Read orders' >> ReadFromSpark('no_such_table_x', spark=spark)
 
 
-def test_bad_sql(spark):
-    with pytest.raises(SparkInteropError, match=r"ReadFromSpark\(query='SELEC 1'\).*PARSE"):
-        ReadFromSpark(query='SELEC 1', spark=spark)
-    with pytest.raises(SparkInteropError, match=r'SparkSql.*nope'):
-        with beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) as p:
-            _rows(p) | SparkSql('SELECT nope FROM PCOLLECTION', spark=spark)
+def test_bad_sql(spark, pipeline):
+    with pytest.raises(
+        SparkInteropError, match=r"^'Read' \(ReadFromSpark query='SELEC 1'\): .*PARSE"
+    ):
+        pipeline | 'Read' >> ReadFromSpark(query='SELEC 1', spark=spark)
+    with pytest.raises(
+        SparkInteropError,
+        match=r"^'Totals' \(SparkSql query='SELECT nope FROM PCOLLECTION'\): .*nope",
+    ):
+        _rows(pipeline) | 'Totals' >> SparkSql('SELECT nope FROM PCOLLECTION', spark=spark)
 
 
-def test_read_needs_exactly_one_source(spark):
-    with pytest.raises(SparkInteropError, match='exactly one of table=, query= or dataframe='):
-        ReadFromSpark('t', query='SELECT 1', spark=spark)
+def test_read_needs_exactly_one_source(spark, pipeline):
+    with pytest.raises(
+        SparkInteropError,
+        match=r"^'Read' \(ReadFromSpark\): needs exactly one of table=, query= or dataframe=",
+    ):
+        pipeline | 'Read' >> ReadFromSpark('t', query='SELECT 1', spark=spark)
+
+
+def test_write_needs_a_target_and_a_mode(pipeline):
+    with pytest.raises(
+        SparkInteropError, match=r"^'Write totals' \(WriteToSpark\): needs exactly one of table="
+    ):
+        _rows(pipeline) | 'Write totals' >> WriteToSpark(table='t', path='/tmp/t')
+    with pytest.raises(
+        SparkInteropError,
+        match=r"^'Write' \(WriteToSpark\): mode 'upsert' is not one of append, ",
+    ):
+        _rows(pipeline, label='More') | 'Write' >> WriteToSpark(table='t', mode='upsert')
+
+
+def test_two_dataframe_reads_are_told_apart_by_label(spark, pipeline):
+    """Two reads over ``dataframe=`` differ only in the label they were
+    applied under: their errors name it."""
+    span = "SELECT 1 AS id, INTERVAL '1' DAY AS span"
+    messages = []
+    for label in ('Read orders', 'Read users'):
+        with pytest.raises(SparkInteropError) as info:
+            pipeline | label >> ReadFromSpark(dataframe=spark.sql(span))
+        messages.append(str(info.value))
+    assert messages[0].startswith("'Read orders' (ReadFromSpark dataframe): field 'span'")
+    assert messages[1].startswith("'Read users' (ReadFromSpark dataframe): field 'span'")
+
+
+def test_errors_while_running_name_the_label(spark):
+    """Found when the pipeline runs, not while it was built: each stage's
+    error names its transform as the user labelled it."""
+    table = cases._name('appeared')
+    p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
+    _ = _rows(p) | 'Write totals' >> WriteToSpark(table=table, spark=spark)
+    spark.createDataFrame([(1, 'a')], 'id long, word string').write.saveAsTable(table)
+    try:
+        with pytest.raises(SparkInteropError) as info:
+            p.run().wait_until_finish()
+        assert str(info.value).startswith(
+            f"'Write totals' (WriteToSpark table={table!r}): table {table!r} already "
+            "exists and mode is 'errorifexists'"
+        ), str(info.value)
+    finally:
+        cases._drop(spark, table)
+    # createDataFrame makes its session the active one: the shared one again after.
+    other = spark.newSession().createDataFrame([(1, 'a')], 'id long, word string')
+    try:
+        p = beam.Pipeline(runner=InProcessSparkRunner(spark=spark, debug=True))
+        _ = p | 'Read orders' >> ReadFromSpark(dataframe=other) | beam.Map(print)
+        with pytest.raises(SparkInteropError) as info:
+            p.run().wait_until_finish()
+    finally:
+        spark.createDataFrame([], 'id long')
+    assert str(info.value).startswith(
+        "'Read orders' (ReadFromSpark dataframe): the DataFrame belongs to another "
+        "SparkSession than the runner's"
+    ), str(info.value)
+
+
+def test_a_script_run_with_the_runner_flag_reads_a_dataframe_of_the_runners_session(spark):
+    """docs/spark-interop.md's example: ``InProcessSparkRunner().session(options)``
+    is the session the pipeline's own runner (made by Beam from
+    ``--runner=``) runs on, so a DataFrame of it reads."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import equal_to
+
+    options = PipelineOptions(
+        [
+            '--runner=beam_spark_inproc.InProcessSparkRunner',
+            '--spark_master=local[2]',
+            '--inproc_debug',
+        ]
+    )
+    session = InProcessSparkRunner().session(options)
+    assert session is spark  # the active session, as a script's first call makes it
+    orders = session.createDataFrame([(1, 'a'), (2, 'b')], 'id long, item string')
+    with beam.Pipeline(options=options) as p:
+        assert isinstance(p.runner, InProcessSparkRunner)
+        rows = p | 'Read orders' >> ReadFromSpark(dataframe=orders) | beam.Map(tuple)
+        assert_that(rows, equal_to([(1, 'a'), (2, 'b')]))
+
+
+def test_a_nested_label_is_named_in_full(spark, pipeline):
+    class Outer(beam.PTransform):
+        def expand(self, pbegin):
+            return pbegin | 'Read' >> ReadFromSpark('no_such_table_x', spark=spark)
+
+    with pytest.raises(SparkInteropError, match=r"^'Outer/Read' \(ReadFromSpark table="):
+        pipeline | 'Outer' >> Outer()
 
 
 def test_pcollection_without_schema(spark, pipeline):
     ints = pipeline | beam.Create([1, 2, 3])
     with pytest.raises(
         SparkInteropError,
-        match=r'input of WriteToSpark\(table=.t.\) has element type int, '
-        r'which has no Beam schema',
+        match=r"^'WriteToSpark' \(WriteToSpark table='t'\): its input has element type "
+        r'int, which has no Beam schema',
     ):
         ints | WriteToSpark(table='t', spark=spark)
-    with pytest.raises(SparkInteropError, match=r"View 'PCOLLECTION' of SparkSql"):
+    with pytest.raises(
+        SparkInteropError, match=r"^'SparkSql' \(SparkSql query='SELECT 1'\): view 'PCOLLECTION'"
+    ):
         ints | SparkSql('SELECT 1', spark=spark)
 
 
@@ -101,6 +199,43 @@ def test_schema_mismatch_on_append(spark, pipeline):
         cases._drop(spark, table)
 
 
+_BATCH_VIEW_WRITES = {
+    'temporary': 'Spark would write a permanent table of that name, hidden behind the view',
+    'global temporary': "Spark's writer cannot write into the global temporary database",
+    'permanent': 'Spark refuses to append to a view, and overwrite would replace it with a table',
+}
+
+
+@pytest.mark.parametrize('view', sorted(_BATCH_VIEW_WRITES))
+@pytest.mark.parametrize('mode', ['append', 'overwrite', 'ignore', 'errorifexists'])
+def test_a_batch_write_into_a_view_is_refused(spark, pipeline, view, mode):
+    """Spark's saveAsTable into a temporary view makes a table hidden behind
+    it, fails on a global one for want of the database, and replaces a
+    permanent view on overwrite: every mode is refused while building."""
+    rows = spark.createDataFrame([(7, 'v')], 'id long, word string')
+    short = {'temporary': 'tmp', 'global temporary': 'gtmp', 'permanent': 'perm'}[view]
+    name = f'{short}_view_totals'
+    if view == 'temporary':
+        rows.createOrReplaceTempView(name)
+    elif view == 'global temporary':
+        rows.createOrReplaceGlobalTempView(name)
+        name = f'global_temp.{name}'
+    else:
+        spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT 7L AS id, 'v' AS word")
+    try:
+        with pytest.raises(SparkInteropError) as info:
+            _rows(pipeline) | 'Write totals' >> WriteToSpark(table=name, mode=mode, spark=spark)
+        assert str(info.value) == (
+            f"'Write totals' (WriteToSpark table={name!r}): {name!r} is a view ({view}); "
+            f'WriteToSpark writes to a table ({_BATCH_VIEW_WRITES[view]}). Write to another '
+            'table name, or to the table the view reads.'
+        )
+        assert spark.catalog.getTable(name).tableType in ('TEMPORARY', 'VIEW')
+        assert [tuple(r) for r in spark.table(name).collect()] == [(7, 'v')]
+    finally:
+        spark.sql(f'DROP VIEW IF EXISTS {name}')
+
+
 def test_type_mismatch_on_append_names_both_types(spark, pipeline):
     table = cases._name('typemismatch')
     spark.createDataFrame([(1, 'a')], 'id int, word string').write.saveAsTable(table)
@@ -113,13 +248,13 @@ def test_type_mismatch_on_append_names_both_types(spark, pipeline):
         cases._drop(spark, table)
 
 
-def test_unsupported_spark_type_names_field(spark):
+def test_unsupported_spark_type_names_field(spark, pipeline):
     with pytest.raises(
         SparkInteropError,
         match=r"field 'span': Spark type interval day "
         r'\(Arrow duration\[us\]\) has no Beam schema type',
     ):
-        ReadFromSpark(query="SELECT 1 AS id, INTERVAL '1' DAY AS span", spark=spark)
+        pipeline | ReadFromSpark(query="SELECT 1 AS id, INTERVAL '1' DAY AS span", spark=spark)
 
 
 def test_windowed_sql_input_is_rejected(spark, pipeline):

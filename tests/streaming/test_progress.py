@@ -487,24 +487,23 @@ def test_a_splittable_dofns_backlog_is_its_due_restrictions():
 
 
 class _SlowBundles(beam.DoFn):
-    """300 ms per bundle (one per micro-batch), whatever it holds."""
-
-    def start_bundle(self):
-        self._slept = False
+    """300 ms at the end of each bundle (one per micro-batch): after the read
+    has claimed every due tick and deferred the rest 50 ms ahead, so that
+    residual is due by the commit however loaded the machine is."""
 
     def process(self, tick):
-        if not self._slept:
-            import time
-
-            time.sleep(0.3)
-            self._slept = True
         yield tick
+
+    def finish_bundle(self):
+        import time
+
+        time.sleep(0.3)
 
 
 def test_a_read_slower_than_its_polls_is_behind():
-    """PeriodicImpulse every 50 ms, each micro-batch taking 300 ms downstream
-    in the same stage: at each commit its next tick is already due, so the
-    stream is never caught up."""
+    """PeriodicImpulse every 50 ms, each micro-batch ending with 300 ms
+    downstream in the same stage: at each commit its next tick is already
+    due, so the stream is never caught up."""
     import time
 
     from apache_beam.transforms.periodicsequence import PeriodicImpulse

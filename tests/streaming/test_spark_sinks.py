@@ -195,8 +195,8 @@ def _pipeline(spark, *flags):
     [
         (
             dict(table='t_stream', mode='append'),
-            r"WriteToSpark\(table='t_stream'\): table 't_stream' does not exist\. A "
-            r'stream appends to an existing table',
+            r"^'Write totals' \(WriteToSpark table='t_stream'\): table 't_stream' does "
+            r'not exist\. A stream appends to an existing table',
         ),
         (dict(path='OUT', mode='overwrite'), r"mode 'overwrite' is a batch mode"),
         (dict(path='OUT'), r"mode 'errorifexists' is a batch mode"),
@@ -215,7 +215,7 @@ def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs, messa
     out = str(tmp_path / 'out')
     kwargs = {k: (out if v == 'OUT' else v) for k, v in kwargs.items()}
     with pytest.raises(SparkInteropError, match=message):
-        _stream(_pipeline(spark)) | WriteToSpark(spark=spark, **kwargs)
+        _stream(_pipeline(spark)) | 'Write totals' >> WriteToSpark(spark=spark, **kwargs)
     assert not os.path.exists(out)
 
 
@@ -227,7 +227,6 @@ def test_bad_streaming_writes_fail_while_building(spark, tmp_path, kwargs, messa
             r"table '{t}' has provider 'csv'; a stream appends exactly once to "
             r'file-backed datasource tables \(USING parquet, orc, json\)',
         ),
-        ('CREATE VIEW {t} AS SELECT 1 AS key', r"'{t}' is a view"),
         (
             "CREATE TABLE {t} (key STRING, other DOUBLE) USING parquet LOCATION '{loc}'",
             r"the PCollection's schema does not match table '{t}': column 'other' of the "
@@ -239,26 +238,58 @@ def test_bad_streaming_table_writes_fail_while_building(spark, tmp_path, ddl, me
     """A table a stream cannot append to exactly once, or whose columns are
     not the PCollection's fields: refused while building, nothing written."""
     name, location = 'bad_stream_target', str(tmp_path / 'table')
-    kind = 'VIEW' if ddl.startswith('CREATE VIEW') else 'TABLE'
-    spark.sql(f'DROP {kind} IF EXISTS {name}')
+    spark.sql(f'DROP TABLE IF EXISTS {name}')
     spark.sql(ddl.format(t=name, loc=location))
     try:
         with pytest.raises(
-            SparkInteropError, match=rf"WriteToSpark\(table='{name}'\): " + message.format(t=name)
+            SparkInteropError,
+            match=rf"^'Write totals' \(WriteToSpark table='{name}'\): " + message.format(t=name),
         ):
-            _stream(_pipeline(spark)) | WriteToSpark(name, mode='append', spark=spark)
+            _stream(_pipeline(spark)) | 'Write totals' >> WriteToSpark(
+                name, mode='append', spark=spark
+            )
         assert not os.path.exists(location) or not os.listdir(location)
     finally:
-        spark.sql(f'DROP {kind} IF EXISTS {name}')
+        spark.sql(f'DROP TABLE IF EXISTS {name}')
+
+
+@pytest.mark.parametrize('view', ['temporary', 'global temporary', 'permanent'])
+def test_a_stream_into_any_kind_of_view_is_refused_as_a_view(spark, view):
+    """Temporary views have no detail rows in DESCRIBE TABLE EXTENDED: they
+    are told apart by the catalog, and refused as views, saying which kind."""
+    rows = spark.createDataFrame([('a', 1)], 'key string, total long')
+    if view == 'temporary':
+        name = 'tmp_stream_totals'
+        rows.createOrReplaceTempView(name)
+        drop = f'DROP VIEW IF EXISTS {name}'
+    elif view == 'global temporary':
+        rows.createOrReplaceGlobalTempView('gtmp_stream_totals')
+        name = 'global_temp.gtmp_stream_totals'
+        drop = f'DROP VIEW IF EXISTS {name}'
+    else:
+        name = 'perm_stream_totals'
+        spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT 'a' AS key, 1L AS total")
+        drop = f'DROP VIEW IF EXISTS {name}'
+    try:
+        with pytest.raises(SparkInteropError) as info:
+            _stream(_pipeline(spark)) | 'Write totals' >> WriteToSpark(
+                name, mode='append', spark=spark
+            )
+        assert str(info.value) == (
+            f"'Write totals' (WriteToSpark table={name!r}): {name!r} is a view ({view}); "
+            'a stream appends to a table. Write to a parquet, orc or json table, or to path=.'
+        )
+    finally:
+        spark.sql(drop)
 
 
 def test_a_path_holding_other_columns_is_refused(spark, tmp_path):
     out = str(tmp_path / 'out')
     spark.createDataFrame([(1, 2.0)], 'id long, other double').write.parquet(out)
     with pytest.raises(SparkInteropError) as info:
-        _stream(_pipeline(spark)) | WriteToSpark(path=out, mode='append', spark=spark)
+        _stream(_pipeline(spark)) | 'Write' >> WriteToSpark(path=out, mode='append', spark=spark)
     message = str(info.value)
-    assert message.startswith(f'WriteToSpark(path={out!r}): ')
+    assert message.startswith(f"'Write' (WriteToSpark path={out!r}): ")
     assert "field 'key' is not a column of the data at the path" in message
     assert "column 'other' of the data at the path is not a field" in message
 

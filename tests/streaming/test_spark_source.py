@@ -121,19 +121,31 @@ def test_bad_input_fails_while_building(spark, tmp_path):
     landing = str(tmp_path / 'landing')
     cases.land(landing, 1)
     stream = spark.readStream.schema(cases.SCHEMA).json(landing)
-    with pytest.raises(SparkInteropError, match='needs event_time='):
-        ReadFromSpark(dataframe=stream)
+
+    def apply(label, read):
+        return beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) | label >> read
+
+    with pytest.raises(
+        SparkInteropError, match=r"^'Events' \(ReadFromSpark dataframe\): .*needs event_time="
+    ):
+        apply('Events', ReadFromSpark(dataframe=stream))
     with pytest.raises(SparkInteropError, match="'when' is not a column"):
-        ReadFromSpark(dataframe=stream, event_time='when')
+        apply('Events', ReadFromSpark(dataframe=stream, event_time='when'))
     with pytest.raises(SparkInteropError, match="'id' is bigint, not a timestamp"):
-        ReadFromSpark(dataframe=stream, event_time='id')
+        apply('Events', ReadFromSpark(dataframe=stream, event_time='id'))
     batch = spark.read.schema(cases.SCHEMA).json(landing)
-    with pytest.raises(SparkInteropError, match='a batch DataFrame where a stream'):
-        ReadFromSpark.stream(dataframe=batch, event_time='ts')
+    with pytest.raises(SparkInteropError, match='was given a batch DataFrame where a stream'):
+        apply('Events', ReadFromSpark.stream(dataframe=batch, event_time='ts'))
     with pytest.raises(SparkInteropError, match='this one is a batch DataFrame'):
-        ReadFromSpark(dataframe=batch, event_time='ts')
-    with pytest.raises(SparkInteropError, match=r"ReadFromSpark.stream\(format='no_such"):
-        ReadFromSpark.stream(format='no_such_source_x', event_time='ts', spark=spark)
+        apply('Events', ReadFromSpark(dataframe=batch, event_time='ts'))
+    with pytest.raises(
+        SparkInteropError,
+        match=r"^'Kafka' \(ReadFromSpark.stream format='no_such_source_x'\): ",
+    ):
+        apply(
+            'Kafka',
+            ReadFromSpark.stream(format='no_such_source_x', event_time='ts', spark=spark),
+        )
     with pytest.raises(SparkInteropError, match='runs on beam_spark_inproc'):
         with beam.Pipeline() as p:
             _ = p | ReadFromSpark(dataframe=stream, event_time='ts')

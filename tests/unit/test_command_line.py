@@ -106,3 +106,56 @@ def test_a_master_that_is_not_spark_is_one_line_from_run(tmp_path):
     ), last
     for noise in ('Py4J', 'at org.apache.spark', 'SparkContext'):
         assert noise not in done.stderr, done.stderr
+
+
+_EXPLAINED = """
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+with beam.Pipeline(options=PipelineOptions()) as p:
+    lines = p | 'Read lines' >> beam.io.ReadFromText({path!r})
+    words = lines | 'Split words' >> beam.FlatMap(str.split)
+    other = p | 'More words' >> beam.Create(['a', 'b'])
+    grouped = (words, other) | 'Merge' >> beam.Flatten() | 'Pair' >> beam.Map(
+        lambda w: (w, 1)
+    ) | 'Group' >> beam.GroupByKey()
+    again = p | 'Again' >> beam.Create([('a', 2)]) | 'Group again' >> beam.GroupByKey()
+    totals = p | 'Total' >> beam.Create([10])
+    _ = (
+        (grouped, again)
+        | 'Merge groups' >> beam.Flatten()
+        | 'Share'
+        >> beam.Map(lambda kv, t: (kv[0], len(kv[1]) / t), t=beam.pvalue.AsSingleton(totals))
+        | 'Print' >> beam.Map(print)
+    )
+    # Stages of Beam's fusion that hold none of these transforms' own code.
+    a = p | 'A' >> beam.Create([('k', 1)]) | 'Group A' >> beam.GroupByKey()
+    b = p | 'B' >> beam.Create([('k', 2)]) | 'Group B' >> beam.GroupByKey()
+    _ = (a, b) | 'Merge AB' >> beam.Flatten() | 'Group AB' >> beam.GroupByKey() | beam.Map(print)
+    _ = totals | 'Look up' >> beam.Map(lambda t, d: (t, d), d=beam.pvalue.AsDict(a))
+"""
+
+
+def test_explain_names_what_the_user_labelled(tmp_path):
+    """Read, GroupByKey, a side input and Flattens: every stage listed runs a
+    transform of the pipeline, named by its label, and no id Beam made up
+    (``ref_PCollection_...``, ``ref_AppliedPTransform_...``) is printed."""
+    text = tmp_path / 'words.txt'
+    text.write_text('a b\nc\n')
+    script = tmp_path / 'pipeline.py'
+    script.write_text(_EXPLAINED.format(path=str(text)))
+    done = _run('explain', str(script))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.rsplit('IMPORTED', 1)[0]
+    assert 'ref_PCollection' not in out and 'ref_AppliedPTransform' not in out, out
+    stages = out.split('\n[')[1:]
+    assert len(stages) == int(out.split(' stages;', 1)[0]), out
+    for stage in stages:
+        assert '\n    transforms: ' in stage, stage
+    for label in ('Read lines', 'Split words', 'Group', 'Merge', 'Merge groups', 'Share'):
+        assert f"'{label}'" in out or f' {label}' in out, label
+    assert "side input 'python_side_input0' of 'Share': the output of 'Total'" in out, out
+    assert "the shuffle of 'Group again'" in out, out
+    assert '(internal) split of ' in out, out
+    assert 'transforms: Group A (grouping), Merge AB (union)' in out, out
+    assert 'transforms: Merge AB (union), Group AB (shuffle write)' in out, out

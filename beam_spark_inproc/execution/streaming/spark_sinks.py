@@ -19,11 +19,13 @@ What a stream cannot run is refused before it starts (``problem``, from
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from typing import Callable
 
 from beam_spark_inproc.errors import Problem
 from beam_spark_inproc.execution.streaming.store import stage_key
+from beam_spark_inproc.planning import native
 from beam_spark_inproc.planning import native_streaming
 from beam_spark_inproc.planning import plan as p
 from beam_spark_inproc.protocol.rows import CONTROL_TAG
@@ -34,7 +36,9 @@ def problem(stage: p.StagePlan) -> Problem | None:
     found = native_streaming.stream_problem(stage.native_urn, stage.native_payload)
     if found is None:
         return None
-    return Problem(', '.join(stage.labels), stage.native_urn, '', *found)
+    reason, remedy = found
+    kind = native.kind(stage.native_urn, json.loads(stage.native_payload))
+    return Problem(', '.join(stage.labels), stage.native_urn, '', f'{kind}: {reason}', remedy)
 
 
 class SparkStages:
