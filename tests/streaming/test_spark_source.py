@@ -104,14 +104,16 @@ def test_python_data_source_with_offsets(spark, tmp_path):
 )
 def test_python_data_source_refused_while_building(spark):
     """On a PySpark without Python data sources a format Spark does not find
-    is refused when the transform is built, naming it and the release needed,
-    and no Spark job has run."""
+    is refused when the transform is applied (its checks run in ``expand``),
+    naming its label, the format and the release needed, and no Spark job has
+    run."""
     tracker = spark.sparkContext.statusTracker()
     jobs = len(tracker.getJobIdsForGroup(None))
+    read = ReadFromSpark.stream(format='beam_test_counter', event_time='ts', spark=spark)
     with pytest.raises(SparkInteropError) as raised:
-        ReadFromSpark.stream(format='beam_test_counter', event_time='ts', spark=spark)
+        beam.Pipeline(runner=InProcessSparkRunner(spark=spark)) | 'Counter' >> read
     message = str(raised.value)
-    assert message.startswith("ReadFromSpark.stream(format='beam_test_counter'): ")
+    assert message.startswith("'Counter' (ReadFromSpark.stream format='beam_test_counter'): ")
     assert 'Python data source' in message and 'PySpark 4.0 or later' in message
     assert pyspark_compat.VERSION_STRING in message and '\n' not in message
     assert len(tracker.getJobIdsForGroup(None)) == jobs
