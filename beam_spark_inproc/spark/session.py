@@ -382,13 +382,35 @@ def wait_for_tasks_to_end(
 
     if is_connect(session):
         return True
-    tracker = session.sparkContext.statusTracker()  # classic-only: tasks ending after a cancel
     deadline = time.monotonic() + timeout
-    while any(e.numRunningTasks for e in tracker.getExecutorInfos()):
+    while running_tasks(session):
         if time.monotonic() > deadline or (stop is not None and stop.is_set()):
             return False
         time.sleep(0.1)
     return True
+
+
+def running_tasks(session) -> int:
+    """How many tasks run on a classic session's executors now, by the task
+    scheduler's count (``runningTasksByExecutors``): a task counts from its
+    launch until its executor reports its end, after the task's own cleanup.
+    Not by the status tracker's (``getExecutorInfos``, which PySpark 3.5
+    does not have either): Spark's status store writes an executor's count
+    at most every ``spark.ui.liveUpdate.period``, so a task launched just
+    after another change to its executor shows as none running (a resumed
+    stream's first micro-batch on ``local[1]``, PySpark 3.5); that count
+    where the scheduler's cannot be read."""
+    from py4j.protocol import Py4JError
+
+    jcontext = session.sparkContext._jsc.sc()  # classic-only: tasks ending after a cancel
+    try:
+        counts = jcontext.taskScheduler().runningTasksByExecutors().valuesIterator()
+    except Py4JError:  # not a TaskSchedulerImpl
+        return sum(e.numRunningTasks() for e in jcontext.statusTracker().getExecutorInfos())
+    running = 0
+    while counts.hasNext():
+        running += counts.next()
+    return running
 
 
 def parallelism(session, requested: Optional[int]) -> int:

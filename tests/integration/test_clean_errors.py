@@ -176,8 +176,8 @@ except KeyboardInterrupt as e:
     # The cancelled tasks have ended by the time the interrupt arrives: an
     # exit now would not stop the JVM under them.
     from pyspark.sql import SparkSession
-    tracker = SparkSession.builder.getOrCreate().sparkContext.statusTracker()
-    running = sum(e.numRunningTasks for e in tracker.getExecutorInfos())
+    from beam_spark_inproc.spark.session import running_tasks
+    running = running_tasks(SparkSession.builder.getOrCreate())
     print('INTERRUPTED', 'Py4J' in text, 'During handling' in text, running,
           flush=True)
 # Both cores were busy with sleeping tasks: this runs only if they were cancelled.

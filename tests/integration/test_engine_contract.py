@@ -321,30 +321,45 @@ def test_collect_calls_started_once_and_a_failed_job_raises(engine):
         )
 
 
-def test_control_rows_fall_back_to_to_arrow(spark, monkeypatch):
-    """Without PySpark's private collect API (``_load_from_socket``) the
-    leaves' control rows come by ``toArrow``, ``started`` still called once."""
-    import pyspark.util
+def test_control_rows_come_by_pysparks_collect_stream(spark, monkeypatch):
+    """The leaves' control rows come by PySpark's private collect stream where
+    this release keeps it (``compat.pyspark.arrow_batches_from_socket``:
+    ``pyspark.util`` from 4.0, ``pyspark.rdd`` on 3.5), not by ``toArrow``;
+    ``started`` is called once, when the stream is open."""
+    import contextlib
 
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
     from beam_spark_inproc.spark import engine as spark_engine
 
-    monkeypatch.delattr(pyspark.util, '_load_from_socket')
-    engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
+    opened = pyspark_compat.arrow_batches_from_socket
     calls = []
+
+    @contextlib.contextmanager
+    def counted(sock_info):
+        with opened(sock_info) as stream:
+            calls.append('stream')
+            yield stream
+
+    def no_to_arrow(dataframe):
+        raise AssertionError('the control rows came by toArrow')
+
+    monkeypatch.setattr(pyspark_compat, 'arrow_batches_from_socket', counted)
+    monkeypatch.setattr(pyspark_compat, 'to_arrow', no_to_arrow)
+    engine = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     try:
-        assert engine.collect(source(engine), elements=False, started=lambda: calls.append(1)) == (
-            [],
-            [b'report'],
-        )
+        assert engine.collect(
+            source(engine), elements=False, started=lambda: calls.append('started')
+        ) == ([], [b'report'])
     finally:
         engine.release()
-    assert calls == [1]
+    assert calls == ['stream', 'started']
 
 
 def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
-    """Older PySpark's collect serializer yields the batches as they came and
-    then their order (4.3's yields them in order): the control rows are the
-    same either way."""
+    """An older PySpark's collect serializer (3.5's) yields the batches as
+    they came and then their order (4.3's yields them in order): the control
+    rows are the same either way. The stream here is the older protocol on
+    every release, the batches in reverse."""
     import pyspark.sql.pandas.serializers as serializers
 
     from beam_spark_inproc.spark import engine as spark_engine
@@ -354,6 +369,9 @@ def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
     class OlderProtocol(current):
         def load_stream(self, stream):
             batches = list(super().load_stream(stream))
+            if batches and isinstance(batches[-1], list):  # already the older protocol
+                order = batches.pop()
+                batches = [batches[i] for i in order]
             yield from reversed(batches)
             yield list(reversed(range(len(batches))))
 
@@ -374,7 +392,8 @@ def test_control_rows_read_an_older_pyspark_collect_stream(spark, monkeypatch):
 def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
     """A stream's loop holds its tag for the whole stream (``job(tag, '')``)
     and describes each micro-batch's job inside: the description put back
-    is the one before, known without asking the JVM (classic Spark)."""
+    is the one before, known without asking the JVM (classic Spark). The tag
+    is the Spark context's job tag (``compat.pyspark.add_tag``)."""
     from beam_spark_inproc.spark.engine import SparkEngine
 
     engine = SparkEngine(spark, PARALLELISM, 'contract')
@@ -386,10 +405,10 @@ def test_nested_jobs_keep_the_tag_and_put_the_description_back(spark):
             for n in range(2):
                 with engine.job('beam-pipeline-nested', f'micro-batch {n}'):
                     assert context.getLocalProperty('spark.job.description') == f'micro-batch {n}'
-                    assert 'beam-pipeline-nested' in spark.getTags()
+                    assert 'beam-pipeline-nested' in context.getJobTags()
                 assert context.getLocalProperty('spark.job.description') == "a user's own"
-                assert 'beam-pipeline-nested' in spark.getTags()
-        assert 'beam-pipeline-nested' not in spark.getTags()
+                assert 'beam-pipeline-nested' in context.getJobTags()
+        assert 'beam-pipeline-nested' not in context.getJobTags()
         assert context.getLocalProperty('spark.job.description') == "a user's own"
     finally:
         context.setLocalProperty('spark.job.description', None)
@@ -461,11 +480,12 @@ def test_to_dataframe_is_the_functions_batches_of_each_partition(engine):
     )
 
 
-def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
-    """SparkEngine maps a task through PySpark's private API (fewer Py4J
-    calls, as PySpark 4.3 has it); where that fails, PySpark's own
-    ``mapInArrow`` gives the same rows, for that call only: the next call
-    tries the private API again."""
+def test_map_stage_takes_the_engines_udf_where_compat_has_it(spark, monkeypatch):
+    """SparkEngine maps a task through its own UDF (``_map_in_arrow``, on
+    PySpark's private API: fewer Py4J calls) where
+    ``compat.pyspark.ENGINE_MAP_IN_ARROW`` (4.0 on), through PySpark's own
+    ``mapInArrow`` elsewhere (3.5); the rows are the same either way."""
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
     from beam_spark_inproc.spark import engine as spark_engine
 
     made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
@@ -476,19 +496,15 @@ def test_map_stage_falls_back_to_pysparks_own_call(spark, monkeypatch):
         calls.append(1)
         return private(self, data, task)
 
-    def broken(self, data, task):
-        calls.append(0)
-        raise AttributeError('no such private API here')
-
     try:
         monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', counted)
-        expected = sorted(made.collect(source(made))[0])
-        assert calls == [1]  # by the private API
-        monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', broken)
-        assert sorted(made.collect(source(made))[0]) == expected
-        monkeypatch.setattr(spark_engine.SparkEngine, '_map_in_arrow', counted)
-        assert sorted(made.collect(source(made))[0]) == expected
-        assert calls == [1, 0, 1]
+        by_engine = [1] if pyspark_compat.ENGINE_MAP_IN_ARROW else []
+        got = sorted(made.collect(source(made))[0])
+        assert calls == by_engine
+        monkeypatch.setattr(pyspark_compat, 'ENGINE_MAP_IN_ARROW', False)
+        assert sorted(made.collect(source(made))[0]) == got  # by PySpark's mapInArrow
+        assert calls == by_engine
+        assert got == sorted(d for t, _, d in ROWS if t != CONTROL_TAG and d)
     finally:
         made.release()
 
@@ -500,7 +516,14 @@ def test_a_new_tasks_udf_in_few_py4j_calls_gives_pysparks_rows(spark, monkeypatc
     command over the broadcast threshold takes PySpark's path."""
     from py4j import clientserver
 
+    from beam_spark_inproc.compat import pyspark as pyspark_compat
     from beam_spark_inproc.spark import engine as spark_engine
+
+    if not pyspark_compat.ENGINE_MAP_IN_ARROW:
+        pytest.skip(
+            f"PySpark {pyspark_compat.VERSION_STRING}: the engine's own UDF is 4.0's "
+            "(compat.pyspark.ENGINE_MAP_IN_ARROW); PySpark's mapInArrow maps every task"
+        )
 
     made = spark_engine.SparkEngine(spark, PARALLELISM, 'contract')
     calls = []
