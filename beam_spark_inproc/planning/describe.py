@@ -100,9 +100,9 @@ def describe(plan: p.SparkPlan, pipeline: Optional[beam_runner_api_pb2.Pipeline]
         for si in stage.side_inputs:
             readers[si.buffer_id] = readers.get(si.buffer_id, 0) + 1
     listed = [
-        (stage, list(stage.labels) or names.serves(stage))
+        (stage, labels)
         for stage in plan.stages
-        if stage.labels or names.serves(stage) or pipeline is None
+        if (labels := list(stage.labels) or names.serves(stage)) or pipeline is None
     ]
     n = len(listed)
     folded = len(plan.stages) - n
