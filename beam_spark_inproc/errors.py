@@ -94,8 +94,9 @@ class UnsupportedBeamVersion(ImportError):
 
 class UnsupportedPySparkVersion(ImportError):
     """The installed PySpark is outside the range this package supports
-    (``compat.pyspark.SUPPORTED``); raised when the runner is imported, before
-    anything runs."""
+    (``compat.pyspark.SUPPORTED``); raised where the runner first touches
+    PySpark (a session made or used, a DataFrame converted), before any Spark
+    job runs."""
 
 
 class SparkConnectUnavailable(ImportError):
