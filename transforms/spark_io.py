@@ -54,12 +54,9 @@ def active_session(spark=None):
 
     session: Any = SparkSession.getActiveSession()  # classic, else Spark Connect's
     if session is None:
-        try:
-            from pyspark.sql.connect.session import SparkSession as Connect
+        from beam_spark_inproc.compat import pyspark as pyspark_compat
 
-            session = Connect.getActiveSession()
-        except ImportError:
-            pass
+        session = pyspark_compat.active_connect_session()
     return session
 
 

@@ -79,6 +79,7 @@ import glob
 import importlib.util
 import os
 import re
+import sys
 from typing import Any
 from typing import Iterator
 from typing import Optional
@@ -129,13 +130,18 @@ def _since(major: int, minor: int) -> bool:
 
 
 def is_connect(session) -> bool:
-    """Whether ``session`` is a Spark Connect session (False where PySpark's
-    Connect client cannot be imported)."""
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # pyspark without the connect extra
-        return False
-    return isinstance(session, ConnectSession)
+    """Whether ``session`` is a Spark Connect session. A Connect session exists
+    only once its module is imported, so this never imports it (see
+    ``_CONNECT_CLIENT_MODULES`` for what that import can do)."""
+    module = sys.modules.get('pyspark.sql.connect.session')
+    return module is not None and isinstance(session, module.SparkSession)
+
+
+def active_connect_session() -> Any:
+    """The thread's active Spark Connect session, or None (without importing
+    the client, as ``is_connect``)."""
+    module = sys.modules.get('pyspark.sql.connect.session')
+    return None if module is None else module.SparkSession.getActiveSession()
 
 
 # --- tags and artifacts on classic sessions (4.0) ----------------------------------
@@ -412,12 +418,38 @@ def _connect_server_bundled() -> bool:
 CONNECT_SERVER_BUNDLED: bool = _connect_server_bundled()
 
 
+# What every 4.x Connect client imports (module, the package that provides it).
+# PySpark checks them when `pyspark.sql.connect` is imported, but where the main
+# module has neither a spec nor a file (`python -c`, an xdist worker, an embedded
+# interpreter) it takes that for its own doctest run and calls `sys.exit(0)`
+# instead of raising, so they are looked for before that import.
+_CONNECT_CLIENT_MODULES = (
+    ('pandas', 'pandas'),
+    ('pyarrow', 'pyarrow'),
+    ('grpc', 'grpcio'),
+    ('grpc_status', 'grpcio-status'),
+    ('google.rpc', 'googleapis-common-protos'),
+)
+
+
+def _module_missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except ImportError:  # a parent package is missing
+        return True
+
+
 @functools.lru_cache(maxsize=None)
 def _connect_client_import_error() -> Optional[str]:
+    missing = [package for module, package in _CONNECT_CLIENT_MODULES if _module_missing(module)]
+    if missing:
+        return f'not installed: {", ".join(missing)}'
     try:
-        import pyspark.sql.connect.session  # noqa: F401 - checks grpcio, pandas, pyarrow
+        import pyspark.sql.connect.session  # noqa: F401 - checks the rest of the client's needs
     except ImportError as e:
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except SystemExit:  # PySpark's doctest guard, for a need the list above lacks
+        return "PySpark's check of the client's packages failed"
     return None
 
 

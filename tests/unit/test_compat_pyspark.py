@@ -407,6 +407,23 @@ def test_connect_client_missing_names_the_extra(monkeypatch):
     assert 'No module named grpc' in message
 
 
+def test_connect_client_missing_under_python_c_is_named_not_a_silent_exit():
+    """Where the main module has no file (``python -c``, an xdist worker),
+    PySpark's own check of the client's packages calls ``sys.exit(0)``; the
+    runner names the missing package instead (grpcio-status hidden here)."""
+    if not pyspark_compat.CONNECT_SUPPORTED:
+        pytest.skip(f'Spark Connect needs PySpark 4.0+, this is {pyspark_compat.VERSION_STRING}')
+    code = (
+        "import sys; sys.modules['grpc_status'] = None\n"
+        'from beam_spark_inproc.compat import pyspark as c\n'
+        "print('message:', c.connect_client_error('sc://localhost:15002'))\n"
+    )
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'message:' in done.stdout and 'grpcio-status' in done.stdout, done.stdout
+    assert "'beam-spark-inproc[connect]'" in done.stdout
+
+
 def test_spark_remote_without_connect_is_refused_before_any_connection(monkeypatch):
     """``session.get_or_create`` with ``--spark_remote`` raises the one line
     before PySpark tries to connect (a port nothing listens on)."""
