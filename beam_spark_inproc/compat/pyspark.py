@@ -7,14 +7,14 @@ place that knows how these differ between releases; the rest of the package
 imports the names below and never reads PySpark's version itself
 (``tests/unit/test_architecture.py``).
 
-Supported: ``SUPPORTED``, PySpark 3.5.0 up to, not including, 4.4. The floor
-and the ceiling are checked when this module is imported: a PySpark outside
-them raises ``UnsupportedPySparkVersion`` with one line naming the version
-found and the range supported. The Spark side imports it where it first
-touches PySpark (a session made or used, a DataFrame converted), not at the
-runner's import: importing PySpark costs about half a second, which a small
-pipeline run in the driver alone never pays. A driver's PySpark
-must be its cluster's Spark: the range is wide because clusters are.
+Supported: ``SUPPORTED``, PySpark 3.5.0 up to, not including, 4.4, and 3.5
+only on Python 3.11 and older. The floor and the ceiling are checked when this
+module is imported: a PySpark outside them raises ``UnsupportedPySparkVersion``
+with one line naming the version found and the range supported. The Spark side
+imports it where it first touches PySpark (a session made or used, a DataFrame
+converted), not at the runner's import: importing PySpark costs about half a
+second, which a small pipeline run in the driver alone never pays. A driver's
+PySpark must be its cluster's Spark: the range is wide because clusters are.
 
 What differs, the first release with the newer behaviour, and the name here
 that decides it:
@@ -108,15 +108,29 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(major), int(minor), int(patch or 0)
 
 
-def check_version(text: str) -> tuple[int, int, int]:
+# PySpark 3.5 imports distutils (its Arrow type conversion), which Python 3.12
+# removed: 3.5 runs on Python 3.11 and older, as its own classifiers say.
+PYSPARK_3_PYTHON_CEILING = (3, 12)
+
+
+def check_version(
+    text: str, python: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)
+) -> tuple[int, int, int]:
     """The parsed version, or ``UnsupportedPySparkVersion`` (one line: found,
-    supported, what to install) when it is outside ``SUPPORTED``."""
+    supported, what to install) when it is outside ``SUPPORTED`` or cannot
+    run on ``python``."""
     version = parse_version(text)
     if not SUPPORTED[0] <= version[:2] < SUPPORTED[1]:
         raise UnsupportedPySparkVersion(
             f'beam-spark-inproc supports pyspark{SUPPORTED_RANGE}, found '
             f"pyspark {text}: pip install 'pyspark{SUPPORTED_RANGE}' (the cluster's "
             'Spark version).'
+        )
+    if version[0] < 4 and python >= PYSPARK_3_PYTHON_CEILING:
+        raise UnsupportedPySparkVersion(
+            f'pyspark {text} runs on Python 3.11 and older (it imports distutils, '
+            f'which Python 3.12 removed), and this is Python {python[0]}.{python[1]}: '
+            "use Python 3.10 or 3.11 for a Spark 3.5 cluster, or pip install 'pyspark>=4.0,<4.4'."
         )
     return version
 

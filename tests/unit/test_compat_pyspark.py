@@ -81,6 +81,29 @@ def test_unsupported_versions_fail_in_one_line(text):
     assert pyspark_compat.SUPPORTED_RANGE in message
 
 
+@pytest.mark.parametrize(
+    'text, python, supported',
+    [
+        ('3.5.0', (3, 11), True),
+        ('3.5.9', (3, 10), True),
+        ('3.5.9', (3, 12), False),
+        ('3.5.9', (3, 13), False),
+        ('4.0.1', (3, 12), True),
+        ('4.3.0', (3, 13), True),
+    ],
+)
+def test_pyspark_3_5_is_refused_on_python_3_12_and_later(text, python, supported):
+    if supported:
+        assert pyspark_compat.check_version(text, python) == pyspark_compat.parse_version(text)
+        return
+    with pytest.raises(UnsupportedPySparkVersion) as raised:
+        pyspark_compat.check_version(text, python)
+    message = str(raised.value)
+    assert '\n' not in message
+    assert f'pyspark {text} runs on Python 3.11 and older' in message
+    assert f'this is Python {python[0]}.{python[1]}' in message
+
+
 def test_unreadable_version_fails_in_one_line():
     with pytest.raises(UnsupportedPySparkVersion, match='cannot read the PySpark version'):
         pyspark_compat.parse_version('unknown')
