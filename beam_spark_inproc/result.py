@@ -181,7 +181,7 @@ class SparkPipelineResult(PipelineResult):
 
     def cancel(self) -> str:
         """Stops the run at the end of its current Spark job, interrupting
-        that job (its tag, ``spark.session.cancel_tag``); waits for the run
+        that job (its tag, ``spark.cancel.cancel_tag``); waits for the run
         to stop and returns its final state."""
         self.cancel_requested.set()
         while not self._wait(0.5):

@@ -217,6 +217,7 @@ class InProcessSparkRunner(PipelineRunner):
             engine = LocalEngine(parallelism, session=functools.partial(self.session, options))
         else:
             from beam_spark_inproc.planning.plan import NATIVE_STAGE
+            from beam_spark_inproc.spark import cancel as spark_cancel
             from beam_spark_inproc.spark import session as spark_session
             from beam_spark_inproc.spark.engine import SparkEngine
 
@@ -301,11 +302,11 @@ class InProcessSparkRunner(PipelineRunner):
 
             def cancel():
                 if on_spark():
-                    spark_session.cancel_tag(get_spark(), tag)
+                    spark_cancel.cancel_tag(get_spark(), tag)
 
             def settle(stop: Optional[threading.Event] = None) -> bool:
                 if on_spark():
-                    return spark_session.wait_for_tasks_to_end(get_spark(), stop=stop)
+                    return spark_cancel.wait_for_tasks_to_end(get_spark(), stop=stop)
                 return True
 
         if streaming:
@@ -602,7 +603,7 @@ def quietly(step):
 
 def spark_tasks_end_seconds() -> float:
     """How long an interrupted run waits for its cancelled tasks to end."""
-    from beam_spark_inproc.spark.session import TASKS_END_SECONDS
+    from beam_spark_inproc.spark.cancel import TASKS_END_SECONDS
 
     return TASKS_END_SECONDS
 

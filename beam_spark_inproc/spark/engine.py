@@ -549,7 +549,7 @@ class SparkEngine:
     @contextlib.contextmanager
     def job(self, tag: str, description: str):
         """Spark jobs started inside carry the pipeline's tag (for
-        ``session.cancel_tag``) and the Beam description: as the job
+        ``cancel.cancel_tag``) and the Beam description: as the job
         description on classic Spark, as a second tag over Connect (whose
         server sets descriptions itself); an empty description leaves the
         description alone (a stream's loop holds its tag for the whole

@@ -176,7 +176,7 @@ except KeyboardInterrupt as e:
     # The cancelled tasks have ended by the time the interrupt arrives: an
     # exit now would not stop the JVM under them.
     from pyspark.sql import SparkSession
-    from beam_spark_inproc.spark.session import running_tasks
+    from beam_spark_inproc.spark.cancel import running_tasks
     running = running_tasks(SparkSession.builder.getOrCreate())
     print('INTERRUPTED', 'Py4J' in text, 'During handling' in text, running,
           flush=True)

@@ -83,7 +83,7 @@ def _classic_only(path: pathlib.Path, line: str) -> bool:
     them); a mapInArrow UDF made in fewer Py4J calls (``_JvmUdfs``); the
     JVM a local session of the runner's own runs in (``session.get_or_create``
     past its Connect branch: ``class_archive``); and the executors' running
-    tasks after Ctrl-C (``session.wait_for_tasks_to_end``: a Connect client
+    tasks after Ctrl-C (``cancel.wait_for_tasks_to_end``: a Connect client
     has no local JVM to stop under them)."""
     if path.parent.name == 'compat':
         # Job tags that cancel from any thread, and what PySpark 3.5's
@@ -95,14 +95,16 @@ def _classic_only(path: pathlib.Path, line: str) -> bool:
     if path.parent.name != 'spark':
         return False
     return (
-        path.name == 'engine.py'
-        and line.rstrip().endswith(
-            ('# classic-only: job descriptions', '# classic-only: mapInArrow UDFs')
+        (
+            path.name == 'engine.py'
+            and line.rstrip().endswith(
+                ('# classic-only: job descriptions', '# classic-only: mapInArrow UDFs')
+            )
         )
-    ) or (
-        path.name == 'session.py'
-        and line.rstrip().endswith(
-            ('# classic-only: a local JVM', '# classic-only: tasks ending after a cancel')
+        or (path.name == 'session.py' and line.rstrip().endswith('# classic-only: a local JVM'))
+        or (
+            path.name == 'cancel.py'
+            and line.rstrip().endswith('# classic-only: tasks ending after a cancel')
         )
     )
 
